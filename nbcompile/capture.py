@@ -1,0 +1,350 @@
+"""One process-wide listener on torch's structured trace, routing to recordings.
+
+``Recording`` is what owns events: a session's or an ``inspect`` call's. The
+hub holds one ``logging.Handler`` on ``torch.__trace`` while any recording is
+alive and removes it when the last one is closed, so nbcompile leaves the
+logger as it found it.
+
+Events of one frame compilation share a compile id ('frame/compile'). They
+are buffered per compile id and applied when its ``compilation_metrics``
+event closes the compilation, to the first owner found of:
+
+1. the recording whose backend received the compilation's graphs (exact);
+2. the recording active in this thread (``Hub.active``), for ``inspect`` and
+   session runs;
+3. the recording that owns the frame's code by file and line (a cell's file),
+   which catches calls from any later cell.
+
+Graphs come from ``RecordingBackend``, a thin wrapper around the real
+backend that reads each FX graph it is handed and passes it on unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+from . import torch_compat
+from .cell import cell_line_of
+from .report import CompileError, Frame, Graph, GraphBreak, Kernel, Recompile, Report
+from .trace_parse import parse_graph_break, parse_guards, parse_kernels, parse_recompile_reasons
+
+#: Compilations still open at once before the oldest is dropped (a failed
+#: compile that never closed, say); keeps memory bounded.
+MAX_PENDING = 64
+
+
+class Recording:
+    """Owner of captured events: one report at a time, plus the code it owns."""
+
+    def __init__(self, report: Report, *, cell_files: tuple[str, ...] = ()) -> None:
+        self.report = report
+        self.cell_files: set[str] = set(cell_files)
+        self.spans: list[tuple[str, int, int]] = []
+        self.listeners: list[Callable[[Recording], None]] = []
+
+    def own_span(self, filename: str, first: int, last: int) -> None:
+        self.spans.append((filename, first, last))
+
+    def owns(self, filename: str, lineno: int) -> bool:
+        if filename in self.cell_files:
+            return True
+        return any(f == filename and a <= lineno <= b for f, a, b in self.spans)
+
+    def cell_line(self, filename: str, lineno: int) -> Optional[int]:
+        # Cell bodies are compiled with the magic line kept as a blank first
+        # line, so a line number in a cell file is the line as displayed.
+        if filename in self.cell_files:
+            return lineno
+        return cell_line_of(filename, lineno)
+
+    def notify(self) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(self)
+            except Exception:  # a view must never break a compilation
+                logging.getLogger(__name__).exception("nbcompile listener failed")
+
+
+@dataclass
+class _Pending:
+    """Events of one frame compilation, kept until it closes."""
+
+    compile_id: str
+    filename: str = ""
+    lineno: int = 0
+    function: str = ""
+    active: Optional[weakref.ref[Recording]] = None
+    backend_owner: Optional[weakref.ref[Recording]] = None
+    graphs: list[Graph] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)
+    guards: str = ""
+    recompile_reasons: Any = None
+    output_code: list[str] = field(default_factory=list)
+
+
+class _TraceHandler(logging.Handler):
+    def __init__(self, hub: Hub) -> None:
+        super().__init__(level=logging.DEBUG)
+        self._hub = hub
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._hub.on_record(record)
+        except Exception:  # capture must never break the user's compile
+            logging.getLogger(__name__).exception("nbcompile capture failed on a trace event")
+
+
+class Hub:
+    """The process-wide router from trace events to recordings."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._handler = _TraceHandler(self)
+        self._users = 0
+        self._strings: dict[int, str] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._owners: list[weakref.ref[Recording]] = []
+        self._local = threading.local()
+
+    # -- lifetime --------------------------------------------------------------------
+    @property
+    def installed(self) -> bool:
+        return self._handler in torch_compat.trace_logger().handlers
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                torch_compat.trace_logger().addHandler(self._handler)
+
+    def release(self) -> None:
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users == 0:
+                torch_compat.trace_logger().removeHandler(self._handler)
+                self._pending.clear()
+
+    def register(self, recording: Recording) -> None:
+        with self._lock:
+            self._owners = [r for r in self._owners if r() is not None]
+            self._owners.append(weakref.ref(recording))
+
+    def unregister(self, recording: Recording) -> None:
+        with self._lock:
+            self._owners = [r for r in self._owners if r() not in (None, recording)]
+
+    @contextlib.contextmanager
+    def active(self, recording: Recording) -> Iterator[None]:
+        """Attribute compilations started in this thread to ``recording``."""
+        stack = self._stack()
+        stack.append(recording)
+        try:
+            yield
+        finally:
+            stack.pop()
+
+    def _stack(self) -> list[Recording]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
+    # -- events ----------------------------------------------------------------------
+    def on_graph(self, compile_id: Optional[str], graph: Graph, owner: Optional[Recording]) -> None:
+        if compile_id is None:
+            return
+        with self._lock:
+            pending = self._get_pending(compile_id)
+            pending.graphs.append(graph)
+            if owner is not None:
+                pending.backend_owner = weakref.ref(owner)
+
+    def on_record(self, record: logging.LogRecord) -> None:
+        md = getattr(record, "metadata", None)
+        if not isinstance(md, dict):
+            return
+        if "str" in md:
+            path, index = md["str"]
+            self._strings[index] = path
+            return
+        if "chromium_event" in md or "frame_id" not in md or md.get("frame_id") is None:
+            return
+        compile_id = f"{md['frame_id']}/{md['frame_compile_id']}"
+        payload = getattr(record, "payload", None)
+        with self._lock:
+            if "dynamo_start" in md:
+                self._on_start(compile_id, md["dynamo_start"])
+            elif "artifact" in md:
+                name = md["artifact"].get("name")
+                if name == "dynamo_graph_break_reason" and payload:
+                    self._get_pending(compile_id).breaks.append(payload)
+                elif name == "recompile_reasons" and payload:
+                    try:
+                        self._get_pending(compile_id).recompile_reasons = json.loads(payload)
+                    except ValueError:
+                        self._get_pending(compile_id).recompile_reasons = payload
+            elif "dynamo_cpp_guards_str" in md and payload:
+                self._get_pending(compile_id).guards = payload
+            elif "inductor_output_code" in md and payload:
+                self._get_pending(compile_id).output_code.append(payload)
+            elif "compilation_metrics" in md:
+                self._on_metrics(compile_id, md["compilation_metrics"])
+
+    def _get_pending(self, compile_id: str) -> _Pending:
+        pending = self._pending.get(compile_id)
+        if pending is None:
+            while len(self._pending) >= MAX_PENDING:
+                self._pending.pop(next(iter(self._pending)))
+            pending = self._pending[compile_id] = _Pending(compile_id)
+        return pending
+
+    def _on_start(self, compile_id: str, start: dict[str, Any]) -> None:
+        pending = self._get_pending(compile_id)
+        stack = start.get("stack") or []
+        if stack:
+            top = stack[-1]
+            pending.filename = self._strings.get(top.get("filename"), str(top.get("filename")))
+            pending.lineno = int(top.get("line") or 0)
+            pending.function = str(top.get("name", ""))
+        active = self._stack()
+        if active:
+            pending.active = weakref.ref(active[-1])
+
+    def _owner_for(self, pending: _Pending, metrics: dict[str, Any]) -> Optional[Recording]:
+        for ref in (pending.backend_owner, pending.active):
+            owner = ref() if ref is not None else None
+            if owner is not None:
+                return owner
+        filename = metrics.get("co_filename") or pending.filename
+        lineno = metrics.get("co_firstlineno") or pending.lineno
+        for ref in reversed(self._owners):  # the newest session of a cell wins
+            owner = ref()
+            if owner is not None and owner.owns(filename, lineno):
+                return owner
+        return None
+
+    def _on_metrics(self, compile_id: str, metrics: dict[str, Any]) -> None:
+        pending = self._pending.pop(compile_id, None) or _Pending(compile_id)
+        owner = self._owner_for(pending, metrics)
+        if owner is None:
+            return
+        _apply(owner, pending, metrics)
+        owner.notify()
+
+
+def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None:
+    """Turn one closed compilation into report items."""
+    report = owner.report
+    function = str(metrics.get("co_name") or pending.function)
+    filename = str(metrics.get("co_filename") or pending.filename)
+    compile_id = str(metrics.get("compile_id") or pending.compile_id)
+
+    if pending.recompile_reasons is not None or metrics.get("recompile_reason"):
+        reasons = pending.recompile_reasons or metrics.get("recompile_reason")
+        report.add("recompiles", Recompile(function, compile_id, parse_recompile_reasons(reasons)))
+
+    for text in pending.breaks:
+        parsed = parse_graph_break(text)
+        report.add(
+            "breaks",
+            GraphBreak(
+                function=parsed.function or function,
+                filename=parsed.filename,
+                lineno=parsed.lineno,
+                cell_line=owner.cell_line(parsed.filename, parsed.lineno) if parsed.filename else None,
+                source_line=parsed.source_line,
+                reason=parsed.reason,
+                gb_type=parsed.gb_type,
+                gb_id=parsed.gb_id,
+                explanation=parsed.explanation,
+                hints=parsed.hints,
+                doc_url=parsed.doc_url,
+                compile_id=compile_id,
+            ),
+        )
+
+    for graph in pending.graphs:
+        graph.function = function
+        report.add("graphs", graph)
+
+    for code in pending.output_code:
+        for name, language, kernel_code in parse_kernels(code):
+            report.add("kernels", Kernel(name, language, kernel_code, compile_id))
+
+    fail_type = metrics.get("fail_type")
+    if fail_type:
+        report.add(
+            "errors",
+            CompileError(function, compile_id, str(fail_type), str(metrics.get("fail_reason") or "")),
+        )
+
+    report.add(
+        "frames",
+        Frame(
+            compile_id=compile_id,
+            function=function,
+            guards=parse_guards(pending.guards),
+            guard_count=int(metrics.get("guard_count") or 0),
+            compile_time_s=float(metrics.get("entire_frame_compile_time_s") or 0.0),
+            filename=filename,
+            graph_count=len(pending.graphs),
+        ),
+    )
+
+
+HUB = Hub()
+
+
+# --- the recording backend ------------------------------------------------------------
+
+def graph_ops(gm: Any) -> list[str]:
+    """Short names of an FX graph's call nodes, in order."""
+    ops: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            target = node.target
+            name = getattr(target, "__name__", None) or repr(target)
+            ops.append(name)
+        elif node.op == "call_method":
+            ops.append(str(node.target))
+        elif node.op == "call_module":
+            try:
+                ops.append(type(gm.get_submodule(node.target)).__name__)
+            except AttributeError:
+                ops.append(str(node.target))
+    return ops
+
+
+class RecordingBackend:
+    """A torch.compile backend that reports each graph, then hands it on unchanged.
+
+    ``inner`` is the backend torch.compile would have built for the same
+    name and mode, so graphs, kernels and run time are those of plain
+    ``torch.compile``; only the compile path gains one pass over the nodes.
+    """
+
+    def __init__(self, name: str, mode: Optional[str], dynamic: Optional[bool], owner: Recording):
+        self.name = name
+        self.inner = torch_compat.make_backend(name, mode, dynamic)
+        self.compiler_name = name
+        self.__name__ = name
+        self._owner = weakref.ref(owner)
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        ops = graph_ops(gm)
+        compile_id = torch_compat.current_compile_id()
+        HUB.on_graph(compile_id, Graph(compile_id or "", len(ops), ops), self._owner())
+        return self.inner(gm, example_inputs)
+
+    def reset(self) -> None:
+        if hasattr(self.inner, "reset"):
+            self.inner.reset()
+
+    def get_compiler_config(self) -> Any:
+        getter = getattr(self.inner, "get_compiler_config", None)
+        return getter() if getter is not None else None

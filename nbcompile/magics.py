@@ -1,0 +1,172 @@
+"""`%%compile` and `%nbcompile`: argument parsing, then hand-off to the session."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any, Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from .options import MODES, CellOptions, NbcompileError
+from .session import Session, create_session, last, sessions
+
+LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, never SystemExit
+        raise UsageError(f"%%compile: {message}; usage: {self.format_usage().strip()[7:]}")
+
+
+def _names(value: str) -> list[str]:
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
+def _cell_parser() -> _Parser:
+    p = _Parser(prog="%%compile", add_help=False)
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--mode", default=None, choices=MODES)
+    p.add_argument("--fullgraph", action="store_true")
+    dyn = p.add_mutually_exclusive_group()
+    dyn.add_argument("--dynamic", dest="dynamic", action="store_const", const=True, default=None)
+    dyn.add_argument("--no-dynamic", dest="dynamic", action="store_const", const=False)
+    for flag in ("entry", "disable", "allow", "disallow"):
+        p.add_argument(f"--{flag}", action="append", default=[], metavar="NAME[,NAME..]")
+    p.add_argument("--run", default=None, metavar="EXPR")
+    p.add_argument("--bench", action="store_true")
+    p.add_argument("--no-check", dest="check", action="store_false")
+    p.add_argument("--no-panel", dest="panel", action="store_false")
+    return p
+
+
+def parse_cell_line(line: str) -> CellOptions:
+    """Parse a `%%compile` line into options. Raises UsageError with one line on bad input."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"%%compile: cannot parse the line ({exc})") from None
+    ns = _cell_parser().parse_args(argv)
+    flat = {k: [n for v in getattr(ns, k) for n in _names(v)] for k in ("entry", "disable", "allow", "disallow")}
+    return CellOptions(
+        backend=ns.backend,
+        mode=ns.mode,
+        fullgraph=ns.fullgraph,
+        dynamic=ns.dynamic,
+        entries=flat["entry"],
+        disable=flat["disable"],
+        allow=flat["allow"],
+        disallow=flat["disallow"],
+        run=ns.run,
+        bench=ns.bench,
+        check=ns.check,
+        panel=ns.panel,
+    )
+
+
+@magics_class
+class NbcompileMagics(Magics):
+    @cell_magic("compile")
+    def compile_cell(self, line: str, cell: str) -> Any:
+        """Compile the functions this cell defines; see `%nbcompile` and the README."""
+        options = parse_cell_line(line)
+        if options.disable or options.allow or options.disallow:
+            raise UsageError("%%compile: --disable/--allow/--disallow are not available in this version")
+        shell = self.shell
+        count = shell.execution_count
+
+        def cache_source(source: str) -> str:
+            return shell.compile.cache(source, count, raw_code=source)
+
+        try:
+            session = create_session(
+                shell.user_ns, cell, options, cache_source=cache_source, label=f"[{count}]"
+            )
+        except NbcompileError as exc:
+            raise UsageError(str(exc)) from None
+        result = session.run() if options.run is not None else None
+        _display(session)
+        return result
+
+    @line_magic("nbcompile")
+    def nbcompile_line(self, line: str) -> Any:
+        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset`."""
+        argv = shlex.split(line)
+        if not argv or argv[0] not in LINE_COMMANDS:
+            raise UsageError(f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}")
+        command, args = argv[0], argv[1:]
+        if command == "reset":
+            for session in sessions():
+                session.reset()
+            return None
+        session = _need_session()
+        if command == "status":
+            return status_table(session)
+        if command == "report":
+            return session.report
+        raise UsageError(f"%nbcompile {command}: not available in this version")
+
+
+def _need_session() -> Session:
+    session = last()
+    if session is None:
+        raise UsageError("%nbcompile: no %%compile session yet; run a %%compile cell first")
+    return session
+
+
+def _display(session: Session) -> None:
+    from IPython.display import display
+
+    display(session.report)
+
+
+class StatusTable:
+    """`%nbcompile status`: one row per tracked function."""
+
+    headers = ("function", "toggle", "entry", "frames", "graphs", "breaks", "recompiles")
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def __repr__(self) -> str:
+        widths = [max(len(str(r[i])) for r in [self.headers, *self.rows]) for i in range(len(self.headers))]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        return "\n".join(fmt.format(*map(str, r)) for r in [self.headers, *self.rows])
+
+    def _repr_html_(self) -> str:
+        from .render import _table
+
+        return _table(self.headers, self.rows)
+
+
+def status_table(session: Session) -> StatusTable:
+    from .render import function_label
+
+    report = session.report
+    rows = []
+    for name in session.functions:
+        short = name.split(".")[-1]
+
+        def mine(fn_name: str) -> bool:
+            return fn_name == short or function_label(fn_name).startswith(f"{short} (")
+
+        rows.append((
+            name,
+            session.toggles.get(name, "compile"),
+            "yes" if name in session.entries else "",
+            sum(1 for f in report.frames if mine(f.function)),
+            sum(1 for g in report.graphs if mine(g.function)),
+            sum(1 for b in report.breaks if b.function == short),
+            sum(1 for r in report.recompiles if mine(r.function)),
+        ))
+    return StatusTable(rows)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    ipython.register_magics(NbcompileMagics)
+
+
+def unload_ipython_extension(ipython: Optional[Any]) -> None:
+    for session in sessions():
+        session.reset()

@@ -1,0 +1,52 @@
+"""Compile options shared by `%%compile`, sessions and ``nbcompile.inspect``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import torch_compat
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class NbcompileError(ValueError):
+    """A user error: bad option, name or mode. Its message is one line that says what is valid."""
+
+
+@dataclass
+class CompileOptions:
+    backend: str = "inductor"
+    mode: Optional[str] = None
+    fullgraph: bool = False
+    dynamic: Optional[bool] = None
+
+    def validate(self) -> "CompileOptions":
+        valid = torch_compat.list_backends()
+        if self.backend not in valid:
+            raise NbcompileError(
+                f"unknown backend {self.backend!r}; valid backends: {', '.join(valid)}"
+            )
+        if self.mode is not None and self.mode not in MODES:
+            raise NbcompileError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        return self
+
+    def torch_compile_kwargs(self) -> dict[str, object]:
+        return {"fullgraph": self.fullgraph, "dynamic": self.dynamic}
+
+
+@dataclass
+class CellOptions(CompileOptions):
+    """Everything a `%%compile` line can say."""
+
+    entries: list[str] = field(default_factory=list)
+    disable: list[str] = field(default_factory=list)
+    allow: list[str] = field(default_factory=list)
+    disallow: list[str] = field(default_factory=list)
+    run: Optional[str] = None
+    bench: bool = False
+    check: bool = True
+    panel: bool = True
+
+    def compile_options(self) -> CompileOptions:
+        return CompileOptions(self.backend, self.mode, self.fullgraph, self.dynamic)

@@ -1,0 +1,147 @@
+"""Views of a Report: plain text, HTML and the Jupyter mime bundle.
+
+They only read the Report. Every piece of user or torch text that reaches
+HTML goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, Iterable
+
+from .report import MIME_TYPE, Report
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+
+
+def function_label(name: str) -> str:
+    """``torch_dynamo_resume_in_f_at_5`` -> ``f (resumed at line 5)``."""
+    m = _RESUME.match(name)
+    return f"{m.group('fn')} (resumed at line {m.group('line')})" if m else name
+
+
+def summary_line(report: Report) -> str:
+    parts = [
+        f"{report.frame_count} frames",
+        f"{report.graph_count} graphs",
+        f"{report.break_count} graph breaks",
+        f"{report.recompile_count} recompiles",
+        f"compile {report.compile_time_s:.2f} s",
+    ]
+    if report.errors:
+        parts.append(f"{len(report.errors)} errors")
+    if report.check is not None:
+        parts.append("check ok" if report.check.ok else "CHECK FAILED")
+    return ", ".join(parts)
+
+
+def _options(report: Report) -> str:
+    opts = [f"backend={report.backend}"]
+    if report.mode:
+        opts.append(f"mode={report.mode}")
+    if report.fullgraph:
+        opts.append("fullgraph")
+    if report.dynamic is not None:
+        opts.append(f"dynamic={report.dynamic}")
+    return ", ".join(opts)
+
+
+def to_text(report: Report) -> str:
+    lines = [f"{report.title or 'nbcompile report'} [{_options(report)}]", summary_line(report)]
+    for i, g in enumerate(report.graphs):
+        lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}")
+    for b in report.breaks:
+        where = f"cell line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
+        lines.append(f"  break in {b.function} at {where}: {b.source_line}")
+        lines.append(f"    {b.gb_type}{f' ({b.gb_id})' if b.gb_id else ''}: {b.explanation or b.reason}")
+        for hint in b.hints:
+            lines.append(f"    hint: {hint}")
+    for r in report.recompiles:
+        lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {r.reason}")
+    for e in report.errors:
+        lines.append(f"  error in {e.function} [{e.compile_id}] {e.fail_type}: {e.message}")
+    if report.check is not None and not report.check.ok:
+        lines.append(f"  check failed: {report.check.message}")
+    if report.kernels:
+        lines.append(f"  {len(report.kernels)} kernels: {', '.join(k.name for k in report.kernels)}")
+    dropped = {k: v for k, v in report.dropped.items() if v}
+    if dropped:
+        lines.append(f"  (not kept, counted: {dropped})")
+    return "\n".join(lines)
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tuple[int, ...] = ()) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f"<td>{cell if i in raw_cols else _e(cell)}</td>" for i, cell in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table class='nbcompile-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _break_detail(b: Any) -> str:
+    hints = "".join(f"<li>{_e(h)}</li>" for h in b.hints)
+    link = (
+        f" <a href='{_e(b.doc_url)}' target='_blank' rel='noopener'>{_e(b.gb_id or 'docs')}</a>"
+        if b.doc_url and b.doc_url.startswith(("https://", "http://"))
+        else ""
+    )
+    return f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}" + (f"<ul>{hints}</ul>" if hints else "")
+
+
+def to_html(report: Report) -> str:
+    parts = [
+        "<div class='nbcompile-report'>",
+        f"<h4>{_e(report.title or 'nbcompile report')} <small>[{_e(_options(report))}]</small></h4>",
+        f"<p>{_e(summary_line(report))}</p>",
+    ]
+    if report.check is not None and not report.check.ok:
+        parts.append(f"<p style='color:#b00'><b>Check failed:</b> {_e(report.check.message)}</p>")
+    if report.errors:
+        parts.append(_table(["function", "compile id", "error", "message"],
+                            [(e.function, e.compile_id, e.fail_type, e.message) for e in report.errors]))
+    if report.graphs:
+        parts.append("<h5>Graphs</h5>")
+        parts.append(_table(["#", "compile id", "function", "ops", "op names"],
+                            [(i + 1, g.compile_id, function_label(g.function), g.op_count, ", ".join(g.ops))
+                             for i, g in enumerate(report.graphs)]))
+    if report.breaks:
+        parts.append("<h5>Graph breaks</h5>")
+        parts.append(_table(["function", "line", "source", "reason"],
+                            [(b.function, b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
+                              b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
+    if report.recompiles:
+        parts.append("<h5>Recompiles</h5>")
+        parts.append(_table(["function", "compile id", "reason"],
+                            [(function_label(r.function), r.compile_id, r.reason) for r in report.recompiles]))
+    if report.frames:
+        parts.append("<details><summary>Frames and guards</summary>")
+        parts.append(_table(["compile id", "function", "guards", "compile s"],
+                            [(f.compile_id, function_label(f.function), f.guard_count, f"{f.compile_time_s:.3f}")
+                             for f in report.frames]))
+        for f in report.frames:
+            if f.guards:
+                parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p><pre>{_e(chr(10).join(f.guards))}</pre>")
+        parts.append("</details>")
+    if report.kernels:
+        parts.append("<details><summary>Generated kernels</summary>")
+        for k in report.kernels:
+            parts.append(f"<p><b>{_e(k.name)}</b> ({_e(k.language)})</p><pre>{_e(k.code)}</pre>")
+        parts.append("</details>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def mimebundle(report: Report) -> dict[str, Any]:
+    return {
+        MIME_TYPE: report.to_json(),
+        "text/html": to_html(report),
+        "text/plain": to_text(report),
+    }

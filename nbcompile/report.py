@@ -1,0 +1,283 @@
+"""The Report: plain, JSON-serialisable data about what torch.compile did.
+
+Capture fills a Report; views (text, HTML, the mime bundle, the panel, the
+JupyterLab extension) only read it. The JSON schema shipped in
+``schema/report.schema.json`` is generated from these dataclasses by
+``json_schema()`` and a test keeps the file and the classes in step
+(``make schema`` rewrites it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+SCHEMA_VERSION = 1
+MIME_TYPE = "application/vnd.nbcompile.report+json"
+SCHEMA_PATH = pathlib.Path(__file__).parent / "schema" / "report.schema.json"
+
+#: Most items of one kind a report keeps; the counts go on past it.
+MAX_ITEMS = 500
+#: Most characters of generated kernel code a report keeps.
+MAX_KERNEL_CHARS = 2_000_000
+
+
+@dataclass
+class Graph:
+    """One FX graph handed to the backend."""
+
+    compile_id: str
+    op_count: int
+    ops: list[str]
+    function: str = ""
+
+
+@dataclass
+class GraphBreak:
+    """One graph break as Dynamo reports it."""
+
+    function: str
+    filename: str
+    lineno: int
+    cell_line: Optional[int]
+    source_line: str
+    reason: str
+    gb_type: str
+    gb_id: Optional[str]
+    explanation: str
+    hints: list[str]
+    doc_url: Optional[str]
+    compile_id: str = ""
+
+
+@dataclass
+class Frame:
+    """One compiled frame (a function or a resume function) and its guards."""
+
+    compile_id: str
+    function: str
+    guards: list[str]
+    guard_count: int
+    compile_time_s: float
+    filename: str = ""
+    graph_count: int = 0
+
+
+@dataclass
+class Recompile:
+    """A frame compiled again because a guard failed."""
+
+    function: str
+    compile_id: str
+    reason: str
+
+
+@dataclass
+class Kernel:
+    """One kernel of Inductor's generated code."""
+
+    name: str
+    language: str
+    code: str
+    compile_id: str = ""
+
+
+@dataclass
+class Check:
+    """Compiled result compared with an eager run of the original code."""
+
+    ok: bool
+    max_abs_diff: Optional[float]
+    message: str
+
+
+@dataclass
+class CompileError:
+    """A compilation that failed: what failed and where."""
+
+    function: str
+    compile_id: str
+    fail_type: str
+    message: str
+
+
+@dataclass
+class Report:
+    """What torch.compile did for one session or one ``nbcompile.inspect`` call."""
+
+    title: str = ""
+    backend: str = "inductor"
+    mode: Optional[str] = None
+    fullgraph: bool = False
+    dynamic: Optional[bool] = None
+    graphs: list[Graph] = field(default_factory=list)
+    breaks: list[GraphBreak] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)
+    errors: list[CompileError] = field(default_factory=list)
+    check: Optional[Check] = None
+    #: Items past MAX_ITEMS that were counted but not kept, by list name.
+    dropped: dict[str, int] = field(default_factory=dict)
+    #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
+    result: Any = field(default=None, repr=False, compare=False)
+
+    # -- counts (they go on past the kept items) --------------------------------
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs) + self.dropped.get("graphs", 0)
+
+    @property
+    def break_count(self) -> int:
+        return len(self.breaks) + self.dropped.get("breaks", 0)
+
+    @property
+    def recompile_count(self) -> int:
+        return len(self.recompiles) + self.dropped.get("recompiles", 0)
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.frames) + self.dropped.get("frames", 0)
+
+    @property
+    def compile_time_s(self) -> float:
+        return sum(f.compile_time_s for f in self.frames)
+
+    # -- filling ------------------------------------------------------------------
+    def add(self, kind: str, item: Any) -> None:
+        """Append ``item`` to the list ``kind``, keeping memory bounded."""
+        items = getattr(self, kind)
+        if len(items) >= MAX_ITEMS:
+            self.dropped[kind] = self.dropped.get(kind, 0) + 1
+            return
+        if kind == "kernels":
+            used = sum(len(k.code) for k in self.kernels)
+            if used + len(item.code) > MAX_KERNEL_CHARS:
+                self.dropped[kind] = self.dropped.get(kind, 0) + 1
+                return
+        items.append(item)
+
+    # -- views ----------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("result")
+        data["schema_version"] = SCHEMA_VERSION
+        data["result"] = _describe_result(self.result)
+        data["graph_count"] = self.graph_count
+        data["break_count"] = self.break_count
+        data["recompile_count"] = self.recompile_count
+        data["frame_count"] = self.frame_count
+        data["compile_time_s"] = self.compile_time_s
+        return data
+
+    def summary(self) -> str:
+        from .render import summary_line
+
+        return summary_line(self)
+
+    def __str__(self) -> str:
+        from .render import to_text
+
+        return to_text(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from .render import mimebundle
+
+        return mimebundle(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def _describe_result(value: Any) -> Optional[str]:
+    """A short, JSON-safe description of a run's value (tensors by shape and dtype)."""
+    if value is None:
+        return None
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
+    except ImportError:  # pragma: no cover
+        pass
+    text = repr(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+# --- JSON schema, generated from the dataclasses ------------------------------------
+
+_DERIVED = {
+    "schema_version": {"type": "integer"},
+    "graph_count": {"type": "integer", "minimum": 0},
+    "break_count": {"type": "integer", "minimum": 0},
+    "recompile_count": {"type": "integer", "minimum": 0},
+    "frame_count": {"type": "integer", "minimum": 0},
+    "compile_time_s": {"type": "number", "minimum": 0},
+    "result": {"type": ["string", "null"]},
+}
+
+
+def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union:
+        inner = [a for a in args if a is not type(None)]
+        schema = _type_schema(inner[0], defs)
+        if "type" in schema:
+            return {**schema, "type": [schema["type"], "null"]}
+        return {"anyOf": [schema, {"type": "null"}]}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
+    if dataclasses.is_dataclass(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # reserve against recursion
+            defs[name] = _dataclass_schema(tp, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if tp in simple:
+        return {"type": simple[tp]}
+    raise TypeError(f"no JSON schema for {tp!r}")
+
+
+def _dataclass_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    props = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "result":
+            continue
+        props[f.name] = _type_schema(hints[f.name], defs)
+    return {
+        "type": "object",
+        "properties": props,
+        "required": sorted(props),
+        "additionalProperties": False,
+    }
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of ``Report.to_json()``, derived from the dataclasses."""
+    defs: dict[str, Any] = {}
+    root = _dataclass_schema(Report, defs)
+    root["properties"].update(_DERIVED)
+    root["required"] = sorted(root["properties"])
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://nbcompile.dev/schema/report.schema.json",
+        "title": "nbcompile Report",
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def write_schema(path: pathlib.Path = SCHEMA_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(json_schema(), indent=2) + "\n")
+

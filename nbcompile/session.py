@@ -1,0 +1,291 @@
+"""A `%%compile` cell's session: its functions, entries, options and report.
+
+The session owns what it changed in the user's namespace (the entries it
+rebound to their compiled form) and the compiled code of the cell's
+functions; ``reset()`` gives both back exactly.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import torch_compat
+from .capture import HUB, Recording, RecordingBackend
+from .cell import CellFunctions, analyse
+from .options import CellOptions, NbcompileError
+from .report import CompileError, Report
+
+_SESSIONS: list["Session"] = []
+
+
+def sessions() -> list["Session"]:
+    """Every live session, oldest first."""
+    return list(_SESSIONS)
+
+
+def last() -> Optional["Session"]:
+    """The most recent session, or None before the first `%%compile` cell."""
+    return _SESSIONS[-1] if _SESSIONS else None
+
+
+@dataclass
+class _Binding:
+    """One name the session rebound: where it lives and what was there before."""
+
+    name: str
+    owner: Any  # the namespace dict, or the class for Class.method
+    attr: str
+    original: Any
+
+    def get(self) -> Any:
+        return self.owner[self.attr] if isinstance(self.owner, dict) else self.owner.__dict__[self.attr]
+
+    def set(self, value: Any) -> None:
+        if isinstance(self.owner, dict):
+            self.owner[self.attr] = value
+        else:
+            setattr(self.owner, self.attr, value)
+
+
+class Session:
+    """The object behind one `%%compile` cell."""
+
+    def __init__(
+        self,
+        namespace: dict[str, Any],
+        *,
+        source: str,
+        filename: str,
+        options: CellOptions,
+        cell: CellFunctions,
+        tracked: dict[str, Any],
+        entries: list[str],
+        label: str = "",
+    ) -> None:
+        self.namespace = namespace
+        self.source = source
+        self.filename = filename
+        self.options = options
+        self.cell = cell
+        self.label = label
+        #: name -> the original function object (methods: the plain function).
+        self._tracked = tracked
+        self.entries = entries
+        self.toggles: dict[str, str] = {name: "compile" for name in tracked}
+        self._bindings: list[_Binding] = []
+        self.recording = Recording(self._new_report(), cell_files=(filename,))
+        self._closed = False
+
+    # -- public surface ------------------------------------------------------------------
+    @property
+    def functions(self) -> list[str]:
+        return list(self._tracked)
+
+    @property
+    def report(self) -> Report:
+        return self.recording.report
+
+    def run(self) -> Any:
+        """Evaluate the `--run` expression again; its value is returned and kept in the report."""
+        if self.options.run is None:
+            raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
+        self._check_open()
+        with HUB.active(self.recording):
+            try:
+                result = eval(self.options.run, self.namespace)
+            except Exception as exc:
+                self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
+                self.recording.notify()
+                raise
+        self.report.result = result
+        self.recording.notify()
+        return result
+
+    def reset(self) -> None:
+        """Restore the original functions and drop the compiled code of the cell's functions."""
+        if self._closed:
+            return
+        for binding in reversed(self._bindings):
+            binding.set(binding.original)
+        self._bindings.clear()
+        for code in self._owned_codes():
+            torch_compat.drop_compiled_code(code)
+        HUB.unregister(self.recording)
+        HUB.release()
+        self._closed = True
+        if self in _SESSIONS:
+            _SESSIONS.remove(self)
+
+    def __repr__(self) -> str:
+        state = "reset" if self._closed else f"{self.report.graph_count} graphs, {self.report.break_count} breaks"
+        return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions)} ({state})>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.report._repr_mimebundle_(include, exclude)
+
+    # -- set-up ----------------------------------------------------------------------------
+    def _new_report(self) -> Report:
+        opts = self.options
+        return Report(
+            title=f"%%compile {self.label}".strip() + f": {', '.join(self.entries) or 'no entry'}",
+            backend=opts.backend,
+            mode=opts.mode,
+            fullgraph=opts.fullgraph,
+            dynamic=opts.dynamic,
+        )
+
+    def _compile(self, obj: Any) -> Any:
+        backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)
+        return torch.compile(obj, backend=backend, **self.options.compile_options().torch_compile_kwargs())
+
+    def _start(self) -> None:
+        """Rebind the entries to their compiled form and start capturing."""
+        HUB.acquire()
+        HUB.register(self.recording)
+        try:
+            for entry in self.entries:
+                binding = self._binding_for(entry)
+                binding.set(self._compile(binding.original))
+                self._bindings.append(binding)
+                self._own(binding.original)
+        except Exception:
+            self.reset()
+            raise
+        _SESSIONS.append(self)
+
+    def _binding_for(self, entry: str) -> _Binding:
+        if "." in entry and entry in self._tracked:
+            cls_name, attr = entry.split(".", 1)
+            cls = self.namespace[cls_name]
+            return _Binding(entry, cls, attr, cls.__dict__[attr])
+        return _Binding(entry, self.namespace, entry, self.namespace[entry])
+
+    def _own(self, obj: Any) -> None:
+        """Claim an entry defined outside the cell, by its code's file and lines."""
+        code = _code_of(obj)
+        if code is not None and code.co_filename != self.filename:
+            last_line = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
+            self.recording.own_span(code.co_filename, code.co_firstlineno, last_line)
+
+    def _owned_codes(self) -> list[types.CodeType]:
+        codes: list[types.CodeType] = []
+        for fn in self._tracked.values():
+            code = _code_of(fn)
+            if code is not None:
+                codes.extend(torch_compat.iter_code_objects(code))
+        for binding in self._bindings:
+            code = _code_of(binding.original)
+            if code is not None and code not in codes:
+                codes.append(code)
+        return codes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NbcompileError("this session was reset; run its %%compile cell again")
+
+
+def _code_of(obj: Any) -> Optional[types.CodeType]:
+    if isinstance(obj, torch.nn.Module):
+        obj = type(obj).forward
+    obj = getattr(obj, "_torchdynamo_orig_callable", obj)
+    obj = getattr(obj, "__func__", obj)
+    return getattr(obj, "__code__", None)
+
+
+# --- building a session from a cell ---------------------------------------------------------
+
+def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: str) -> dict[str, Any]:
+    tracked: dict[str, Any] = {}
+    for name in cell.names:
+        if "." in name:
+            cls_name, attr = name.split(".", 1)
+            cls = namespace.get(cls_name)
+            if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+                continue
+            fn = cls.__dict__.get(attr)
+        else:
+            fn = namespace.get(name)
+        code = _code_of(fn)
+        if code is not None and code.co_filename == filename:
+            tracked[name] = fn
+    return tracked
+
+
+def _default_entries(namespace: dict[str, Any], cell: CellFunctions, tracked: dict[str, Any]) -> list[str]:
+    module_classes = {n.split(".")[0] for n in tracked if "." in n}
+    entries = [n for n in cell.roots() if n in tracked and "." not in n]
+    covered: set[str] = set()
+    for name in cell.assigned:
+        value = namespace.get(name)
+        if isinstance(value, torch.nn.Module) and type(value).__name__ in module_classes:
+            if name not in entries:
+                entries.append(name)
+            covered.add(type(value).__name__)
+    for cls_name in module_classes - covered:
+        if f"{cls_name}.forward" in tracked:
+            entries.append(f"{cls_name}.forward")
+    return entries
+
+
+def _resolve_entries(
+    requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]
+) -> list[str]:
+    valid = sorted(set(tracked) | {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")})
+    for name in requested:
+        if name in tracked:
+            continue
+        value = namespace.get(name)
+        if isinstance(value, torch.nn.Module) or (callable(value) and _code_of(value) is not None):
+            continue
+        raise NbcompileError(
+            f"--entry {name!r} is not a function of this cell or an nn.Module instance; "
+            f"valid: {', '.join(valid) or '(none)'}"
+        )
+    return list(requested)
+
+
+def create_session(
+    namespace: dict[str, Any],
+    body: str,
+    options: CellOptions,
+    *,
+    cache_source: Callable[[str], str],
+    label: str = "",
+    after_body: Optional[Callable[[], None]] = None,
+) -> Session:
+    """Run a cell body and set up its session.
+
+    ``cache_source`` registers the source with the shell (so tracebacks and
+    ``inspect.getsource`` see it) and returns the filename to compile it
+    under. The magic line is kept as a blank first line, so line numbers in
+    the compiled code are the cell's lines as displayed.
+    """
+    options.validate()
+    source = "\n" + body
+    filename = cache_source(source)
+    code = compile(source, filename, "exec")  # SyntaxError: as Python gives it, no session
+    cell = analyse(source)
+    exec(code, namespace)
+    if after_body is not None:
+        after_body()
+    tracked = _tracked_objects(namespace, cell, filename)
+    if options.entries:
+        entries = _resolve_entries(options.entries, namespace, tracked)
+    else:
+        entries = _default_entries(namespace, cell, tracked)
+    session = Session(
+        namespace,
+        source=source,
+        filename=filename,
+        options=options,
+        cell=cell,
+        tracked=tracked,
+        entries=entries,
+        label=label,
+    )
+    session._start()
+    return session

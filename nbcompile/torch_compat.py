@@ -1,0 +1,133 @@
+"""Every use of torch's private API in nbcompile, feature-tested at import.
+
+A torch upgrade that moves one of these internals touches this file only. Each
+entry is probed once when nbcompile is imported; a missing one degrades the
+feature that needs it with a clear message (see ``MISSING``) instead of
+crashing somewhere deep inside a capture.
+"""
+
+from __future__ import annotations
+
+import inspect as _inspect
+import logging
+import types
+from typing import Any, Callable, Iterator
+
+import torch
+
+#: Features that this torch lacks, name -> what nbcompile does without it.
+MISSING: dict[str, str] = {}
+
+TRACE_LOGGER_NAME = "torch.__trace"
+
+
+def trace_logger() -> logging.Logger:
+    """The logger that ``torch._logging.trace_structured`` writes to."""
+    return logging.getLogger(TRACE_LOGGER_NAME)
+
+
+# --- backends ---------------------------------------------------------------
+
+def list_backends() -> list[str]:
+    """Backend names `%%compile` accepts: the registry plus eager and aot_eager."""
+    names = set(torch._dynamo.list_backends(exclude_tags=()))
+    names.update({"eager", "aot_eager", "inductor"})
+    return sorted(names)
+
+
+def make_backend(name: str, mode: str | None, dynamic: bool | None) -> Callable[..., Any]:
+    """The backend object ``torch.compile(backend=name, mode=mode)`` would build.
+
+    nbcompile wraps it in a recording backend, so it must build it the same
+    way torch.compile does to get the same graphs, kernels and modes.
+    """
+    if name == "inductor":
+        return torch._TorchCompileInductorWrapper(mode, None, dynamic)
+    return torch._TorchCompileWrapper(name, mode, None, dynamic)
+
+
+def compile_kwargs_supported() -> set[str]:
+    return set(_inspect.signature(torch.compile).parameters)
+
+
+_COMPILE_PARAMS = compile_kwargs_supported()
+ISOLATE_RECOMPILES = "isolate_recompiles" in _COMPILE_PARAMS
+if not ISOLATE_RECOMPILES:
+    MISSING["isolate_recompiles"] = (
+        "torch.compile has no isolate_recompiles: frames that nbcompile.inspect compiles "
+        "separately share the default cache bucket of their code"
+    )
+
+
+def current_compile_id() -> str | None:
+    """The compile id ('3/1') of the frame Dynamo is compiling right now."""
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None:
+        return None
+    return f"{cid.frame_id}/{cid.frame_compile_id}"
+
+
+# --- caches -------------------------------------------------------------------
+
+def cache_entries(code: types.CodeType) -> list[Any]:
+    """Dynamo's cache entries of a code object, newest first."""
+    return list(torch._dynamo.eval_frame._debug_get_cache_entry_list(code))
+
+
+def resume_codes(code: types.CodeType) -> list[types.CodeType]:
+    """Resume functions Dynamo generated for ``code`` (its graph-break continuations)."""
+    from torch._dynamo.resume_execution import ContinueExecutionCache
+
+    found: list[types.CodeType] = []
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        try:
+            generated = ContinueExecutionCache.cache[current]
+        except KeyError:
+            continue
+        for resumed in generated.values():
+            found.append(resumed)
+            stack.append(resumed)
+    return found
+
+
+def drop_compiled_code(code: types.CodeType) -> None:
+    """Drop the compiled code of one code object and of its resume functions.
+
+    Only that code's cache entries go; every other function keeps its own.
+    """
+    for each in [code, *resume_codes(code)]:
+        torch._dynamo.eval_frame.reset_code(each)
+
+
+def iter_code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and every code object nested in it (closures, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from iter_code_objects(const)
+
+
+# --- feature tests ------------------------------------------------------------
+
+def _probe() -> None:
+    checks: dict[str, Callable[[], Any]] = {
+        "structured trace": lambda: torch._logging.trace_structured,
+        "inductor wrapper": lambda: torch._TorchCompileInductorWrapper,
+        "backend wrapper": lambda: torch._TorchCompileWrapper,
+        "compile id": lambda: torch._guards.CompileContext.current_compile_id,
+        "cache entries": lambda: torch._dynamo.eval_frame._debug_get_cache_entry_list,
+        "reset_code": lambda: torch._dynamo.eval_frame.reset_code,
+        "resume cache": lambda: __import__(
+            "torch._dynamo.resume_execution", fromlist=["ContinueExecutionCache"]
+        ).ContinueExecutionCache.cache,
+    }
+    for name, get in checks.items():
+        try:
+            get()
+        except (AttributeError, ImportError) as exc:  # pragma: no cover - older torch
+            MISSING[name] = f"torch {torch.__version__} lacks it ({exc})"
+
+
+_probe()

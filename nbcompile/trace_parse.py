@@ -1,0 +1,165 @@
+"""Turn the text payloads of torch's structured trace into Report items.
+
+Pure functions over strings: graph-break reasons, guard trees, recompile
+reasons and Inductor's output code. They never touch torch, so they are
+tested on text and stay valid when the capture plumbing changes.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+_BREAK_AT = re.compile(r"Graph break(?: in user code)? at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
+_REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
+_DOC_URL = re.compile(r"please visit:\s*(?P<url>\S+)")
+_GB_ID = re.compile(r"\b(gb\d{3,})\b", re.I)
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<fn>.+)$', re.M)
+
+
+@dataclass
+class ParsedBreak:
+    filename: str
+    lineno: int
+    function: str
+    reason: str
+    gb_type: str
+    gb_id: Optional[str]
+    explanation: str
+    hints: list[str] = field(default_factory=list)
+    doc_url: Optional[str] = None
+    source_line: str = ""
+
+
+def parse_graph_break(text: str) -> ParsedBreak:
+    """Parse one ``dynamo_graph_break_reason`` payload."""
+    # Keep only the part above torch's own traceback of the tracer.
+    head = text.split("\nTraceback (most recent call last):", 1)[0]
+    at = _BREAK_AT.search(head)
+    filename, lineno = (at.group("file"), int(at.group("line"))) if at else ("", 0)
+
+    reason_m = _REASON.search(head)
+    reason = reason_m.group("reason").strip() if reason_m else ""
+
+    gb_type, explanation, hints = "", "", []
+    lines = head.splitlines()
+    start = 0
+    if reason_m:
+        for i, line in enumerate(lines):
+            if line.startswith("Graph Break Reason:"):
+                start = i + 1
+                break
+    for line in lines[start:]:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Explanation:"):
+            explanation = stripped[len("Explanation:"):].strip()
+        elif stripped.startswith("Hint:"):
+            hints.append(stripped[len("Hint:"):].strip())
+        elif stripped.startswith(("Developer debug context:", "For more details", "User code traceback:")):
+            if stripped.startswith("User code traceback:"):
+                break
+        elif not gb_type and not line.startswith((" ", "\t")):
+            gb_type = stripped
+    if not gb_type:
+        gb_type = reason.split(":", 1)[0] if reason else "graph break"
+
+    url_m = _DOC_URL.search(head)
+    doc_url = url_m.group("url") if url_m else None
+    gb_id = None
+    if doc_url:
+        id_m = _GB_ID.search(doc_url)
+        gb_id = id_m.group(1).upper() if id_m else None
+
+    # The innermost user frame of the traceback is where the break happened.
+    function = ""
+    tb = head.split("User code traceback:", 1)
+    if len(tb) == 2:
+        frames = _TB_FRAME.findall(tb[1])
+        for file, line, fn in reversed(frames):
+            if not filename or (file == filename and int(line) == lineno):
+                function = fn.strip()
+                break
+        if not function and frames:
+            function = frames[-1][2].strip()
+            if not filename:
+                filename, lineno = frames[-1][0], int(frames[-1][1])
+    source_line = linecache.getline(filename, lineno).strip() if filename else ""
+    return ParsedBreak(
+        filename=filename,
+        lineno=lineno,
+        function=function,
+        reason=reason or gb_type,
+        gb_type=gb_type,
+        gb_id=gb_id,
+        explanation=explanation,
+        hints=hints,
+        doc_url=doc_url,
+        source_line=source_line,
+    )
+
+
+_GUARD_LINE = re.compile(r"^[|\s]*\+- (?P<kind>[A-Z_]+): (?P<expr>.*)$")
+_SKIP_GUARD_KINDS = {"GLOBAL_STATE", "TORCH_FUNCTION_MODE_STACK", "DEFAULT_DEVICE"}
+
+
+def parse_guards(tree: str) -> list[str]:
+    """Readable guards from a ``dynamo_cpp_guards_str`` guard tree.
+
+    Structural lines (managers, accessors) and the ambient guards every frame
+    has are left out; each guard keeps its kind and expression, without the
+    trailing source comment.
+    """
+    guards: list[str] = []
+    for line in tree.splitlines():
+        m = _GUARD_LINE.match(line)
+        if not m:
+            continue
+        kind, expr = m.group("kind"), m.group("expr")
+        if kind in _SKIP_GUARD_KINDS:
+            continue
+        if kind == "LAMBDA_GUARD" and "init_ambient_guards" in expr:
+            continue
+        expr = expr.split("  #", 1)[0].strip()
+        guards.append(f"{kind}: {expr}")
+    return guards
+
+
+_RECOMPILE_PREFIX = re.compile(r"^\d+/\d+:\s*")
+
+
+def parse_recompile_reasons(reasons: object) -> str:
+    """One readable reason from a ``recompile_reasons`` artifact (a JSON list)."""
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    if not isinstance(reasons, list):
+        return str(reasons)
+    parts = []
+    for reason in reasons:
+        text = _RECOMPILE_PREFIX.sub("", str(reason)).strip()
+        if text and text not in parts:
+            parts.append(text)
+    return "; ".join(parts)
+
+
+_CPP_KERNEL = re.compile(
+    r"^(?P<name>\w+)\s*=\s*async_compile\.cpp(?:_pybinding)?\((?P<args>.*?)r?'''(?P<code>.*?)'''\)",
+    re.S | re.M,
+)
+_TRITON_KERNEL = re.compile(
+    r"^(?P<name>\w+)\s*=\s*async_compile\.triton\('(?P<kname>\w+)',\s*'''(?P<code>.*?)''',?",
+    re.S | re.M,
+)
+
+
+def parse_kernels(output_code: str) -> list[tuple[str, str, str]]:
+    """(name, language, code) for each kernel in Inductor's generated module."""
+    kernels = []
+    for m in _TRITON_KERNEL.finditer(output_code):
+        kernels.append((m.group("name"), "triton", m.group("code").strip("\n")))
+    for m in _CPP_KERNEL.finditer(output_code):
+        kernels.append((m.group("name"), "cpp", m.group("code").strip("\n")))
+    return kernels
