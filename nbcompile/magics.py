@@ -17,7 +17,8 @@ LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, never SystemExit
-        raise UsageError(f"%%compile: {message}; usage: {self.format_usage().strip()[7:]}")
+        usage = " ".join(self.format_usage().split())[len("usage: "):]
+        raise UsageError(f"%%compile: {message}; usage: {usage}")
 
 
 def _names(value: str) -> list[str]:

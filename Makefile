@@ -1,0 +1,45 @@
+# nbcompile: `make demo`, `make test`, `make lab`. Each makes .venv itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+TORCH_TEST_VERSION := 2.13.0
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
+CONTRACT_TESTS := $(wildcard ../shared/contract_tests)
+
+.PHONY: demo test lab venv test-deps schema bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# A torch already in the venv is kept; otherwise the pinned CPU build is installed.
+venv: $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==$(TORCH_TEST_VERSION)
+	$(PIP) install -e .
+
+# Tests pin torch.
+test-deps: $(PY)
+	@$(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_TEST_VERSION)')" 2>/dev/null \
+		|| $(PIP) install torch==$(TORCH_TEST_VERSION)
+	$(PIP) install -e ".[test]" numpy
+
+demo: venv
+	$(PY) -m nbcompile.demo
+
+test: test-deps
+	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
+
+lab: venv
+	$(PIP) install jupyterlab ipywidgets
+	$(VENV)/bin/jupyter lab notebooks/
+
+schema: $(PY)
+	$(PY) -c "from nbcompile.report import write_schema; write_schema()"
+
+bench: venv
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build dist .inductor-cache .pytest_cache

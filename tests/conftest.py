@@ -1,0 +1,43 @@
+"""Shared fixtures: a real IPython shell with nbcompile loaded, cleaned after each test."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".inductor-cache"))
+
+
+@pytest.fixture()
+def ip():
+    """The global test IPython shell with `%load_ext nbcompile`; every session reset afterwards."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "nbcompile")
+    yield shell
+    shell.run_line_magic("nbcompile", "reset")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_handler():
+    """Every test must leave torch's trace logger as it found it.
+
+    torch's own LazyTraceHandler removes itself at the first trace event of a
+    process when TORCH_TRACE is unset, so "as found" means: nothing added.
+    """
+    import nbcompile
+    from nbcompile.capture import HUB
+
+    before = set(logging.getLogger("torch.__trace").handlers)
+    yield
+    leftover = nbcompile.sessions()
+    for session in leftover:
+        session.reset()
+    assert not leftover, "a test left sessions behind"
+    assert not HUB.installed
+    assert set(logging.getLogger("torch.__trace").handlers) <= before
