@@ -233,3 +233,10 @@ def test_run_value_is_the_cell_value(ip):
     result = run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.zeros(2)).sum().item()"', BREAK_CELL)
     assert result.result == pytest.approx(2.0)
     assert nbcompile.last().report.result == pytest.approx(2.0)
+
+
+def test_plain_ipython_cell_function_gets_its_cell_line(ip):
+    ip.run_cell("import torch\ndef plain(x):\n    y = x + 1\n    print('p')\n    return y\n")
+    report = nbcompile.inspect(ip.user_ns["plain"], torch.ones(2), backend="eager")
+    assert report.breaks[0].cell_line == 4
+    assert report.breaks[0].filename.startswith("<ipython-input-")

@@ -1,0 +1,98 @@
+"""A real ipykernel, driven through jupyter_client: cell filenames and displayed reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+MIME = "application/vnd.nbcompile.report+json"
+
+
+def _run(kc, code: str) -> tuple[list[str], list[dict], dict]:
+    stdout: list[str] = []
+    displays: list[dict] = []
+
+    def hook(msg):
+        kind = msg["msg_type"]
+        if kind == "stream" and msg["content"]["name"] == "stdout":
+            stdout.append(msg["content"]["text"])
+        elif kind in ("display_data", "execute_result"):
+            displays.append(msg["content"]["data"])
+
+    reply = kc.execute_interactive(code, output_hook=hook, timeout=180)
+    return stdout, displays, reply["content"]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from jupyter_client.manager import KernelManager
+
+    # ipykernel's native spec runs the kernel on this very interpreter.
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    out, _, _ = _run(kc, "import sys; print(sys.prefix)")
+    assert "".join(out).strip() == sys.prefix
+    yield kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def test_cell_lines_under_ipykernel_filenames(kernel):
+    _, _, reply = _run(kernel, "%load_ext nbcompile")
+    assert reply["status"] == "ok"
+    cell = (
+        '%%compile --backend eager --no-panel --run "f(torch.ones(3))"\n'
+        "import torch\n"
+        "def f(x):\n"
+        "    y = x.sin()\n"
+        "    print('break here')\n"
+        "    return y.cos()\n"
+    )
+    _, displays, reply = _run(kernel, cell)
+    assert reply["status"] == "ok", reply
+    assert any(MIME in d for d in displays), "the report is displayed with its mime type"
+    shown = next(d[MIME] for d in displays if MIME in d)
+    assert shown["break_count"] == 1 and shown["breaks"][0]["cell_line"] == 5
+
+    out, _, _ = _run(
+        kernel,
+        "import json, nbcompile\n"
+        "b = nbcompile.last().report.breaks[0]\n"
+        "print(json.dumps([b.cell_line, b.filename, b.source_line]))",
+    )
+    cell_line, filename, source = json.loads("".join(out).strip().splitlines()[-1])
+    assert cell_line == 5
+    assert "ipykernel_" in filename and filename.endswith(".py")
+    assert source == "print('break here')"
+
+
+def test_plain_cell_function_under_ipykernel(kernel):
+    code = (
+        "import json, torch, nbcompile\n"
+        "def plain(x):\n"
+        "    y = x + 1\n"
+        "    print('p')\n"
+        "    return y\n"
+        "r = nbcompile.inspect(plain, torch.ones(2), backend='eager')\n"
+        "print(json.dumps([r.breaks[0].cell_line, r.breaks[0].filename]))\n"
+    )
+    out, _, reply = _run(kernel, code)
+    assert reply["status"] == "ok", reply
+    cell_line, filename = json.loads("".join(out).strip().splitlines()[-1])
+    assert cell_line == 4 and "ipykernel_" in filename
+
+
+def test_calls_from_a_later_cell_reach_the_session(kernel):
+    _run(kernel, '%%compile --backend eager --no-dynamic --no-panel\nimport torch\ndef g(x):\n    return x * 2\n')
+    _run(kernel, "g(torch.ones(2)); g(torch.ones(6))")
+    out, _, _ = _run(kernel, "r = nbcompile.last().report\nprint(r.graph_count, r.recompile_count)")
+    assert "".join(out).split() == ["2", "1"]

@@ -1,0 +1,80 @@
+"""The Report: its JSON schema in step with the dataclasses, its views, its bounds."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import torch
+
+import nbcompile
+from nbcompile.render import to_html, to_text
+from nbcompile.report import MAX_ITEMS, MIME_TYPE, SCHEMA_PATH, Graph, Report, json_schema
+
+
+def hostile(x):
+    y = x + 1
+    print("<script>alert('x')</script> & <b>bold</b>")
+    return y * 2
+
+
+def test_schema_file_is_generated_from_the_dataclasses():
+    assert json.loads(SCHEMA_PATH.read_text()) == json_schema(), "run `make schema`"
+
+
+def test_schema_covers_every_dataclass_field():
+    schema = json_schema()
+    import dataclasses
+
+    for cls in (nbcompile.Graph, nbcompile.GraphBreak, nbcompile.Frame, nbcompile.Recompile,
+                nbcompile.Kernel, nbcompile.Check, nbcompile.CompileError):
+        props = schema["$defs"][cls.__name__]["properties"]
+        assert set(props) == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_real_report_validates_and_round_trips_through_json():
+    report = nbcompile.inspect(hostile, torch.ones(2), backend="eager")
+    data = report.to_json()
+    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    again = json.loads(json.dumps(data))
+    assert again["graph_count"] == report.graph_count == 2
+    assert again["break_count"] == 1
+    assert again["result"].startswith("Tensor(shape=(2,)")
+
+
+def test_schema_rejects_a_wrong_report():
+    data = nbcompile.inspect(hostile, torch.ones(2), backend="eager").to_json()
+    data["graphs"][0]["op_count"] = "three"
+    try:
+        jsonschema.validate(data, json_schema())
+    except jsonschema.ValidationError:
+        return
+    raise AssertionError("schema accepted a string op_count")
+
+
+def test_html_escapes_user_and_torch_text():
+    report = nbcompile.inspect(hostile, torch.ones(2), backend="eager")
+    assert "<script>" in report.breaks[0].source_line
+    page = to_html(report)
+    assert "<script>" not in page and "<b>bold</b>" not in page
+    assert "&lt;script&gt;" in page and "&amp;" in page
+    assert "href='https://" in page  # the GB doc link survives
+
+
+def test_mimebundle_and_text_views():
+    report = nbcompile.inspect(hostile, torch.ones(2), backend="eager")
+    bundle = report._repr_mimebundle_()
+    assert set(bundle) == {MIME_TYPE, "text/html", "text/plain"}
+    assert bundle[MIME_TYPE] == report.to_json()
+    text = to_text(report)
+    assert "2 graphs, 1 graph breaks" in text
+    assert "hint:" in text and str(report.breaks[0].lineno) in text
+
+
+def test_memory_is_bounded_but_counts_go_on():
+    report = Report()
+    for i in range(MAX_ITEMS + 25):
+        report.add("graphs", Graph(f"{i}/0", 1, ["add"]))
+    assert len(report.graphs) == MAX_ITEMS
+    assert report.graph_count == MAX_ITEMS + 25
+    assert report.to_json()["dropped"] == {"graphs": 25}
