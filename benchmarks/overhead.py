@@ -1,0 +1,171 @@
+"""What nbcompile costs: per-call time and compile time, side by side in one run.
+
+1. Per call: a `%%compile`d entry (real IPython shell, Inductor) against plain
+   ``torch.compile`` of the same function, timed in interleaved rounds; the
+   figure is the median of the per-round ratios. Target: <= 1.02.
+2. Compile time: the same function compiled with Inductor on a cold cache,
+   with nbcompile's capture against without, each in a fresh process with a
+   fresh ``TORCHINDUCTOR_CACHE_DIR`` (after an unrelated warm-up compile, so
+   Inductor's one-off ISA probe is not counted). Runs alternate; the figure is
+   the median ratio. Target: <= 1.05.
+
+Writes benchmarks/results/overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+CELL = '''\
+import torch
+def block(x):
+    y = torch.nn.functional.gelu(x @ x.T) * 0.5
+    return (y.softmax(-1) + x.sum()).tanh()
+def head(x):
+    return block(x).mean(0) + block(x * 2).std(0)
+'''
+
+
+def _per_call(rounds: int, calls: int) -> dict[str, object]:
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import nbcompile
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbcompile")
+    shell.run_cell_magic("compile", "--no-panel", CELL)
+    session = nbcompile.last()
+    ours = shell.user_ns["head"]
+    plain = torch.compile(session._tracked["head"])
+    x = torch.randn(64, 64)
+    for fn in (ours, plain):  # compile both, then warm up
+        for _ in range(20):
+            fn(x)
+
+    def timed(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+        return (time.perf_counter() - start) / calls
+
+    ratios, ours_t, plain_t = [], [], []
+    for i in range(rounds):
+        if i % 2:
+            a = timed(ours)
+            b = timed(plain)
+        else:
+            b = timed(plain)
+            a = timed(ours)
+        ours_t.append(a)
+        plain_t.append(b)
+        ratios.append(a / b)
+    graphs = session.report.graph_count
+    session.reset()
+    return {
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "median_s_nbcompile": statistics.median(ours_t),
+        "median_s_plain": statistics.median(plain_t),
+        "median_ratio": statistics.median(ratios),
+        "graphs_captured": graphs,
+        "target": 1.02,
+    }
+
+
+CHILD = r'''
+import sys, time, torch
+mode = sys.argv[1]
+def warm(x):
+    return x.cos() - 3
+torch.compile(warm)(torch.ones(3))  # Inductor's one-off set-up, not counted
+exec(compile(sys.argv[2], "<bench>", "exec"))
+x = torch.randn(64, 64)
+if mode == "capture":
+    import nbcompile
+    start = time.perf_counter()
+    report = nbcompile.inspect(head, x, backend="inductor")
+    elapsed = time.perf_counter() - start
+    assert report.graph_count >= 1 and report.kernels
+else:
+    fn = torch.compile(head)
+    start = time.perf_counter()
+    fn(x)
+    elapsed = time.perf_counter() - start
+print(elapsed)
+'''
+
+
+def _compile_time(reps: int) -> dict[str, object]:
+    times: dict[str, list[float]] = {"capture": [], "plain": []}
+    ratios = []
+    for i in range(reps):
+        order = ("capture", "plain") if i % 2 == 0 else ("plain", "capture")
+        got = {}
+        for mode in order:
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, mode, CELL],
+                    env=env, capture_output=True, text=True, check=True, timeout=600,
+                ).stdout
+            got[mode] = float(out.strip().splitlines()[-1])
+            times[mode].append(got[mode])
+        ratios.append(got["capture"] / got["plain"])
+        print(f"  compile rep {i + 1}: capture {got['capture']:.2f} s, plain {got['plain']:.2f} s", flush=True)
+    return {
+        "reps": reps,
+        "median_s_capture": statistics.median(times["capture"]),
+        "median_s_plain": statistics.median(times["plain"]),
+        "median_ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "target": 1.05,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--compile-reps", type=int, default=5)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "overhead.json")
+    args = parser.parse_args()
+
+    import torch
+
+    per_call = _per_call(args.rounds, args.calls)
+    print(f"per call: nbcompile {per_call['median_s_nbcompile'] * 1e6:.1f} us, "
+          f"plain {per_call['median_s_plain'] * 1e6:.1f} us, median ratio {per_call['median_ratio']:.4f} "
+          f"(target <= 1.02)", flush=True)
+    compile_time = _compile_time(args.compile_reps)
+    print(f"compile (Inductor, cold cache): capture {compile_time['median_s_capture']:.2f} s, "
+          f"plain {compile_time['median_s_plain']:.2f} s, median ratio {compile_time['median_ratio']:.4f} "
+          f"(target <= 1.05)")
+    result = {
+        "benchmark": "overhead",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)",
+        "per_call": per_call,
+        "compile_time": compile_time,
+        "meets_targets": per_call["median_ratio"] <= 1.02 and compile_time["median_ratio"] <= 1.05,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
