@@ -8,9 +8,10 @@ function neither hide graphs from it nor see its entries. It never calls
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -18,22 +19,59 @@ from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
 from .options import CompileOptions, NbcompileError
 from .report import Report
+from .toggles import Registration, copy_function, resolve_torch_callable, toggled_function, undo_allow, validate
 
 
 def _fresh_copy(fn: Any) -> Any:
     """A callable equal to ``fn`` whose code object Dynamo has never seen."""
-    fn = getattr(fn, "_torchdynamo_orig_callable", fn)
+    fn = torch_compat.unwrap_compiled(fn)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return types.MethodType(_fresh_copy(fn.__func__), fn.__self__)
-    if isinstance(fn, types.FunctionType):
-        copy = types.FunctionType(
-            fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
-        )
-        copy.__kwdefaults__ = fn.__kwdefaults__
-        functools.update_wrapper(copy, fn)
-        del copy.__wrapped__
-        return copy
-    return fn  # nn.Module instances and other callables are compiled as they are
+        return types.MethodType(copy_function(fn.__func__), fn.__self__)
+    return copy_function(fn)  # nn.Module instances and other callables come back as they are
+
+
+@contextlib.contextmanager
+def _toggled(fn: Any, toggles: dict[Any, str]) -> Iterator[None]:
+    """Apply ``inspect``'s toggles for the duration of the call; undo them exactly after."""
+    namespace = getattr(torch_compat.unwrap_compiled(fn), "__globals__", {})
+    plan: list[tuple[str, Any, str]] = []  # (label, object-or-global-name, mode)
+    for key, mode in toggles.items():
+        if isinstance(key, str) and key.startswith("torch."):
+            validate(key, mode, lambda n: False)
+            plan.append((key, resolve_torch_callable(key), mode))
+            continue
+        if isinstance(key, str):
+            if key not in namespace:
+                raise NbcompileError(f"toggle {key!r}: no such name in {getattr(fn, '__name__', fn)!r}'s globals")
+            names = [key]
+        else:
+            names = [n for n, v in namespace.items() if v is key]
+            if not names:
+                if getattr(key, "__module__", "").startswith("torch"):
+                    validate(repr(key), mode, lambda n: False)
+                    plan.append((getattr(key, "__name__", repr(key)), key, mode))
+                    continue
+                raise NbcompileError(f"toggle {key!r}: not reachable by name from {getattr(fn, '__name__', fn)!r}'s globals")
+        for name in names:
+            validate(name, mode, lambda n: True)
+            plan.append((name, name, mode))
+
+    undo: list[Callable[[], None]] = []
+    keepalive: list[Any] = []
+    try:
+        for label, target, mode in plan:
+            if isinstance(target, str):  # a global function of fn's module
+                original = namespace[target]
+                namespace[target] = toggled_function(original, mode, keepalive)
+                undo.append(functools.partial(namespace.__setitem__, target, original))
+                if mode == "allow_in_graph":
+                    undo.append(functools.partial(undo_allow, namespace[target]))
+            elif mode == "disallow_in_graph":
+                undo.append(Registration.disallow(target, label).undo)
+        yield
+    finally:
+        for step in reversed(undo):
+            step()
 
 
 def inspect(
@@ -56,8 +94,6 @@ def inspect(
     if not callable(fn):
         raise NbcompileError(f"inspect needs a callable, got {type(fn).__name__}")
     options = CompileOptions(backend, mode, fullgraph, dynamic).validate()
-    if toggles:
-        raise NbcompileError("inspect(toggles=...) is not available in this version of nbcompile")
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     report = Report(title=f"inspect({name})", backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     recording = Recording(report)
@@ -71,7 +107,7 @@ def inspect(
             **options.torch_compile_kwargs(),
             **extra,
         )
-        with HUB.active(recording):
+        with _toggled(fn, toggles or {}), HUB.active(recording):
             report.result = compiled(*args, **kwargs)
     finally:
         HUB.release()

@@ -293,6 +293,7 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             compile_time_s=float(metrics.get("entire_frame_compile_time_s") or 0.0),
             filename=filename,
             graph_count=len(pending.graphs),
+            trace_overhead_s=float(metrics.get("structured_logging_overhead_s") or 0.0),
         ),
     )
 

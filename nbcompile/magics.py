@@ -72,8 +72,6 @@ class NbcompileMagics(Magics):
     def compile_cell(self, line: str, cell: str) -> Any:
         """Compile the functions this cell defines; see `%nbcompile` and the README."""
         options = parse_cell_line(line)
-        if options.disable or options.allow or options.disallow:
-            raise UsageError("%%compile: --disable/--allow/--disallow are not available in this version")
         shell = self.shell
         count = shell.execution_count
 
@@ -85,7 +83,7 @@ class NbcompileMagics(Magics):
                 shell.user_ns, cell, options, cache_source=cache_source, label=f"[{count}]"
             )
         except NbcompileError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"%%compile: {exc}") from None
         result = session.run() if options.run is not None else None
         _display(session)
         return result
@@ -106,6 +104,15 @@ class NbcompileMagics(Magics):
             return status_table(session)
         if command == "report":
             return session.report
+        if command == "set":
+            if len(args) != 2:
+                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, allow_in_graph; torch callables: compile, disallow_in_graph)")
+            try:
+                session.set(args[0], args[1])
+            except NbcompileError as exc:
+                raise UsageError(f"%nbcompile set: {exc}") from None
+            _display(session)
+            return None
         raise UsageError(f"%nbcompile {command}: not available in this version")
 
 

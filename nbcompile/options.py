@@ -48,5 +48,12 @@ class CellOptions(CompileOptions):
     check: bool = True
     panel: bool = True
 
+    def initial_toggles(self) -> list[tuple[str, str]]:
+        return (
+            [(n, "disable") for n in self.disable]
+            + [(n, "allow_in_graph") for n in self.allow]
+            + [(n, "disallow_in_graph") for n in self.disallow]
+        )
+
     def compile_options(self) -> CompileOptions:
         return CompileOptions(self.backend, self.mode, self.fullgraph, self.dynamic)

@@ -66,6 +66,8 @@ class Frame:
     compile_time_s: float
     filename: str = ""
     graph_count: int = 0
+    #: Of compile_time_s, what torch spent building trace records for capture.
+    trace_overhead_s: float = 0.0
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import toggles as toggle_ops
 from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
 from .cell import CellFunctions, analyse
@@ -77,6 +78,12 @@ class Session:
         self.entries = entries
         self.toggles: dict[str, str] = {name: "compile" for name in tracked}
         self._bindings: list[_Binding] = []
+        #: tracked non-entry names rebound by a toggle -> their binding (original inside).
+        self._toggle_bindings: dict[str, _Binding] = {}
+        #: allow_in_graph copies by tracked name; registrations on torch callables by dotted name.
+        self._allow_copies: dict[str, Any] = {}
+        self._registrations: dict[str, toggle_ops.Registration] = {}
+        self._keepalive: list[Any] = []
         self.recording = Recording(self._new_report(), cell_files=(filename,))
         self._closed = False
 
@@ -105,15 +112,40 @@ class Session:
         self.recording.notify()
         return result
 
+    def set(self, name: str, mode: str) -> Report:
+        """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
+
+        If the re-run fails, the previous toggle is put back (and its report
+        kept) and the error is raised with one line that says what happened.
+        """
+        self._check_open()
+        self._validate_toggle(name, mode)
+        previous = self.toggles.get(name, "compile")
+        old_report = self.report
+        self._apply_toggle(name, mode)
+        try:
+            self._restart()
+        except Exception as exc:
+            self._apply_toggle(name, previous)
+            self._drop_compiled_code()
+            self.recording.report = old_report
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise NbcompileError(
+                f"{name} -> {mode} failed ({type(exc).__name__}: {first}); kept {name} -> {previous}"
+            ) from exc
+        return self.report
+
     def reset(self) -> None:
         """Restore the original functions and drop the compiled code of the cell's functions."""
         if self._closed:
             return
+        for name, mode in list(self.toggles.items()):
+            if mode != "compile":
+                self._apply_toggle(name, "compile")
         for binding in reversed(self._bindings):
             binding.set(binding.original)
         self._bindings.clear()
-        for code in self._owned_codes():
-            torch_compat.drop_compiled_code(code)
+        self._drop_compiled_code()
         HUB.unregister(self.recording)
         HUB.release()
         self._closed = True
@@ -126,6 +158,62 @@ class Session:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self.report._repr_mimebundle_(include, exclude)
+
+    # -- toggles ---------------------------------------------------------------------------
+    def _validate_toggle(self, name: str, mode: str) -> None:
+        if name not in self._tracked and not name.startswith("torch."):
+            raise NbcompileError(
+                f"unknown function {name!r}; valid: {', '.join(self.functions)}, "
+                "or a torch callable by dotted name (torch.sub)"
+            )
+        toggle_ops.validate(name, mode, lambda n: n in self._tracked)
+        if name not in self._tracked:
+            toggle_ops.resolve_torch_callable(name)
+
+    def _apply_toggle(self, name: str, mode: str) -> None:
+        if name in self._tracked:
+            self._apply_function_toggle(name, mode)
+        else:
+            obj = toggle_ops.resolve_torch_callable(name)
+            if mode == "disallow_in_graph" and name not in self._registrations:
+                self._registrations[name] = toggle_ops.Registration.disallow(obj, name)
+            elif mode == "compile" and name in self._registrations:
+                self._registrations.pop(name).undo()
+        if mode == "compile" and name not in self._tracked:
+            self.toggles.pop(name, None)
+        else:
+            self.toggles[name] = mode
+
+    def _apply_function_toggle(self, name: str, mode: str) -> None:
+        original = self._tracked[name]
+        copy = self._allow_copies.pop(name, None)
+        if copy is not None:
+            toggle_ops.undo_allow(copy)
+        toggled = toggle_ops.toggled_function(original, mode, self._keepalive)
+        if mode == "allow_in_graph":
+            self._allow_copies[name] = toggled
+        entry = next((b for b in self._bindings if b.name == name), None)
+        if entry is not None:
+            entry.set(self._compile(toggled))
+            return
+        binding = self._toggle_bindings.get(name) or self._binding_for(name)
+        binding.set(toggled)
+        if mode == "compile":
+            self._toggle_bindings.pop(name, None)
+        else:
+            self._toggle_bindings[name] = binding
+
+    def _drop_compiled_code(self) -> None:
+        for code in self._owned_codes():
+            torch_compat.drop_compiled_code(code)
+
+    def _restart(self) -> None:
+        self._drop_compiled_code()
+        self.recording.report = self._new_report()
+        if self.options.run is not None:
+            self.run()
+        else:
+            self.recording.notify()
 
     # -- set-up ----------------------------------------------------------------------------
     def _new_report(self) -> Report:
@@ -152,12 +240,16 @@ class Session:
                 binding.set(self._compile(binding.original))
                 self._bindings.append(binding)
                 self._own(binding.original)
+            for name, mode in self.options.initial_toggles():
+                self._apply_toggle(name, mode)
         except Exception:
             self.reset()
             raise
         _SESSIONS.append(self)
 
     def _binding_for(self, entry: str) -> _Binding:
+        if entry in self._tracked and "." not in entry:
+            return _Binding(entry, self.namespace, entry, self._tracked[entry])
         if "." in entry and entry in self._tracked:
             cls_name, attr = entry.split(".", 1)
             cls = self.namespace[cls_name]
@@ -189,9 +281,10 @@ class Session:
 
 
 def _code_of(obj: Any) -> Optional[types.CodeType]:
+    obj = torch_compat.unwrap_compiled(obj)
     if isinstance(obj, torch.nn.Module):
         obj = type(obj).forward
-    obj = getattr(obj, "_torchdynamo_orig_callable", obj)
+    obj = torch_compat.unwrap_compiled(obj)
     obj = getattr(obj, "__func__", obj)
     return getattr(obj, "__code__", None)
 
@@ -277,6 +370,15 @@ def create_session(
         entries = _resolve_entries(options.entries, namespace, tracked)
     else:
         entries = _default_entries(namespace, cell, tracked)
+    for name, mode in options.initial_toggles():
+        if name not in tracked and not name.startswith("torch."):
+            raise NbcompileError(
+                f"--{'disallow' if mode == 'disallow_in_graph' else mode.split('_')[0]} {name!r}: not a function "
+                f"of this cell; valid: {', '.join(tracked) or '(none)'}, or torch callables by dotted name"
+            )
+        toggle_ops.validate(name, mode, lambda n: n in tracked)
+        if name not in tracked:
+            toggle_ops.resolve_torch_callable(name)
     session = Session(
         namespace,
         source=source,

@@ -67,6 +67,13 @@ def current_compile_id() -> str | None:
     return f"{cid.frame_id}/{cid.frame_compile_id}"
 
 
+def unwrap_compiled(obj: Any) -> Any:
+    """The original callable behind a ``torch.compile`` wrapper (``obj`` itself if none)."""
+    if isinstance(obj, torch._dynamo.eval_frame.OptimizedModule):
+        return obj._orig_mod
+    return getattr(obj, "_torchdynamo_orig_callable", obj)
+
+
 # --- caches -------------------------------------------------------------------
 
 def cache_entries(code: types.CodeType) -> list[Any]:
@@ -109,6 +116,37 @@ def iter_code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from iter_code_objects(const)
 
 
+# --- allow / disallow registries -------------------------------------------------------
+
+_REGISTRIES = ("_allowed_callable_ids", "_disallowed_callable_ids", "_nonstrict_trace_callable_ids")
+
+
+def _registry(name: str) -> Any:
+    from torch._dynamo import trace_rules
+
+    return getattr(trace_rules, name)
+
+
+def registry_membership(obj: Any) -> dict[str, bool]:
+    """Whether ``id(obj)`` is in each of Dynamo's allow/disallow registries."""
+    return {name: id(obj) in _registry(name) for name in _REGISTRIES}
+
+
+def restore_registry_membership(obj: Any, membership: dict[str, bool]) -> None:
+    """Put ``id(obj)`` back exactly as ``registry_membership`` saw it."""
+    for name, present in membership.items():
+        registry = _registry(name)
+        if present:
+            registry.add(id(obj))
+        else:
+            registry.remove(id(obj))
+
+
+def registries_snapshot() -> dict[str, frozenset[int]]:
+    """Every id in every registry: what an exact undo must give back."""
+    return {name: frozenset(_registry(name)()) for name in _REGISTRIES}
+
+
 # --- feature tests ------------------------------------------------------------
 
 def _probe() -> None:
@@ -119,6 +157,8 @@ def _probe() -> None:
         "compile id": lambda: torch._guards.CompileContext.current_compile_id,
         "cache entries": lambda: torch._dynamo.eval_frame._debug_get_cache_entry_list,
         "reset_code": lambda: torch._dynamo.eval_frame.reset_code,
+        "optimized module": lambda: torch._dynamo.eval_frame.OptimizedModule,
+        "registries": lambda: [_registry(name)() for name in _REGISTRIES],
         "resume cache": lambda: __import__(
             "torch._dynamo.resume_execution", fromlist=["ContinueExecutionCache"]
         ).ContinueExecutionCache.cache,
