@@ -15,10 +15,12 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from . import torch_compat
+from . import check as check_ops
+from . import suggest, torch_compat
+from .lint import lint_allow_in_graph
 from .capture import HUB, Recording, RecordingBackend
 from .options import CompileOptions, NbcompileError
-from .report import Report
+from .report import CompileError, LintWarning, Report
 from .toggles import Registration, copy_function, resolve_torch_callable, toggled_function, undo_allow, validate
 
 
@@ -30,10 +32,37 @@ def _fresh_copy(fn: Any) -> Any:
     return copy_function(fn)  # nn.Module instances and other callables come back as they are
 
 
+def _namespace(fn: Any) -> dict[str, Any]:
+    target = torch_compat.unwrap_compiled(fn)
+    return getattr(getattr(target, "__func__", target), "__globals__", {})
+
+
+def _advisor(fn: Any, toggles: dict[Any, str]) -> suggest.Advisor:
+    """Suggestions for ``inspect``: the functions of ``fn``'s module are the candidates."""
+    namespace = _namespace(fn)
+    target = getattr(torch_compat.unwrap_compiled(fn), "__func__", torch_compat.unwrap_compiled(fn))
+    filename = getattr(getattr(target, "__code__", None), "co_filename", None)
+    tracked = {n: v for n, v in list(namespace.items())
+               if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename}
+    named = {}
+    for key, mode in toggles.items():
+        label = key if isinstance(key, str) else next((n for n, v in tracked.items() if v is key), getattr(key, "__name__", repr(key)))
+        named[label] = mode
+    disallowed = {k: resolve_torch_callable(k) for k, m in named.items() if m == "disallow_in_graph" and k.startswith("torch.")}
+    lints: dict[str, list[LintWarning]] = {}
+
+    def lint(name: str) -> list[LintWarning]:
+        if name not in lints:
+            lints[name] = lint_allow_in_graph(tracked[name], name) if name in tracked else []
+        return lints[name]
+
+    return suggest.Advisor(tracked, named, [getattr(target, "__name__", "")], suggest.inspect_command, lint, disallowed)
+
+
 @contextlib.contextmanager
-def _toggled(fn: Any, toggles: dict[Any, str]) -> Iterator[None]:
+def _toggled(fn: Any, toggles: dict[Any, str], report: Optional[Report] = None) -> Iterator[None]:
     """Apply ``inspect``'s toggles for the duration of the call; undo them exactly after."""
-    namespace = getattr(torch_compat.unwrap_compiled(fn), "__globals__", {})
+    namespace = _namespace(fn)
     plan: list[tuple[str, Any, str]] = []  # (label, object-or-global-name, mode)
     for key, mode in toggles.items():
         if isinstance(key, str) and key.startswith("torch."):
@@ -62,6 +91,8 @@ def _toggled(fn: Any, toggles: dict[Any, str]) -> Iterator[None]:
         for label, target, mode in plan:
             if isinstance(target, str):  # a global function of fn's module
                 original = namespace[target]
+                if mode == "allow_in_graph" and report is not None:
+                    report.warnings.extend(lint_allow_in_graph(original, target))
                 namespace[target] = toggled_function(original, mode, keepalive)
                 undo.append(functools.partial(namespace.__setitem__, target, original))
                 if mode == "allow_in_graph":
@@ -97,6 +128,7 @@ def inspect(
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     report = Report(title=f"inspect({name})", backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     recording = Recording(report)
+    recording.advise = _advisor(fn, toggles or {})
     target = _fresh_copy(fn)
     extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
     HUB.acquire()
@@ -107,8 +139,35 @@ def inspect(
             **options.torch_compile_kwargs(),
             **extra,
         )
-        with _toggled(fn, toggles or {}), HUB.active(recording):
+        if check:
+            state = check_ops.StateSnapshot(_state_roots(fn, args, kwargs))
+            rng = check_ops.RngState()
+        with _toggled(fn, toggles or {}, report), HUB.active(recording):
             report.result = compiled(*args, **kwargs)
     finally:
         HUB.release()
+    if check:
+        original = torch_compat.unwrap_compiled(fn)
+        report.check = check_ops.against_eager(
+            report.result, lambda: original(*args, **kwargs), state, rng,
+            random_ops=[op for g in report.graphs for op in g.ops], backend=backend,
+        )
+        if not report.check.ok:
+            report.add("errors", CompileError(name, "", "check", report.check.message))
     return report
+
+
+def _state_roots(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """What the call can change in place: its arguments, the module it is bound to, tensors in its globals."""
+    roots: list[tuple[str, Any]] = [(f"argument {i}", a) for i, a in enumerate(args)]
+    roots += [(f"argument {k}", v) for k, v in kwargs.items()]
+    target = torch_compat.unwrap_compiled(fn)
+    if isinstance(target, torch.nn.Module):
+        roots.append(("module", target))
+    owner = getattr(target, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        roots.append(("self", owner))
+    globals_ = getattr(getattr(target, "__func__", target), "__globals__", {})
+    roots += [(n, v) for n, v in list(globals_.items())
+              if not n.startswith("_") and isinstance(v, (torch.Tensor, torch.nn.Module))]
+    return roots

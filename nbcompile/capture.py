@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from . import torch_compat
 from .cell import cell_line_of
-from .report import CompileError, Frame, Graph, GraphBreak, Kernel, Recompile, Report
+from .report import CompileError, Fix, Frame, Graph, GraphBreak, Kernel, Recompile, Report
 from .trace_parse import parse_graph_break, parse_guards, parse_kernels, parse_recompile_reasons
 
 #: Compilations still open at once before the oldest is dropped (a failed
@@ -47,6 +47,8 @@ class Recording:
         self.cell_files: set[str] = set(cell_files)
         self.spans: list[tuple[str, int, int]] = []
         self.listeners: list[Callable[[Recording], None]] = []
+        #: Suggests fixes for each break as it is recorded (set by the session or inspect).
+        self.advise: Optional[Callable[[GraphBreak], list[Fix]]] = None
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
@@ -250,23 +252,23 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
 
     for text in pending.breaks:
         parsed = parse_graph_break(text)
-        report.add(
-            "breaks",
-            GraphBreak(
-                function=parsed.function or function,
-                filename=parsed.filename,
-                lineno=parsed.lineno,
-                cell_line=owner.cell_line(parsed.filename, parsed.lineno) if parsed.filename else None,
-                source_line=parsed.source_line,
-                reason=parsed.reason,
-                gb_type=parsed.gb_type,
-                gb_id=parsed.gb_id,
-                explanation=parsed.explanation,
-                hints=parsed.hints,
-                doc_url=parsed.doc_url,
-                compile_id=compile_id,
-            ),
+        brk = GraphBreak(
+            function=parsed.function or function,
+            filename=parsed.filename,
+            lineno=parsed.lineno,
+            cell_line=owner.cell_line(parsed.filename, parsed.lineno) if parsed.filename else None,
+            source_line=parsed.source_line,
+            reason=parsed.reason,
+            gb_type=parsed.gb_type,
+            gb_id=parsed.gb_id,
+            explanation=parsed.explanation,
+            hints=parsed.hints,
+            doc_url=parsed.doc_url,
+            compile_id=compile_id,
         )
+        if owner.advise is not None:
+            brk.fixes = owner.advise(brk)
+        report.add("breaks", brk)
 
     for graph in pending.graphs:
         graph.function = function

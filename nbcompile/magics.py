@@ -134,18 +134,21 @@ class StatusTable:
 
     headers = ("function", "toggle", "entry", "frames", "graphs", "breaks", "recompiles")
 
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], notes: Optional[list[str]] = None) -> None:
         self.rows = rows
+        #: Lines under the table: the check, allow_in_graph lint warnings, suggested fixes.
+        self.notes = notes or []
 
     def __repr__(self) -> str:
         widths = [max(len(str(r[i])) for r in [self.headers, *self.rows]) for i in range(len(self.headers))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        return "\n".join(fmt.format(*map(str, r)) for r in [self.headers, *self.rows])
+        return "\n".join([*(fmt.format(*map(str, r)) for r in [self.headers, *self.rows]), *self.notes])
 
     def _repr_html_(self) -> str:
-        from .render import _table
+        from .render import _e, _table
 
-        return _table(self.headers, self.rows)
+        notes = "".join(f"<li>{_e(n.strip())}</li>" for n in self.notes)
+        return _table(self.headers, self.rows) + (f"<ul>{notes}</ul>" if notes else "")
 
 
 def status_table(session: Session) -> StatusTable:
@@ -168,7 +171,19 @@ def status_table(session: Session) -> StatusTable:
             sum(1 for b in report.breaks if b.function == short),
             sum(1 for r in report.recompiles if mine(r.function)),
         ))
-    return StatusTable(rows)
+    notes = []
+    if report.check is not None:
+        notes.append(f"check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
+    for w in report.warnings:
+        notes.append(f"allow_in_graph lint, {w.function}: {w.message}")
+    seen = set()
+    for b in report.breaks:
+        for fix in b.fixes:
+            if fix.command and (b.cell_line, fix.command) not in seen:
+                seen.add((b.cell_line, fix.command))
+                where = f"line {b.cell_line}" if b.cell_line is not None else b.function
+                notes.append(f"break at {where} ({b.gb_type}): {fix.command}")
+    return StatusTable(rows, notes)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -57,12 +57,16 @@ def to_text(report: Report) -> str:
         lines.append(f"    {b.gb_type}{f' ({b.gb_id})' if b.gb_id else ''}: {b.explanation or b.reason}")
         for hint in b.hints:
             lines.append(f"    hint: {hint}")
+        for fix in b.fixes:
+            lines.append(f"    fix: {fix.command}  # {fix.why}" if fix.command else f"    fix: {fix.why}")
     for r in report.recompiles:
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {r.reason}")
     for e in report.errors:
         lines.append(f"  error in {e.function} [{e.compile_id}] {e.fail_type}: {e.message}")
-    if report.check is not None and not report.check.ok:
-        lines.append(f"  check failed: {report.check.message}")
+    if report.check is not None:
+        lines.append(f"  check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
+    for w in report.warnings:
+        lines.append(f"  allow_in_graph lint, {w.function}: {w.rule} {w.variable}: {w.message}")
     if report.kernels:
         lines.append(f"  {len(report.kernels)} kernels: {', '.join(k.name for k in report.kernels)}")
     dropped = {k: v for k, v in report.dropped.items() if v}
@@ -93,7 +97,14 @@ def _break_detail(b: Any) -> str:
         if b.doc_url and b.doc_url.startswith(("https://", "http://"))
         else ""
     )
-    return f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}" + (f"<ul>{hints}</ul>" if hints else "")
+    fixes = "".join(
+        f"<li><code>{_e(f.command)}</code> {_e(f.why)}</li>" if f.command else f"<li>{_e(f.why)}</li>" for f in b.fixes
+    )
+    return (
+        f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}"
+        + (f"<ul>{hints}</ul>" if hints else "")
+        + (f"<div class='nbcompile-fixes'>To remove it:<ul>{fixes}</ul></div>" if fixes else "")
+    )
 
 
 def to_html(report: Report) -> str:
@@ -104,6 +115,13 @@ def to_html(report: Report) -> str:
     ]
     if report.check is not None and not report.check.ok:
         parts.append(f"<p style='color:#b00'><b>Check failed:</b> {_e(report.check.message)}</p>")
+    elif report.check is not None:
+        parts.append(f"<p>Check: {_e(report.check.message)}</p>")
+    if report.warnings:
+        parts.append("<h5>allow_in_graph lint</h5>")
+        parts.append(_table(["function", "rule", "variable", "line", "warning"],
+                            [(w.function, w.rule, w.variable, w.cell_line if w.cell_line is not None else w.lineno,
+                              w.message) for w in report.warnings]))
     if report.errors:
         parts.append(_table(["function", "compile id", "error", "message"],
                             [(e.function, e.compile_id, e.fail_type, e.message) for e in report.errors]))

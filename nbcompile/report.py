@@ -53,6 +53,8 @@ class GraphBreak:
     hints: list[str]
     doc_url: Optional[str]
     compile_id: str = ""
+    #: Toggles or code changes that would remove this break, best first.
+    fixes: list[Fix] = field(default_factory=list)
 
 
 @dataclass
@@ -91,11 +93,17 @@ class Kernel:
 
 @dataclass
 class Check:
-    """Compiled result compared with an eager run of the original code."""
+    """Compiled result compared with an eager run of the original code.
+
+    ``ok`` is False only for a real difference (or an eager run that
+    raised); ``compared`` is False when the run could not be replayed, and
+    ``message`` says why.
+    """
 
     ok: bool
     max_abs_diff: Optional[float]
     message: str
+    compared: bool = True
 
 
 @dataclass
@@ -106,6 +114,30 @@ class CompileError:
     compile_id: str
     fail_type: str
     message: str
+
+
+@dataclass
+class LintWarning:
+    """Something that breaks a promise ``allow_in_graph`` asks for (seeds 000 and 003)."""
+
+    function: str
+    #: captured-tensor, mutation, module-call, data-dependent, not-proxyable, side-effect, no-source
+    rule: str
+    variable: str
+    lineno: int
+    cell_line: Optional[int]
+    message: str
+
+
+@dataclass
+class Fix:
+    """One way to remove a graph break: a toggle (``command``) or a change to the code."""
+
+    #: The exact line to run (``%nbcompile set helper disable``); empty for a code change.
+    command: str
+    why: str
+    #: Lint warnings the toggle would bring (allow_in_graph), by ``rule: variable``.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +155,8 @@ class Report:
     recompiles: list[Recompile] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     errors: list[CompileError] = field(default_factory=list)
+    #: allow_in_graph lint warnings, for the functions under allow_in_graph.
+    warnings: list[LintWarning] = field(default_factory=list)
     check: Optional[Check] = None
     #: Items past MAX_ITEMS that were counted but not kept, by list name.
     dropped: dict[str, int] = field(default_factory=dict)

@@ -13,12 +13,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import check as check_ops
 from . import toggles as toggle_ops
 from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
+from . import suggest
 from .cell import CellFunctions, analyse
+from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
-from .report import CompileError, Report
+from .report import CompileError, LintWarning, Report
 
 _SESSIONS: list["Session"] = []
 
@@ -84,7 +87,10 @@ class Session:
         self._allow_copies: dict[str, Any] = {}
         self._registrations: dict[str, toggle_ops.Registration] = {}
         self._keepalive: list[Any] = []
+        #: allow_in_graph lint by tracked name (computed once), and the names it applies to now.
+        self._lint_cache: dict[str, list[LintWarning]] = {}
         self.recording = Recording(self._new_report(), cell_files=(filename,))
+        self.recording.advise = lambda brk: self._advisor()(brk)
         self._closed = False
 
     # -- public surface ------------------------------------------------------------------
@@ -101,6 +107,9 @@ class Session:
         if self.options.run is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
+        checking = self.options.check
+        state = check_ops.StateSnapshot.of_namespace(self.namespace) if checking else None
+        rng = check_ops.RngState() if checking else None
         with HUB.active(self.recording):
             try:
                 result = eval(self.options.run, self.namespace)
@@ -109,8 +118,27 @@ class Session:
                 self.recording.notify()
                 raise
         self.report.result = result
+        if checking:
+            self.report.check = check_ops.against_eager(
+                result, self._eager_run, state, rng,
+                random_ops=[op for g in self.report.graphs for op in g.ops], backend=self.options.backend,
+            )
+            if not self.report.check.ok:
+                self.report.add("errors", CompileError("--run", "", "check", self.report.check.message))
         self.recording.notify()
         return result
+
+    def _eager_run(self) -> Any:
+        """The --run expression with every name the session rebound given back its original."""
+        bindings = [*self._bindings, *self._toggle_bindings.values()]
+        current = [b.get() for b in bindings]
+        for binding in bindings:
+            binding.set(binding.original)
+        try:
+            return eval(self.options.run, self.namespace)
+        finally:
+            for binding, value in zip(bindings, current):
+                binding.set(value)
 
     def set(self, name: str, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
@@ -159,6 +187,29 @@ class Session:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self.report._repr_mimebundle_(include, exclude)
 
+    def lint(self, name: str) -> list[LintWarning]:
+        """The allow_in_graph lint of a tracked function (whatever its toggle is now)."""
+        if name not in self._tracked:
+            raise NbcompileError(f"unknown function {name!r}; valid: {', '.join(self.functions)}")
+        if name not in self._lint_cache:
+            self._lint_cache[name] = lint_allow_in_graph(
+                self._tracked[name], name, suggest.owner_class(name, self.namespace)
+            )
+        return self._lint_cache[name]
+
+    def _advisor(self) -> suggest.Advisor:
+        return suggest.Advisor(
+            tracked=self._tracked,
+            toggles=self.toggles,
+            entries=self.entries,
+            command=suggest.session_command,
+            lint=self.lint,
+            disallowed={n: r.obj for n, r in self._registrations.items()},
+        )
+
+    def _current_warnings(self) -> list[LintWarning]:
+        return [w for name, mode in self.toggles.items() if mode == "allow_in_graph" for w in self.lint(name)]
+
     # -- toggles ---------------------------------------------------------------------------
     def _validate_toggle(self, name: str, mode: str) -> None:
         if name not in self._tracked and not name.startswith("torch."):
@@ -183,6 +234,7 @@ class Session:
             self.toggles.pop(name, None)
         else:
             self.toggles[name] = mode
+        self.report.warnings = self._current_warnings()
 
     def _apply_function_toggle(self, name: str, mode: str) -> None:
         original = self._tracked[name]
@@ -218,13 +270,16 @@ class Session:
     # -- set-up ----------------------------------------------------------------------------
     def _new_report(self) -> Report:
         opts = self.options
-        return Report(
+        report = Report(
             title=f"%%compile {self.label}".strip() + f": {', '.join(self.entries) or 'no entry'}",
             backend=opts.backend,
             mode=opts.mode,
             fullgraph=opts.fullgraph,
             dynamic=opts.dynamic,
         )
+        if hasattr(self, "_lint_cache"):
+            report.warnings = self._current_warnings()
+        return report
 
     def _compile(self, obj: Any) -> Any:
         backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)

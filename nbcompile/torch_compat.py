@@ -147,6 +147,27 @@ def registries_snapshot() -> dict[str, frozenset[int]]:
     return {name: frozenset(_registry(name)()) for name in _REGISTRIES}
 
 
+# --- the eager reference run ---------------------------------------------------
+
+def force_eager() -> Any:
+    """A context in which every torch.compile'd callable runs its original code eagerly.
+
+    ``torch.compiler.set_stance`` is public from torch 2.6; on older torch
+    the context does nothing (the check binds the original functions anyway).
+    """
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None:  # pragma: no cover - torch < 2.6
+        import contextlib
+
+        return contextlib.nullcontext()
+    return set_stance("force_eager")
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version counter (bumped by every in-place op on it or a view)."""
+    return tensor._version
+
+
 # --- feature tests ------------------------------------------------------------
 
 def _probe() -> None:
@@ -158,6 +179,7 @@ def _probe() -> None:
         "cache entries": lambda: torch._dynamo.eval_frame._debug_get_cache_entry_list,
         "reset_code": lambda: torch._dynamo.eval_frame.reset_code,
         "optimized module": lambda: torch._dynamo.eval_frame.OptimizedModule,
+        "tensor version counter": lambda: torch.zeros(1)._version,
         "registries": lambda: [_registry(name)() for name in _REGISTRIES],
         "resume cache": lambda: __import__(
             "torch._dynamo.resume_execution", fromlist=["ContinueExecutionCache"]

@@ -66,7 +66,7 @@ def test_handler_is_installed_only_while_needed():
         seen.append(HUB._handler in trace.handlers)
         return x
 
-    nbcompile.inspect(torch.compiler.disable(probe), torch.ones(1), backend="eager")
+    nbcompile.inspect(torch.compiler.disable(probe), torch.ones(1), backend="eager", check=False)
     assert seen == [True]
     assert HUB._handler not in trace.handlers
 
