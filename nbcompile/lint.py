@@ -291,12 +291,12 @@ class _Linter:
                 where, value = self.resolve(func.value.id)
                 if getattr(value, "__name__", "") == "logging" or type(value).__name__ in ("Logger", "RootLogger"):
                     self._side_effect(f"{func.value.id}.{func.attr}", sub)
-            elif isinstance(func.value, ast.Call) and isinstance(func.value.func, (ast.Name, ast.Attribute)):
-                ctor = _resolve_dotted(func.value.func, self)
-                if isinstance(ctor, type) and issubclass(ctor, torch.nn.Module):
-                    self.warn("module-call", ast.unparse(func.value.func), sub,
-                              f"builds and calls an nn.Module ({ast.unparse(func.value.func)}) inside; use the "
-                              "torch.nn.functional form with the weights passed in")
+        elif isinstance(func, ast.Call) and isinstance(func.func, (ast.Name, ast.Attribute)):
+            ctor = _resolve_dotted(func.func, self)
+            if isinstance(ctor, type) and issubclass(ctor, torch.nn.Module):
+                self.warn("module-call", ast.unparse(func.func), sub,
+                          f"builds and calls an nn.Module ({ast.unparse(func.func)}) inside; use the "
+                          "torch.nn.functional form, with any weights passed in")
         if isinstance(func, ast.Attribute) and func.attr in _TO_PYTHON:
             name = self._mentions_tensor(func.value)
             if name is not None:

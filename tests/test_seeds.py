@@ -157,3 +157,62 @@ def test_guards_are_readable():
     assert frame.guard_count > 0
     assert any(g.startswith("TENSOR_MATCH") and "L['x']" in g for g in frame.guards)
     assert all("#" not in g for g in frame.guards)
+
+
+# --- seed toggles (001/004: disable on a call tree; 000: allow_in_graph) -----------------
+
+CALL_TREE = textwrap.dedent(
+    """\
+    import torch
+    def aa_fn(x):
+        return x.sin()
+    def ab_fn(x):
+        return x.cos()
+    def a_fn(x):
+        return aa_fn(x) + ab_fn(x)
+    def b_fn(x):
+        return x.exp()
+    def fn(x):
+        return a_fn(x) * b_fn(x)
+    """
+)
+
+
+def test_disable_on_a_fn_takes_its_whole_call_tree_out_of_the_graphs(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', CALL_TREE)
+    session = nbcompile.last()
+    assert session.entries == ["fn"]
+    ops = [op for g in session.report.graphs for op in g.ops]
+    assert sorted(ops) == ["add", "cos", "exp", "mul", "sin"]
+    session.set("a_fn", "disable")
+    ops = [op for g in session.report.graphs for op in g.ops]
+    assert "sin" not in ops and "cos" not in ops and "add" not in ops  # a_fn and its callees run eagerly
+    assert "exp" in ops and "mul" in ops
+    assert session.report.break_count == 1 and "disable" in session.report.breaks[0].gb_type
+    assert session.report.check.ok
+    session.set("a_fn", "compile")
+    assert sorted(op for g in session.report.graphs for op in g.ops) == ["add", "cos", "exp", "mul", "sin"]
+
+
+def test_allow_in_graph_my_custom_function_with_a_graph_break_gives_one_graph(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        def my_custom_function(x):
+            torch._dynamo.graph_break()
+            return x * 2
+        def fn(a):
+            x = torch.add(a, 1)
+            x = my_custom_function(x)
+            x = torch.add(x, 1)
+            return x
+        """
+    )
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    session = nbcompile.last()
+    assert session.report.graph_count == 3
+    assert [g.ops for g in session.report.graphs] == [["add"], ["mul"], ["add"]]
+    session.set("my_custom_function", "allow_in_graph")
+    assert session.report.graph_count == 1 and session.report.break_count == 0
+    assert session.report.graphs[0].ops == ["add", "my_custom_function", "add"]
+    assert session.report.check.ok and torch.equal(session.report.result, torch.full((3,), 5.0))
