@@ -140,13 +140,17 @@ class Session:
             for binding, value in zip(bindings, current):
                 binding.set(value)
 
-    def set(self, name: str, mode: str) -> Report:
+    def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
 
-        If the re-run fails, the previous toggle is put back (and its report
-        kept) and the error is raised with one line that says what happened.
+        ``name`` is a tracked function's name, a torch callable's dotted name,
+        or the object itself. If the re-run fails, the previous toggle is put
+        back (and its report kept) and the error is raised with one line that
+        says what happened.
         """
         self._check_open()
+        if not isinstance(name, str):
+            name = self._name_of(name)
         self._validate_toggle(name, mode)
         previous = self.toggles.get(name, "compile")
         old_report = self.report
@@ -211,6 +215,13 @@ class Session:
         return [w for name, mode in self.toggles.items() if mode == "allow_in_graph" for w in self.lint(name)]
 
     # -- toggles ---------------------------------------------------------------------------
+    def _name_of(self, obj: Any) -> str:
+        plain = torch_compat.unwrap_compiled(obj)
+        for name, fn in self._tracked.items():
+            if plain is fn or getattr(plain, "__func__", None) is fn:
+                return name
+        return toggle_ops.torch_name(plain)
+
     def _validate_toggle(self, name: str, mode: str) -> None:
         if name not in self._tracked and not name.startswith("torch."):
             raise NbcompileError(

@@ -56,6 +56,27 @@ def resolve_torch_callable(name: str) -> Any:
     return obj
 
 
+_PUBLIC_TORCH_MODULES = (
+    "torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.func", "torch.Tensor",
+)
+
+
+def torch_name(obj: Any) -> str:
+    """The public dotted name of a torch callable (``torch.sub``, ``torch.nn.functional.gelu``)."""
+    name = getattr(obj, "__name__", None)
+    if name:
+        for module_name in _PUBLIC_TORCH_MODULES:
+            owner: Any = torch
+            for part in module_name.split(".")[1:]:
+                owner = getattr(owner, part, None)
+            if owner is not None and getattr(owner, name, None) is obj:
+                return f"{module_name}.{name}"
+        module = getattr(obj, "__module__", "") or ""
+        if module.startswith("torch") and not any(p.startswith("_") for p in module.split(".")):
+            return f"{module}.{name}"
+    raise NbcompileError(f"{obj!r} is not a torch callable with a public dotted name; give one such as torch.sub")
+
+
 def toggled_function(original: Any, mode: str, keepalive: list[Any]) -> Any:
     """The object a tracked function's name is bound to under ``mode``."""
     if mode == "compile":

@@ -10,7 +10,7 @@ import textwrap
 import torch
 
 import nbcompile
-from nbhelpers import run_compile_cell
+from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
 
 
 # --- seed 001/002/004: fine-grained tracing APIs ------------------------------------
@@ -195,20 +195,7 @@ def test_disable_on_a_fn_takes_its_whole_call_tree_out_of_the_graphs(ip):
 
 
 def test_allow_in_graph_my_custom_function_with_a_graph_break_gives_one_graph(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def my_custom_function(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def fn(a):
-            x = torch.add(a, 1)
-            x = my_custom_function(x)
-            x = torch.add(x, 1)
-            return x
-        """
-    )
-    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', MY_CUSTOM_FUNCTION_CELL)
     session = nbcompile.last()
     assert session.report.graph_count == 3
     assert [g.ops for g in session.report.graphs] == [["add"], ["mul"], ["add"]]

@@ -7,7 +7,7 @@ import textwrap
 import torch
 
 import nbcompile
-from nbhelpers import run_compile_cell
+from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
 
 PRINTS = textwrap.dedent(
     """\
@@ -42,20 +42,7 @@ def test_print_in_a_helper_suggests_disable_or_moving_the_print(ip):
 
 
 def test_graph_break_in_a_helper_suggests_allow_in_graph_with_a_clean_lint(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def my_custom_function(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def fn(a):
-            x = torch.add(a, 1)
-            x = my_custom_function(x)
-            x = torch.add(x, 1)
-            return x
-        """
-    )
-    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', MY_CUSTOM_FUNCTION_CELL)
     report = nbcompile.last().report
     first = report.breaks[0].fixes[0]
     assert first.command == "%nbcompile set my_custom_function allow_in_graph"

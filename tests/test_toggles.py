@@ -125,3 +125,17 @@ def test_inspect_toggles_by_object_and_name():
 
     assert oracle_cases._inner is _inner  # the global is given back
     assert torch_compat.registries_snapshot() == before
+
+
+def test_set_takes_objects_as_well_as_names(ip):
+    before = torch_compat.registries_snapshot()
+    body = "import torch\ndef fn(a):\n    x = torch.add(a, 1)\n    x = torch.sub(x, 1)\n    return torch.add(x, 1)\n"
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    session = nbcompile.last()
+    session.set(torch.sub, "disallow_in_graph")
+    assert session.toggles == {"fn": "compile", "torch.sub": "disallow_in_graph"}
+    session.set(torch.sub, "compile")
+    assert torch_compat.registries_snapshot() == before
+    assert nbcompile.toggles.torch_name(torch.nn.functional.gelu) == "torch.nn.functional.gelu"
+    with pytest.raises(nbcompile.NbcompileError, match="public dotted name"):
+        session.set(object(), "disallow_in_graph")
