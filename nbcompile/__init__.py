@@ -1,15 +1,16 @@
 """nbcompile: see what torch.compile does to a notebook's functions, live.
 
-Public names: ``inspect``, ``last``, ``sessions``, ``Report`` and its parts,
+Public names: ``inspect``, ``export``, ``last``, ``sessions``, ``Report`` and its parts,
 and the IPython extension hooks (``%load_ext nbcompile``).
 """
 
 from __future__ import annotations
 
 from .api import inspect
+from .snippet import export
 from .magics import load_ipython_extension, unload_ipython_extension
 from .options import NbcompileError
-from .report import Check, CompileError, Frame, Graph, GraphBreak, Kernel, Recompile, Report
+from .report import Check, CompileError, Fix, Frame, Graph, GraphBreak, Kernel, LintWarning, Recompile, Report
 from .session import Session, last, sessions
 
 __version__ = "0.1.0"
@@ -17,14 +18,17 @@ __version__ = "0.1.0"
 __all__ = [
     "Check",
     "CompileError",
+    "Fix",
     "Frame",
     "Graph",
     "GraphBreak",
     "Kernel",
+    "LintWarning",
     "NbcompileError",
     "Recompile",
     "Report",
     "Session",
+    "export",
     "inspect",
     "last",
     "load_ipython_extension",

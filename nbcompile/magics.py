@@ -113,7 +113,27 @@ class NbcompileMagics(Magics):
                 raise UsageError(f"%nbcompile set: {exc}") from None
             _display(session)
             return None
+        if command == "export":
+            style = _export_style(args)
+            try:
+                print(session.export(style=style), end="")
+            except NbcompileError as exc:
+                raise UsageError(f"%nbcompile export: {exc}") from None
+            return None
         raise UsageError(f"%nbcompile {command}: not available in this version")
+
+
+def _export_style(args: list[str]) -> str:
+    from .snippet import STYLES
+
+    usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}]"
+    if not args:
+        return "calls"
+    if len(args) == 2 and args[0] == "--style" and args[1] in STYLES:
+        return args[1]
+    if len(args) == 1 and args[0].startswith("--style=") and args[0].split("=", 1)[1] in STYLES:
+        return args[0].split("=", 1)[1]
+    raise UsageError(f"%nbcompile export: bad arguments {' '.join(args)!r}; {usage}")
 
 
 def _need_session() -> Session:

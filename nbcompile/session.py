@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import check as check_ops
+from . import snippet as export_ops
 from . import toggles as toggle_ops
 from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
@@ -166,6 +167,16 @@ class Session:
                 f"{name} -> {mode} failed ({type(exc).__name__}: {first}); kept {name} -> {previous}"
             ) from exc
         return self.report
+
+    def export(self, style: str = "calls") -> str:
+        """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
+        return export_ops.export(
+            {name: mode for name, mode in self.toggles.items() if mode != "compile"},
+            source=self.source[1:],  # the body as the user wrote it (the magic line was a blank line)
+            entries=self.entries,
+            options=self.options.compile_options(),
+            style=style,
+        )
 
     def reset(self) -> None:
         """Restore the original functions and drop the compiled code of the cell's functions."""
