@@ -323,6 +323,34 @@ def graph_ops(gm: Any) -> list[str]:
     return ops
 
 
+_TORCH_NAMES: dict[int, Optional[str]] = {}
+
+
+def torch_callables(gm: Any) -> list[str]:
+    """Public dotted names of the torch functions a graph calls (``torch.sub``), once each, in order.
+
+    These are what ``disallow_in_graph`` can take; operators (``x * y``) and
+    tensor methods are not.
+    """
+    from .toggles import torch_name
+
+    names: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        key = id(node.target)
+        if key not in _TORCH_NAMES:
+            module = getattr(node.target, "__module__", None) or ""
+            try:
+                _TORCH_NAMES[key] = torch_name(node.target) if module.startswith("torch") else None
+            except ValueError:
+                _TORCH_NAMES[key] = None
+        name = _TORCH_NAMES[key]
+        if name is not None and name not in names:
+            names.append(name)
+    return names
+
+
 class RecordingBackend:
     """A torch.compile backend that reports each graph, then hands it on unchanged.
 
@@ -341,7 +369,7 @@ class RecordingBackend:
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         ops = graph_ops(gm)
         compile_id = torch_compat.current_compile_id()
-        HUB.on_graph(compile_id, Graph(compile_id or "", len(ops), ops), self._owner())
+        HUB.on_graph(compile_id, Graph(compile_id or "", len(ops), ops, torch_callables=torch_callables(gm)), self._owner())
         return self.inner(gm, example_inputs)
 
     def reset(self) -> None:

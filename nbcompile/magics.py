@@ -113,6 +113,11 @@ class NbcompileMagics(Magics):
                 raise UsageError(f"%nbcompile set: {exc}") from None
             _display(session)
             return None
+        if command == "panel":
+            if not widgets_supported():
+                print("%nbcompile panel: this frontend shows no widgets; here is the report")
+            _display(session, force_panel=True)
+            return None
         if command == "export":
             style = _export_style(args)
             try:
@@ -143,10 +148,24 @@ def _need_session() -> Session:
     return session
 
 
-def _display(session: Session) -> None:
+def widgets_supported() -> bool:
+    """True in a kernel whose frontend can show ipywidgets (not in terminal IPython)."""
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _display(session: Session, force_panel: bool = False) -> None:
     from IPython.display import display
 
-    display(session.report)
+    if (session.options.panel or force_panel) and widgets_supported():
+        display(session.panel())
+    else:
+        display(session.report)
 
 
 class StatusTable:

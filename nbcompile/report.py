@@ -35,6 +35,8 @@ class Graph:
     op_count: int
     ops: list[str]
     function: str = ""
+    #: Public dotted names of the torch functions it calls (what disallow_in_graph takes).
+    torch_callables: list[str] = field(default_factory=list)
 
 
 @dataclass

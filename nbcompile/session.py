@@ -7,6 +7,7 @@ functions; ``reset()`` gives both back exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -15,10 +16,10 @@ import torch
 
 from . import check as check_ops
 from . import snippet as export_ops
+from . import suggest
 from . import toggles as toggle_ops
 from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
-from . import suggest
 from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
@@ -92,6 +93,7 @@ class Session:
         self._lint_cache: dict[str, list[LintWarning]] = {}
         self.recording = Recording(self._new_report(), cell_files=(filename,))
         self.recording.advise = lambda brk: self._advisor()(brk)
+        self._panel: Any = None
         self._closed = False
 
     # -- public surface ------------------------------------------------------------------
@@ -168,6 +170,58 @@ class Session:
             ) from exc
         return self.report
 
+    def configure(self, **changes: Any) -> Report:
+        """Change backend, mode, fullgraph or dynamic: recompile the entries, start a fresh report, re-run.
+
+        If the re-run fails, the previous options (and report) are put back
+        and the error is raised with one line.
+        """
+        self._check_open()
+        valid = ("backend", "mode", "fullgraph", "dynamic")
+        unknown = sorted(set(changes) - set(valid))
+        if unknown:
+            raise NbcompileError(f"unknown option {unknown[0]!r}; valid: {', '.join(valid)}")
+        previous = self.options
+        updated = dataclasses.replace(previous, **changes)
+        updated.validate()
+        old_report = self.report
+        self.options = updated
+        self._compile_entries()
+        try:
+            self._restart()
+        except Exception as exc:
+            self.options = previous
+            self._compile_entries()
+            self._drop_compiled_code()
+            self.recording.report = old_report
+            first = (str(exc).strip().splitlines() or [""])[0]
+            said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+            raise NbcompileError(f"{said} failed ({type(exc).__name__}: {first}); kept the previous options") from exc
+        return self.report
+
+    def _compile_entries(self) -> None:
+        """Rebind every entry to its compiled form under the current options and toggles."""
+        for binding in self._bindings:
+            mode = self.toggles.get(binding.name, "compile")
+            if mode == "allow_in_graph":
+                target = self._allow_copies[binding.name]
+            elif mode == "disable":
+                target = torch.compiler.disable(binding.original)
+            else:
+                target = binding.original
+            binding.set(self._compile(target))
+
+    def panel(self) -> Any:
+        """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""
+        self._check_open()
+        if self._panel is None:
+            from .panel import Panel
+
+            self._panel = Panel(self)
+        else:
+            self._panel.refresh()
+        return self._panel
+
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
         return export_ops.export(
@@ -191,6 +245,8 @@ class Session:
         self._drop_compiled_code()
         HUB.unregister(self.recording)
         HUB.release()
+        if self._panel is not None:
+            self._panel.detach()
         self._closed = True
         if self in _SESSIONS:
             _SESSIONS.remove(self)

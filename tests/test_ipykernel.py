@@ -96,3 +96,25 @@ def test_calls_from_a_later_cell_reach_the_session(kernel):
     _run(kernel, "g(torch.ones(2)); g(torch.ones(6))")
     out, _, _ = _run(kernel, "r = nbcompile.last().report\nprint(r.graph_count, r.recompile_count)")
     assert "".join(out).split() == ["2", "1"]
+
+
+def test_compile_shows_the_panel_in_a_kernel_and_it_follows_later_cells(kernel):
+    _run(kernel, "%load_ext nbcompile")
+    cell = (
+        '%%compile --backend eager --no-dynamic --run "h(torch.ones(2))"\n'
+        "import torch\n"
+        "def h(x):\n"
+        "    return torch.sin(x) * 2\n"
+    )
+    _, displays, reply = _run(kernel, cell)
+    assert reply["status"] == "ok", reply
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in displays), displays
+    _run(kernel, "h(torch.ones(7))")  # a recompile, from another cell
+    out, _, _ = _run(
+        kernel,
+        "p = nbcompile.last().panel()\n"
+        "print('1 recompiles' in p.status.value, len(p.figure_output.outputs))",
+    )
+    assert "".join(out).split() == ["True", "1"]
+    _, displays, _ = _run(kernel, "%nbcompile panel")
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in displays)

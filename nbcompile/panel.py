@@ -1,0 +1,411 @@
+"""The live toggle panel: an ipywidgets 8 view of one session.
+
+Rows per tracked function (compile / disable / allow_in_graph) and per torch
+op seen in the graphs (compile / disallow_in_graph), controls for the compile
+options, and tabs: graph splits (a plotly figure and the cell source with
+break and recompile lines marked), guards, recompiles, kernels, export. A
+toggle or an option change goes through ``Session.set`` / ``Session.configure``,
+which re-run and roll back on failure; the panel then shows the error and keeps
+the last good view.
+
+The panel only reads the session's report. Compilations from any cell mark it
+stale; it redraws at the end of the cell (IPython's ``post_run_cell``), or at
+once when the last redraw is older than ``LIVE_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+import weakref
+from typing import Any, Optional
+
+import ipywidgets as widgets
+import torch
+
+from .options import MODES, NbcompileError
+from .render import function_label
+from .report import Report
+from .snippet import STYLES
+from .toggles import FUNCTION_MODES, TORCH_MODES
+
+#: A compilation redraws the panel at once if the last redraw is older than this.
+LIVE_INTERVAL_S = 0.5
+#: Most characters of kernel code shown per kernel in the Kernels tab.
+KERNEL_CHARS = 20_000
+_DYNAMIC = (("auto", None), ("True", True), ("False", False))
+_PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def torch_op_names(report: Report, toggles: dict[str, str]) -> list[str]:
+    """Dotted names of torch callables the graphs call, plus the torch toggles set now."""
+    names: list[str] = [n for n in toggles if n.startswith("torch.")]
+    for graph in report.graphs:
+        names.extend(n for n in graph.torch_callables if n not in names)
+    return names
+
+
+def split_figure(report: Report) -> dict[str, Any]:
+    """The graph-splits figure as a plotly dict: graphs in call order as segments sized by op count,
+    breaks as markers between them (reason and cell line on hover)."""
+    by_frame: dict[str, tuple[list[Any], list[Any]]] = {}
+    order: list[str] = []
+    for graph in report.graphs:
+        if graph.compile_id not in by_frame:
+            order.append(graph.compile_id)
+        by_frame.setdefault(graph.compile_id, ([], []))[0].append(graph)
+    for brk in report.breaks:
+        if brk.compile_id not in by_frame:
+            order.append(brk.compile_id)
+        by_frame.setdefault(brk.compile_id, ([], []))[1].append(brk)
+    x, base, hover, colors = [], [], [], []
+    bx, bhover = [], []
+    position = 0
+    for compile_id in order:
+        graphs, breaks = by_frame[compile_id]
+        for graph in graphs:
+            size = max(graph.op_count, 1)
+            x.append(size)
+            base.append(position)
+            ops = ", ".join(graph.ops[:12]) + (", ..." if len(graph.ops) > 12 else "")
+            hover.append(f"graph {len(x)} [{graph.compile_id}] {function_label(graph.function)}<br>"
+                         f"{graph.op_count} ops: {_e(ops)}")
+            colors.append("#4C78A8" if len(x) % 2 else "#72B7B2")
+            position += size
+        for brk in breaks:
+            where = f"cell line {brk.cell_line}" if brk.cell_line is not None else f"{brk.filename}:{brk.lineno}"
+            bx.append(position)
+            bhover.append(f"break in {_e(brk.function)} at {where}<br>{_e(brk.source_line)}<br>{_e(brk.gb_type)}")
+    return {
+        "data": [
+            {"type": "bar", "orientation": "h", "y": ["graphs"] * len(x), "x": x, "base": base,
+             "marker": {"color": colors, "line": {"color": "white", "width": 1}},
+             "hovertext": hover, "hoverinfo": "text", "name": "graphs"},
+            {"type": "scatter", "mode": "markers", "y": ["graphs"] * len(bx), "x": bx,
+             "marker": {"symbol": "line-ns-open", "size": 28, "color": "#E45756", "line": {"width": 3}},
+             "hovertext": bhover, "hoverinfo": "text", "name": "breaks"},
+        ],
+        "layout": {
+            "height": 170, "margin": {"l": 60, "r": 10, "t": 30, "b": 30}, "showlegend": False,
+            "title": {"text": f"{report.graph_count} graphs, {report.break_count} breaks (width: ops)", "font": {"size": 13}},
+            "xaxis": {"title": {"text": "ops, in call order"}}, "barmode": "overlay",
+        },
+    }
+
+
+def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) -> str:
+    """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
+    breaks: dict[int, list[str]] = {}
+    for brk in report.breaks:
+        if brk.cell_line is not None:
+            breaks.setdefault(brk.cell_line, []).append(f"{brk.gb_type}: {brk.explanation or brk.reason}")
+    recompiled: dict[int, list[str]] = {}
+    for rec in report.recompiles:
+        name = function_label(rec.function).split(" ")[0]
+        for tracked, (first, _) in spans.items():
+            if tracked.split(".")[-1] == name:
+                recompiled.setdefault(first, []).append(rec.reason)
+    rows = []
+    for number, text in enumerate(source.splitlines(), start=1):
+        style, mark, title = "", " ", ""
+        if number in breaks:
+            style, mark, title = "background:#fde2e1", "●", "; ".join(breaks[number])
+        elif number in recompiled:
+            style, mark, title = "background:#fff1d6", "↻", "recompiled: " + "; ".join(recompiled[number])
+        rows.append(f"<div class='nbcompile-line' data-line='{number}' style='{style}' title='{_e(title)}'>"
+                    f"<span style='color:#999'>{number:>3} {mark} </span>{_e(text) or '&nbsp;'}</div>")
+    return "<pre style='font-size:12px;line-height:1.35;margin:0'>" + "".join(rows) + "</pre>"
+
+
+class Panel(widgets.VBox):
+    """The live panel of one session (``Session.panel()``)."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
+        self._session_ref = weakref.ref(session)
+        self._syncing = False
+        self._stale = False
+        self._last_draw = 0.0
+        self.last_error: Optional[str] = None
+        self.figure_dict: dict[str, Any] = {}
+        self.title = widgets.HTML()
+        self.status = widgets.HTML()
+        self.function_rows: dict[str, widgets.ToggleButtons] = {}
+        self.function_counts: dict[str, widgets.HTML] = {}
+        self.op_rows: dict[str, widgets.ToggleButtons] = {}
+        self.functions_box = widgets.VBox([self._function_row(name) for name in session.functions])
+        self.ops_box = widgets.VBox()
+        self.controls = self._controls(session)
+        self.figure_output = widgets.Output(layout=widgets.Layout(width="60%"))
+        self.source_html = widgets.HTML(layout=widgets.Layout(width="40%", overflow="auto"))
+        self.guard_filter = widgets.Text(placeholder="filter guards (substring)", continuous_update=False)
+        self.guard_filter.observe(lambda _: self._draw_guards(), names="value")
+        self.guards_html = widgets.HTML()
+        self.recompiles_html = widgets.HTML()
+        self.kernels_html = widgets.HTML()
+        self.export_style = widgets.ToggleButtons(options=STYLES, value="calls", description="style")
+        self.export_style.observe(lambda _: self._draw_export(), names="value")
+        self.export_html = widgets.HTML()
+        self.tabs = widgets.Tab(children=[
+            widgets.HBox([self.figure_output, self.source_html]),
+            widgets.VBox([self.guard_filter, self.guards_html]),
+            self.recompiles_html,
+            self.kernels_html,
+            widgets.VBox([self.export_style, self.export_html]),
+        ])
+        for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Kernels", "Export")):
+            self.tabs.set_title(i, name)
+        self.children = [
+            self.title, self.status, widgets.HTML("<b>Functions</b>"), self.functions_box,
+            widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
+        ]
+        session.recording.listeners.append(self._on_capture)
+        self._hook = self._install_cell_hook()
+        self.refresh()
+
+    # -- construction ------------------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        session = self._session_ref()
+        if session is None:
+            raise NbcompileError("the session behind this panel is gone")
+        return session
+
+    def _function_row(self, name: str) -> widgets.HBox:
+        toggle = widgets.ToggleButtons(options=FUNCTION_MODES, value=self.session.toggles.get(name, "compile"),
+                                       style={"button_width": "105px"})
+        toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
+        counts = widgets.HTML()
+        self.function_rows[name] = toggle
+        self.function_counts[name] = counts
+        label = widgets.HTML(f"<code>{_e(name)}</code>" + (" <i>(entry)</i>" if name in self.session.entries else ""),
+                             layout=widgets.Layout(width="180px"))
+        return widgets.HBox([label, toggle, counts])
+
+    def _op_row(self, name: str) -> widgets.HBox:
+        toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
+                                       style={"button_width": "130px"})
+        toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
+        self.op_rows[name] = toggle
+        return widgets.HBox([widgets.HTML(f"<code>{_e(name)}</code>", layout=widgets.Layout(width="180px")), toggle])
+
+    def _controls(self, session: Any) -> widgets.HBox:
+        from . import torch_compat
+
+        opts = session.options
+        self.backend = widgets.Dropdown(options=torch_compat.list_backends(), value=opts.backend, description="backend")
+        self.mode = widgets.Dropdown(options=MODES, value=opts.mode or "default", description="mode")
+        self.fullgraph = widgets.Checkbox(value=opts.fullgraph, description="fullgraph", indent=False)
+        self.dynamic = widgets.Dropdown(options=_DYNAMIC, value=opts.dynamic, description="dynamic")
+        for name, control in (("backend", self.backend), ("mode", self.mode),
+                              ("fullgraph", self.fullgraph), ("dynamic", self.dynamic)):
+            control.observe(lambda change, n=name: self._on_option(n, change), names="value")
+        return widgets.HBox([self.backend, self.mode, self.fullgraph, self.dynamic])
+
+    # -- user actions ----------------------------------------------------------------------
+    def _on_toggle(self, name: str, change: dict[str, Any]) -> None:
+        if self._syncing:
+            return
+        self._act(lambda: self.session.set(name, change["new"]), change)
+
+    def _on_option(self, name: str, change: dict[str, Any]) -> None:
+        if self._syncing:
+            return
+        value = change["new"]
+        if name == "mode" and value == "default":
+            value = None
+        self._act(lambda: self.session.configure(**{name: value}), change)
+
+    def _act(self, action: Any, change: dict[str, Any]) -> None:
+        try:
+            action()
+        except Exception as exc:  # the session kept its previous state; so does the widget
+            self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._syncing = True
+            try:
+                change["owner"].value = change["old"]
+            finally:
+                self._syncing = False
+            self._draw_status()
+            return
+        self.last_error = None
+        self.refresh()
+
+    # -- live updates -------------------------------------------------------------------------
+    def _on_capture(self, _recording: Any) -> None:
+        if time.perf_counter() - self._last_draw > LIVE_INTERVAL_S or self._hook is None:
+            self.refresh()
+        else:
+            self._stale = True
+
+    def _install_cell_hook(self) -> Optional[Any]:
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover
+            return None
+        shell = get_ipython()
+        if shell is None:
+            return None
+        ref = weakref.ref(self)
+
+        def after_cell(*_args: Any) -> None:
+            panel = ref()
+            if panel is not None and panel._stale:
+                panel.refresh()
+
+        shell.events.register("post_run_cell", after_cell)
+        return shell, after_cell
+
+    def detach(self) -> None:
+        """Stop following the session (it was reset): controls off, hooks gone."""
+        if self._hook is not None:
+            shell, hook = self._hook
+            try:
+                shell.events.unregister("post_run_cell", hook)
+            except ValueError:
+                pass
+            self._hook = None
+        session = self._session_ref()
+        if session is not None and self._on_capture in session.recording.listeners:
+            session.recording.listeners.remove(self._on_capture)
+        for control in [*self.function_rows.values(), *self.op_rows.values(),
+                        self.backend, self.mode, self.fullgraph, self.dynamic]:
+            control.disabled = True
+        self.status.value = "<span style='color:#888'>session reset; run its %%compile cell again</span>"
+
+    # -- drawing ------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Redraw every view from the session's current report."""
+        session = self.session
+        report = session.report
+        self._stale = False
+        self._last_draw = time.perf_counter()
+        self.title.value = f"<b>{_e(report.title)}</b>"
+        self._sync_controls(session)
+        self._draw_counts(report)
+        self._draw_ops(session, report)
+        self._draw_status()
+        self.figure_dict = split_figure(report)
+        self._draw_figure(report)
+        self.source_html.value = source_view(session.source, report, session.cell.spans)
+        self._draw_guards()
+        self.recompiles_html.value = self._recompiles(report)
+        self.kernels_html.value = self._kernels(report)
+        self._draw_export()
+
+    def _draw_figure(self, report: Report) -> None:
+        # Set as widget state (not captured from a display): it works without a frontend
+        # listening, in a terminal, and in exported notebooks with the widget state embedded.
+        self.figure_output.outputs = ({
+            "output_type": "display_data",
+            "data": {_PLOTLY_MIME: self.figure_dict, "text/plain": f"graph splits: {report.graph_count} graphs"},
+            "metadata": {},
+        },)
+
+    @property
+    def figure(self) -> Any:
+        """The graph-splits figure as a plotly ``go.Figure`` (validated by plotly)."""
+        import plotly.graph_objects as go
+
+        return go.Figure(self.figure_dict)
+
+    def _sync_controls(self, session: Any) -> None:
+        self._syncing = True
+        try:
+            for name, toggle in self.function_rows.items():
+                toggle.value = session.toggles.get(name, "compile")
+            for name, toggle in self.op_rows.items():
+                toggle.value = session.toggles.get(name, "compile")
+            opts = session.options
+            self.backend.value, self.mode.value = opts.backend, opts.mode or "default"
+            self.fullgraph.value, self.dynamic.value = opts.fullgraph, opts.dynamic
+        finally:
+            self._syncing = False
+
+    def _draw_counts(self, report: Report) -> None:
+        frames: dict[str, int] = {}
+        breaks: dict[str, int] = {}
+        recompiles: dict[str, int] = {}
+        for f in report.frames:
+            key = function_label(f.function).split(" ")[0]
+            frames[key] = frames.get(key, 0) + 1
+        for b in report.breaks:
+            breaks[b.function] = breaks.get(b.function, 0) + 1
+        for r in report.recompiles:
+            key = function_label(r.function).split(" ")[0]
+            recompiles[key] = recompiles.get(key, 0) + 1
+        for name, counts in self.function_counts.items():
+            short = name.split(".")[-1]
+            counts.value = (f"<span style='color:#555'>{frames.get(short, 0)} frames, {breaks.get(short, 0)} breaks, "
+                            f"{recompiles.get(short, 0)} recompiles</span>")
+
+    def _draw_ops(self, session: Any, report: Report) -> None:
+        new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]
+        if new:
+            self.ops_box.children = [*self.ops_box.children, *(self._op_row(name) for name in new)]
+
+    def _draw_status(self) -> None:
+        session = self.session
+        report = session.report
+        parts = [f"{report.graph_count} graphs, {report.break_count} breaks, {report.recompile_count} recompiles",
+                 f"compile {report.compile_time_s:.2f} s"]
+        check = report.check
+        if check is None:
+            parts.append("check: off" if not session.options.check else "check: not run yet")
+        elif check.ok:
+            parts.append("<span style='color:#2a7'>check ok</span>" if check.compared else f"check: {_e(check.message)}")
+        else:
+            parts.append(f"<span style='color:#b00'><b>check mismatch</b>: {_e(check.message)}</span>")
+        if report.warnings:
+            parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
+        error = self.last_error or (f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
+        if error:
+            parts.append(f"<span style='color:#b00'>last error: {_e(error)}</span>")
+        self.status.value = " · ".join(parts)
+
+    def _draw_guards(self) -> None:
+        needle = self.guard_filter.value.strip().lower()
+        blocks = []
+        for frame in self.session.report.frames:
+            guards = [g for g in frame.guards if needle in g.lower()] if needle else frame.guards
+            if needle and not guards:
+                continue
+            blocks.append(f"<p><b>{_e(frame.compile_id)} {_e(function_label(frame.function))}</b> "
+                          f"({len(guards)} of {frame.guard_count} guards)</p><pre>{_e(chr(10).join(guards))}</pre>")
+        self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
+
+    @staticmethod
+    def _recompiles(report: Report) -> str:
+        if not report.recompiles:
+            return "<i>no recompiles</i>"
+        rows = "".join(f"<tr><td>{_e(function_label(r.function))}</td><td>{_e(r.compile_id)}</td>"
+                       f"<td><code>{_e(r.reason)}</code></td></tr>" for r in report.recompiles)
+        return f"<table><tr><th>function</th><th>compile id</th><th>failed guard</th></tr>{rows}</table>"
+
+    @staticmethod
+    def _kernels(report: Report) -> str:
+        if not report.kernels:
+            return f"<i>no generated kernels (backend {_e(report.backend)})</i>"
+        blocks = []
+        for k in report.kernels:
+            code = k.code if len(k.code) <= KERNEL_CHARS else k.code[:KERNEL_CHARS] + "\n# ... (cut)"
+            blocks.append(f"<details><summary>[{_e(k.compile_id)}] {_e(k.name)} ({_e(k.language)})</summary>"
+                          f"<pre>{_e(code)}</pre></details>")
+        return "".join(blocks)
+
+    def _draw_export(self) -> None:
+        try:
+            snippet = self.session.export(style=self.export_style.value)
+        except NbcompileError as exc:
+            self.export_html.value = f"<span style='color:#b00'>{_e(exc)}</span>"
+            return
+        self.snippet = snippet
+        self.export_html.value = (
+            f"<button class='nbcompile-copy' data-snippet='{_e(snippet)}' "
+            "onclick='navigator.clipboard.writeText(this.dataset.snippet)'>Copy</button>"
+            f"<pre class='nbcompile-snippet'>{_e(snippet)}</pre>"
+        )
