@@ -40,6 +40,8 @@ schema: $(PY)
 
 bench: venv
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/toggle_latency.py
+	$(PY) benchmarks/panel_scale.py
 
 clean:
 	rm -rf $(VENV) build dist .inductor-cache .pytest_cache
