@@ -7,6 +7,7 @@ and the IPython extension hooks (``%load_ext nbcompile``).
 from __future__ import annotations
 
 from .api import inspect
+from .timing import BenchConfig, BenchResult, BenchRow, bench
 from .snippet import export
 from .magics import load_ipython_extension, unload_ipython_extension
 from .options import NbcompileError
@@ -16,6 +17,10 @@ from .session import Session, last, sessions
 __version__ = "0.1.0"
 
 __all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "BenchRow",
+    "bench",
     "Check",
     "CompileError",
     "Fix",

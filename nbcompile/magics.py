@@ -86,6 +86,8 @@ class NbcompileMagics(Magics):
             raise UsageError(f"%%compile: {exc}") from None
         result = session.run() if options.run is not None else None
         _display(session)
+        if options.bench:
+            _bench(session, None)
         return result
 
     @line_magic("nbcompile")
@@ -113,6 +115,9 @@ class NbcompileMagics(Magics):
                 raise UsageError(f"%nbcompile set: {exc}") from None
             _display(session)
             return None
+        if command == "bench":
+            _bench(session, " ".join(args) or None)
+            return None
         if command == "panel":
             if not widgets_supported():
                 print("%nbcompile panel: this frontend shows no widgets; here is the report")
@@ -126,6 +131,17 @@ class NbcompileMagics(Magics):
                 raise UsageError(f"%nbcompile export: {exc}") from None
             return None
         raise UsageError(f"%nbcompile {command}: not available in this version")
+
+
+def _bench(session: Session, expr: Optional[str]) -> None:
+    from IPython.display import display
+
+    try:
+        result = session.bench(expr)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile bench: {exc}") from None
+    if session._panel is None or not widgets_supported():
+        display(result)
 
 
 def _export_style(args: list[str]) -> str:

@@ -150,14 +150,20 @@ class Panel(widgets.VBox):
         self.export_style = widgets.ToggleButtons(options=STYLES, value="calls", description="style")
         self.export_style.observe(lambda _: self._draw_export(), names="value")
         self.export_html = widgets.HTML()
+        self.bench_button = widgets.Button(description="Run benchmark", icon="tachometer",
+                                           tooltip="time --run eager and compiled (takes a few compiles)")
+        self.bench_button.on_click(lambda _: self._run_bench())
+        self.bench_html = widgets.HTML()
+        self.bench_output = widgets.Output()
         self.tabs = widgets.Tab(children=[
             widgets.HBox([self.figure_output, self.source_html]),
             widgets.VBox([self.guard_filter, self.guards_html]),
             self.recompiles_html,
+            widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
         ])
-        for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Kernels", "Export")):
+        for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export")):
             self.tabs.set_title(i, name)
         self.children = [
             self.title, self.status, widgets.HTML("<b>Functions</b>"), self.functions_box,
@@ -296,6 +302,33 @@ class Panel(widgets.VBox):
         self.recompiles_html.value = self._recompiles(report)
         self.kernels_html.value = self._kernels(report)
         self._draw_export()
+        self._draw_bench()
+
+    def _run_bench(self) -> None:
+        self.bench_button.disabled = True
+        try:
+            self.session.bench()
+        except Exception as exc:
+            self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
+            self.last_error = None
+        finally:
+            self.bench_button.disabled = False
+        self.refresh()
+
+    def _draw_bench(self) -> None:
+        result = self.session.last_bench
+        if result is None:
+            self.bench_html.value = "<i>no benchmark yet</i>" + (
+                "" if self.session.options.run else " (it times the --run expression; add --run EXPR)")
+            self.bench_output.outputs = ()
+            return
+        self.bench_html.value = f"<pre>{_e(str(result))}</pre>"
+        self.bench_output.outputs = ({
+            "output_type": "display_data",
+            "data": {_PLOTLY_MIME: result.figure().to_plotly_json(), "text/plain": "speedups"},
+            "metadata": {},
+        },)
 
     def _draw_figure(self, report: Report) -> None:
         # Set as widget state (not captured from a display): it works without a frontend

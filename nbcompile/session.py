@@ -7,10 +7,11 @@ functions; ``reset()`` gives both back exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -94,6 +95,8 @@ class Session:
         self.recording = Recording(self._new_report(), cell_files=(filename,))
         self.recording.advise = lambda brk: self._advisor()(brk)
         self._panel: Any = None
+        #: The latest ``bench()`` result (shown in the panel's Speedup tab).
+        self.last_bench: Any = None
         self._closed = False
 
     # -- public surface ------------------------------------------------------------------
@@ -133,15 +136,7 @@ class Session:
 
     def _eager_run(self) -> Any:
         """The --run expression with every name the session rebound given back its original."""
-        bindings = [*self._bindings, *self._toggle_bindings.values()]
-        current = [b.get() for b in bindings]
-        for binding in bindings:
-            binding.set(binding.original)
-        try:
-            return eval(self.options.run, self.namespace)
-        finally:
-            for binding, value in zip(bindings, current):
-                binding.set(value)
+        return self._eager_eval(self.options.run)
 
     def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
@@ -210,6 +205,87 @@ class Session:
             else:
                 target = binding.original
             binding.set(self._compile(target))
+
+    def bench(self, expr: Optional[str] = None, min_run_time: float = 0.5) -> Any:
+        """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
+        every toggle back at ``compile``; compile times cold and warm. The report starts afresh after."""
+        import contextlib
+        import io
+
+        self._check_open()
+        with contextlib.redirect_stdout(io.StringIO()):  # a print in the timed code would flood the cell
+            return self._bench(expr, min_run_time)
+
+    def _bench(self, expr: Optional[str], min_run_time: float) -> Any:
+        from . import timing as bench_ops
+
+        expr = expr or self.options.run
+        if not expr:
+            raise NbcompileError("nothing to time: give an expression (%nbcompile bench EXPR) or add --run EXPR")
+        code = compile(expr, "<nbcompile bench>", "eval")
+        saved = dict(self.toggles)
+        device = bench_ops._device_of(v for v in self.namespace.values() if isinstance(v, torch.Tensor))
+        expected = self._eager_eval(code)
+        nbytes = bench_ops._tensor_bytes(expected) + sum(
+            bench_ops._tensor_bytes(v) for n, v in list(self.namespace.items())
+            if not n.startswith("_") and isinstance(v, torch.Tensor) and n in expr
+        )
+        peak = bench_ops.peak_bandwidth(device)
+        with self._originals_bound():  # bound once: the swap is not part of the timed call
+            flops = bench_ops._flops(lambda: eval(code, self.namespace))
+            eager_median, eager_iqr, eager_e2e = bench_ops.time_call(
+                lambda: eval(code, self.namespace), device, min_run_time)
+        rows = [bench_ops.BenchRow("eager", eager_median, eager_iqr, 1.0, None, None, eager_e2e, "reference", True,
+                                   nbytes / eager_median / 1e9 if nbytes else None,
+                                   nbytes / eager_median / peak if nbytes else None)]
+        plans = [("session", saved)]
+        if any(mode != "compile" for mode in saved.values()):
+            plans.append(("all toggles compile", {name: "compile" for name in saved}))
+        run = lambda: eval(code, self.namespace)  # noqa: E731
+
+        def first_call() -> tuple[float, float, Any]:
+            self._drop_compiled_code()
+            bench_ops._first_call(run, device)  # fills the caches
+            self._drop_compiled_code()
+            with bench_ops._cold_caches():
+                cold, _ = bench_ops._first_call(run, device)
+            self._drop_compiled_code()
+            warm, out = bench_ops._first_call(run, device)
+            return cold, warm, out
+
+        try:
+            for label, toggles in plans:
+                for name, mode in toggles.items():
+                    self._apply_toggle(name, mode)
+                rows.append(bench_ops.measure(label, first_call, run, expected, eager_median, device,
+                                              min_run_time, nbytes, peak))
+        finally:
+            for name in list(self.toggles):
+                self._apply_toggle(name, saved.get(name, "compile"))
+            self._restart()
+        timer = "CUDA events, L2 flushed per call" if device.type == "cuda" else "torch.utils.benchmark"
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        self.last_bench = bench_ops.BenchResult(rows, name, timer, peak / 1e9, nbytes, flops)
+        self.recording.notify()
+        return self.last_bench
+
+    @contextlib.contextmanager
+    def _originals_bound(self) -> Iterator[None]:
+        """Every name the session rebound given back its original, every compiled callable eager."""
+        with torch_compat.force_eager():
+            bindings = [*self._bindings, *self._toggle_bindings.values()]
+            current = [b.get() for b in bindings]
+            for binding in bindings:
+                binding.set(binding.original)
+            try:
+                yield
+            finally:
+                for binding, value in zip(bindings, current):
+                    binding.set(value)
+
+    def _eager_eval(self, code: Any) -> Any:
+        with self._originals_bound():
+            return eval(code, self.namespace)
 
     def panel(self) -> Any:
         """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""

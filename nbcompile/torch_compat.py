@@ -163,6 +163,19 @@ def force_eager() -> Any:
     return set_stance("force_eager")
 
 
+def inductor_caches_disabled() -> Any:
+    """A context in which Inductor compiles from scratch (its FX graph and kernel caches off)."""
+    import contextlib
+
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext()
+    if not hasattr(inductor_config, "force_disable_caches"):  # pragma: no cover - older torch
+        return contextlib.nullcontext()
+    return inductor_config.patch(force_disable_caches=True)
+
+
 def tensor_version(tensor: torch.Tensor) -> int:
     """The tensor's in-place version counter (bumped by every in-place op on it or a view)."""
     return tensor._version
@@ -180,6 +193,7 @@ def _probe() -> None:
         "reset_code": lambda: torch._dynamo.eval_frame.reset_code,
         "optimized module": lambda: torch._dynamo.eval_frame.OptimizedModule,
         "tensor version counter": lambda: torch.zeros(1)._version,
+        "inductor cache switch": lambda: __import__("torch._inductor.config", fromlist=["x"]).force_disable_caches,
         "registries": lambda: [_registry(name)() for name in _REGISTRIES],
         "resume cache": lambda: __import__(
             "torch._dynamo.resume_execution", fromlist=["ContinueExecutionCache"]

@@ -1,0 +1,308 @@
+"""``nbcompile.bench``: speedups measured right.
+
+- Steady-state time per call, eager against each configuration. On CPU with
+  ``torch.utils.benchmark`` (blocked autorange: median and IQR over blocks);
+  on CUDA with CUDA events around each call, after warm-up, with the L2 cache
+  flushed before every call, plus the end-to-end wall time per call (Dynamo's
+  guards and the launches included).
+- Compile time apart, with a cold cache (Inductor's caches disabled) and a
+  warm one (a second compile of the same graphs).
+- The check first: a configuration whose result differs from eager is not
+  timed; its row says why.
+- Achieved memory bandwidth (bytes in and out per call over the time) as a
+  fraction of the device's peak, measured by a copy in the same run; shown for
+  memory-bound work (few FLOPs per byte).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Union
+
+import torch
+
+from . import check as check_ops
+from . import torch_compat
+from .options import MODES, CompileOptions, NbcompileError
+
+#: FLOPs per byte below which a call counts as memory-bound (elementwise work, norms, softmax).
+MEMORY_BOUND_FLOPS_PER_BYTE = 4.0
+L2_FLUSH_BYTES = 256 * 2**20
+PRESETS = {"default": None, **{m: m for m in MODES if m != "default"}}
+
+
+@dataclass
+class BenchConfig:
+    """One way to compile: a name, the torch.compile options, and toggles as ``inspect`` takes them."""
+
+    name: str
+    backend: str = "inductor"
+    mode: Optional[str] = None
+    fullgraph: bool = False
+    dynamic: Optional[bool] = None
+    toggles: dict[Any, str] = field(default_factory=dict)
+
+    def options(self) -> CompileOptions:
+        return CompileOptions(self.backend, self.mode, self.fullgraph, self.dynamic).validate()
+
+
+@dataclass
+class BenchRow:
+    config: str
+    median_s: Optional[float]
+    iqr_s: Optional[float]
+    speedup: Optional[float]
+    compile_s: Optional[float]
+    compile_warm_s: Optional[float] = None
+    end_to_end_s: Optional[float] = None
+    check: str = ""
+    timed: bool = True
+    gbps: Optional[float] = None
+    peak_fraction: Optional[float] = None
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    device: str
+    timer: str
+    peak_gbps: Optional[float]
+    bytes_per_call: int
+    flops_per_call: int
+
+    @property
+    def memory_bound(self) -> bool:
+        return self.bytes_per_call > 0 and self.flops_per_call / self.bytes_per_call < MEMORY_BOUND_FLOPS_PER_BYTE
+
+    def row(self, config: str) -> BenchRow:
+        for row in self.rows:
+            if row.config == config:
+                return row
+        raise KeyError(f"no row {config!r}; rows: {', '.join(r.config for r in self.rows)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "memory_bound": self.memory_bound}
+
+    def figure(self) -> Any:
+        from .plots import bench_figure
+
+        return bench_figure(self)
+
+    def __str__(self) -> str:
+        lines = [f"bench on {self.device} ({self.timer})"]
+        for r in self.rows:
+            if not r.timed:
+                lines.append(f"  {r.config:<22} not timed: {r.check}")
+                continue
+            speed = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
+            comp = f", compile {r.compile_s:.2f} s cold / {r.compile_warm_s:.2f} s warm" if r.compile_s is not None else ""
+            bw = f", {r.peak_fraction * 100:.0f}% of peak bandwidth" if r.peak_fraction is not None and self.memory_bound else ""
+            lines.append(f"  {r.config:<22} {r.median_s * 1e6:10.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)  {speed}{comp}{bw}")
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = {"text/plain": str(self)}
+        try:
+            bundle.update(self.figure()._repr_mimebundle_(include, exclude))
+        except Exception:  # a plot must never hide the figures
+            pass
+        bundle["text/plain"] = str(self)
+        return bundle
+
+
+# --- timing -------------------------------------------------------------------------------
+
+def _device_of(values: Iterable[Any]) -> torch.device:
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            return value.device
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float = 0.5) -> tuple[float, float, float]:
+    """(median, IQR, end-to-end) seconds per call of ``call``."""
+    if device.type != "cuda":
+        from torch.utils.benchmark import Timer
+
+        m = Timer(stmt="call()", globals={"call": call}).blocked_autorange(min_run_time=min_run_time)
+        return m.median, m.iqr, m.median
+    for _ in range(3):
+        call()
+    _sync(device)
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+    times: list[float] = []
+    deadline = time.perf_counter() + min_run_time
+    while len(times) < 10 or (time.perf_counter() < deadline and len(times) < 1000):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    q = statistics.quantiles(times, n=4)
+    n = max(10, min(1000, int(min_run_time / max(statistics.median(times), 1e-6))))
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    _sync(device)
+    return statistics.median(times), q[2] - q[0], (time.perf_counter() - t0) / n
+
+
+def peak_bandwidth(device: torch.device, nbytes: int = 128 * 2**20) -> float:
+    """Bytes per second of a device copy (read + write), measured now."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    median, _, _ = time_call(lambda: dst.copy_(src), device, min_run_time=0.3)
+    return 2 * nbytes / median
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, torch.nn.Module):
+        return sum(_tensor_bytes(t) for t in value.state_dict().values())
+    return 0
+
+
+def _flops(call: Callable[[], Any]) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        call()
+    return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def _cold_caches() -> Any:
+    import warnings
+
+    with warnings.catch_warnings(), torch_compat.inductor_caches_disabled():
+        warnings.simplefilter("ignore")  # "dynamo_pgo force disabled": that is the point
+        yield
+
+
+def _first_call(call: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
+    _sync(device)
+    start = time.perf_counter()
+    out = call()
+    _sync(device)
+    return time.perf_counter() - start, out
+
+
+# --- the benchmark -------------------------------------------------------------------------
+
+def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig] = None) -> list[BenchConfig]:
+    if configs is None:
+        return [default or BenchConfig("default")]
+    out = []
+    for c in configs:
+        if isinstance(c, BenchConfig):
+            out.append(c)
+        elif isinstance(c, str):
+            if c not in PRESETS:
+                raise NbcompileError(f"unknown config {c!r}; valid names: {', '.join(PRESETS)}, or a dict of options")
+            out.append(BenchConfig(c, mode=PRESETS[c]))
+        elif isinstance(c, dict):
+            c = dict(c)
+            out.append(BenchConfig(c.pop("name", c.get("mode") or c.get("backend") or "config"), **c))
+        else:
+            raise NbcompileError(f"a config is a preset name, a dict or a BenchConfig, not {type(c).__name__}")
+    for c in out:
+        c.options()
+    return out
+
+
+def measure(
+    name: str,
+    first_call: Callable[[], tuple[float, float, Any]],
+    steady: Callable[[], Any],
+    expected: Any,
+    eager_median: Optional[float],
+    device: torch.device,
+    min_run_time: float,
+    nbytes: int,
+    peak: Optional[float],
+) -> BenchRow:
+    """One row: compile (cold, warm), check against eager, then time the steady state."""
+    cold, warm, out = first_call()
+    comparison = check_ops.compare(out, expected)
+    if comparison.problems:
+        return BenchRow(name, None, None, None, None, None, None,
+                        "differs from eager, not timed: " + "; ".join(comparison.problems[:2]), timed=False)
+    median, iqr, e2e = time_call(steady, device, min_run_time)
+    gbps = nbytes / median / 1e9 if nbytes else None
+    return BenchRow(
+        name, median, iqr, (eager_median / median) if eager_median else None,
+        max(cold - median, 0.0), max(warm - median, 0.0), e2e,
+        f"matches eager (max abs diff {comparison.max_abs_diff:.3g})" if comparison.max_abs_diff is not None else "matches eager",
+        True, gbps, (gbps * 1e9 / peak) if gbps and peak else None,
+    )
+
+
+def bench(fn: Callable[..., Any], *args: Any, configs: Union[None, Iterable[Any]] = None,
+          min_run_time: float = 0.5, **kwargs: Any) -> BenchResult:
+    """Time ``fn(*args, **kwargs)`` eager and compiled under each config (default: Inductor, default mode)."""
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # a print in the timed code would flood the output
+        return _bench(fn, args, kwargs, configs, min_run_time)
+
+
+def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+           configs: Union[None, Iterable[Any]], min_run_time: float) -> BenchResult:
+    from .api import _fresh_copy, _toggled
+
+    if not callable(fn):
+        raise NbcompileError(f"bench needs a callable, got {type(fn).__name__}")
+    plans = _configs(configs)
+    original = torch_compat.unwrap_compiled(fn)
+    device = _device_of([*args, *kwargs.values()])
+
+    def eager() -> Any:
+        return original(*args, **kwargs)
+
+    peak = peak_bandwidth(device)
+    with torch_compat.force_eager():  # once, outside the timed call
+        expected = eager()
+        flops = _flops(eager)
+        eager_median, eager_iqr, eager_e2e = time_call(eager, device, min_run_time)
+    nbytes = _tensor_bytes(args) + _tensor_bytes(kwargs) + _tensor_bytes(expected)
+    rows = [BenchRow("eager", eager_median, eager_iqr, 1.0, None, None, eager_e2e, "reference",
+                     True, nbytes / eager_median / 1e9 if nbytes else None,
+                     nbytes / eager_median / peak if nbytes else None)]
+    for plan in plans:
+        kw = plan.options().torch_compile_kwargs()
+
+        def compiled_copy() -> Callable[..., Any]:
+            return torch.compile(_fresh_copy(fn), backend=plan.backend, mode=plan.mode, **kw)
+
+        with _toggled(fn, plan.toggles):
+            steady_fn = compiled_copy()
+
+            def first_call() -> tuple[float, float, Any]:
+                _first_call(lambda: compiled_copy()(*args, **kwargs), device)  # fills the caches
+                with _cold_caches():
+                    cold, _ = _first_call(lambda: compiled_copy()(*args, **kwargs), device)
+                warm, out = _first_call(lambda: steady_fn(*args, **kwargs), device)
+                return cold, warm, out
+
+            rows.append(measure(plan.name, first_call, lambda: steady_fn(*args, **kwargs), expected,
+                                eager_median, device, min_run_time, nbytes, peak))
+    timer = "CUDA events, L2 flushed per call" if device.type == "cuda" else "torch.utils.benchmark"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return BenchResult(rows, name, timer, peak / 1e9, nbytes, flops)
