@@ -133,7 +133,9 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
     if device.type != "cuda":
         from torch.utils.benchmark import Timer
 
-        m = Timer(stmt="call()", globals={"call": call}).blocked_autorange(min_run_time=min_run_time)
+        # torch.utils.benchmark times with one thread unless told otherwise; the user's code runs with all.
+        m = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()).blocked_autorange(
+            min_run_time=min_run_time)
         return m.median, m.iqr, m.median
     for _ in range(3):
         call()
