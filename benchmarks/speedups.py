@@ -5,8 +5,9 @@ For each case, ``nbcompile.bench`` times eager against Inductor's default, reduc
 max-autotune modes (compile time apart, cold and warm), after checking each against eager. Then
 two fidelity figures, side by side in the same run:
 
-1. nbcompile's measured time of the default config against an independent measurement of a
-   plainly compiled copy (``timeit`` on CPU, ``triton.testing.do_bench`` on CUDA): within 5%.
+1. nbcompile's timer against an independent one (``timeit`` on CPU, ``triton.testing.do_bench``
+   on CUDA) on the same compiled callable (default config), alternating five times: the median
+   ratio is within 5%.
 2. The speed of the function compiled by a ``%%compile`` cell against plain ``torch.compile``
    (interleaved rounds, median ratio plain/nbcompile): at least 0.98.
 
@@ -29,9 +30,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import RESULTS, environment, write  # noqa: E402
 
 CASES = {
-    "softmax": ("def softmax(x):\n    return torch.softmax(x * 0.5, dim=-1)\n", "softmax", lambda d: [torch.randn(512, 1024, device=d)]),
+    # memory-bound cases are sized past the CPU's caches, so the copy's peak is the right yardstick
+    "softmax": ("def softmax(x):\n    return torch.softmax(x * 0.5, dim=-1)\n", "softmax", lambda d: [torch.randn(2048, 4096, device=d)]),
     "layernorm": ("def layernorm(x, w, b):\n    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)\n",
-                  "layernorm", lambda d: [torch.randn(512, 1024, device=d), torch.randn(1024, device=d), torch.randn(1024, device=d)]),
+                  "layernorm", lambda d: [torch.randn(2048, 4096, device=d), torch.randn(4096, device=d), torch.randn(4096, device=d)]),
     "gelu_mlp": ("def gelu_mlp(x, w1, w2):\n    return torch.nn.functional.gelu(x @ w1) @ w2\n",
                  "gelu_mlp", lambda d: [torch.randn(256, 512, device=d), torch.randn(512, 1024, device=d) / 20, torch.randn(1024, 512, device=d) / 30]),
     "transformer_block": (
@@ -55,9 +57,15 @@ import torch  # noqa: E402
 
 
 def _namespace(source: str) -> dict:
-    ns: dict = {"torch": torch}
-    exec(compile("import torch\n" + source, "<case>", "exec"), ns)
-    return ns
+    """The case's functions in a real, importable module (as a notebook's are in __main__):
+    FX names an allow_in_graph function by its module."""
+    import types
+
+    _namespace.count = getattr(_namespace, "count", 0) + 1
+    module = types.ModuleType(f"_speedup_case_{_namespace.count}")
+    sys.modules[module.__name__] = module
+    exec(compile("import torch\n" + source, "<case>", "exec"), module.__dict__)
+    return module.__dict__
 
 
 def _independent(fn, args, device) -> float:
@@ -114,6 +122,7 @@ def main() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".inductor-cache"))
     import nbcompile
     from IPython.core.interactiveshell import InteractiveShell
+    from nbcompile.timing import time_call
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "nbcompile")
@@ -131,19 +140,27 @@ def main() -> None:
         default = bench.row("default")
         plain_default = torch.compile(_namespace(source)[entry])
         plain_default(*inputs)
-        independent = _independent(plain_default, inputs, device)
-        fidelity = default.median_s / independent
+        # nbcompile's timer and an independent one on the same compiled callable, alternating,
+        # so this noisy shared machine drifts the same way for both
+        pairs = []
+        for _ in range(5):
+            ours = time_call(lambda: plain_default(*inputs), device, args.min_run_time)[0]
+            pairs.append((ours, _independent(plain_default, inputs, device)))
+        fidelity = statistics.median(o / i for o, i in pairs)
+        independent = statistics.median(i for _, i in pairs)
         speed = _session_vs_plain(shell, source, entry, inputs, args.rounds)
         results[name] = {
             "bench": bench.to_json(),
-            "fidelity": {"nbcompile_median_s": default.median_s, "independent_s": independent,
+            "fidelity": {"nbcompile_timer_s": statistics.median(o for o, _ in pairs), "independent_s": independent,
+                         "bench_row_default_s": default.median_s,
                          "independent_tool": "triton.testing.do_bench" if device.type == "cuda" else "timeit",
                          "ratio": fidelity, "within_5_percent": abs(fidelity - 1) <= 0.05},
             "nbcompile_vs_plain": {**speed, "meets_0_98": speed["speed_ratio_plain_over_nbcompile"] >= 0.98},
         }
         print(f"== {name}\n{bench}")
-        print(f"   fidelity: nbcompile {default.median_s * 1e6:.1f} us vs {results[name]['fidelity']['independent_tool']} "
-              f"{independent * 1e6:.1f} us, ratio {fidelity:.3f} (within 5%: {abs(fidelity - 1) <= 0.05})")
+        print(f"   fidelity: nbcompile's timer {statistics.median(o for o, _ in pairs) * 1e6:.1f} us vs "
+              f"{results[name]['fidelity']['independent_tool']} {independent * 1e6:.1f} us on the same callable, "
+              f"median ratio of 5 alternations {fidelity:.3f} (within 5%: {abs(fidelity - 1) <= 0.05})")
         print(f"   %%compile vs plain torch.compile speed ratio {speed['speed_ratio_plain_over_nbcompile']:.3f} "
               f"(target >= 0.98)", flush=True)
         fig = bench.figure()

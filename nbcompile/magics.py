@@ -105,7 +105,11 @@ class NbcompileMagics(Magics):
         if command == "status":
             return status_table(session)
         if command == "report":
-            return session.report
+            if not args:
+                return session.report
+            if len(args) != 1 or args[0] not in session.functions:
+                raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(session.functions)}")
+            return session.report.for_function(args[0])
         if command == "set":
             if len(args) != 2:
                 raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, allow_in_graph; torch callables: compile, disallow_in_graph)")

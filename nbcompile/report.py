@@ -200,6 +200,28 @@ class Report:
                 return
         items.append(item)
 
+    def for_function(self, name: str) -> "Report":
+        """The part of this report about one function (its frames, resumed frames included)."""
+        short = name.split(".")[-1]
+
+        def mine(function: str) -> bool:
+            return function == short or function.startswith(f"torch_dynamo_resume_in_{short}_at_")
+
+        frames = [f for f in self.frames if mine(f.function)]
+        ids = {f.compile_id for f in frames}
+        return dataclasses.replace(
+            self,
+            title=f"{self.title} [{name}]",
+            graphs=[g for g in self.graphs if mine(g.function)],
+            breaks=[b for b in self.breaks if b.function == short],
+            frames=frames,
+            recompiles=[r for r in self.recompiles if mine(r.function)],
+            kernels=[k for k in self.kernels if k.compile_id in ids],
+            errors=[e for e in self.errors if mine(e.function)],
+            warnings=[w for w in self.warnings if w.function == name],
+            dropped={},
+        )
+
     # -- views ----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -289,6 +289,8 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                      nbytes / eager_median / peak if nbytes else None)]
     for plan in plans:
         kw = plan.options().torch_compile_kwargs()
+        if torch_compat.ISOLATE_RECOMPILES:  # callees' frames too get a cache of this wrapper's own
+            kw["isolate_recompiles"] = True
 
         def compiled_copy() -> Callable[..., Any]:
             return torch.compile(_fresh_copy(fn), backend=plan.backend, mode=plan.mode, **kw)

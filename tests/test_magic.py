@@ -240,3 +240,18 @@ def test_plain_ipython_cell_function_gets_its_cell_line(ip):
     report = nbcompile.inspect(ip.user_ns["plain"], torch.ones(2), backend="eager")
     assert report.breaks[0].cell_line == 4
     assert report.breaks[0].filename.startswith("<ipython-input-")
+
+
+def test_report_for_one_function(ip):
+    from nbhelpers import run_compile_cell
+
+    body = "import torch\ndef helper(x):\n    print('h')\n    return x * 2\ndef outer(x):\n    return helper(x.sin()).cos()\n"
+    run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', body)
+    whole = ip.run_line_magic("nbcompile", "report")
+    part = ip.run_line_magic("nbcompile", "report helper")
+    assert part.break_count == whole.break_count == 2 and part.title.endswith("[helper]")
+    assert {f.function for f in part.frames} <= {f.function for f in whole.frames}
+    assert all(g.function == "helper" or g.function.startswith("torch_dynamo_resume_in_helper") for g in part.graphs)
+    assert ip.run_line_magic("nbcompile", "report outer").break_count == 0
+    with pytest.raises(UsageError, match="valid: helper, outer"):
+        ip.run_line_magic("nbcompile", "report nope")

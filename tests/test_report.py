@@ -78,3 +78,22 @@ def test_memory_is_bounded_but_counts_go_on():
     assert len(report.graphs) == MAX_ITEMS
     assert report.graph_count == MAX_ITEMS + 25
     assert report.to_json()["dropped"] == {"graphs": 25}
+
+
+def test_triton_kernels_are_parsed_from_inductor_output_code():
+    """The layout Inductor writes for CUDA (checked for real by the gpu-marked tests)."""
+    from nbcompile.trace_parse import parse_kernels
+
+    code = (
+        "from torch._inductor.async_compile import AsyncCompile\n"
+        "async_compile = AsyncCompile()\n"
+        "triton_poi_fused_mul_sin_0 = async_compile.triton('triton_poi_fused_mul_sin_0', '''\n"
+        "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+        "def triton_poi_fused_mul_sin_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n"
+        "    xoffset = tl.program_id(0) * XBLOCK\n"
+        "''', device_str='cuda')\n"
+        "async_compile.wait(globals())\n"
+    )
+    ((name, language, kernel),) = parse_kernels(code)
+    assert (name, language) == ("triton_poi_fused_mul_sin_0", "triton")
+    assert kernel.startswith("import triton") and "@triton.jit" in kernel and "device_str" not in kernel
