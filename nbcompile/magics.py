@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import weakref
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
@@ -180,12 +181,55 @@ def widgets_supported() -> bool:
 
 
 def _display(session: Session, force_panel: bool = False) -> None:
+    """The panel (with a widget frontend) and the report.
+
+    In a kernel the report is displayed under a display id and replaced in
+    place whenever it changes (a toggle, a call from a later cell), so the
+    cell's outputs always end with the latest report: the JupyterLab
+    extension's gutter markers and a reopened notebook read it there.
+    """
     from IPython.display import display
 
-    if (session.options.panel or force_panel) and widgets_supported():
+    in_kernel = widgets_supported()
+    if (session.options.panel or force_panel) and in_kernel:
         display(session.panel())
+    if in_kernel:
+        import uuid
+
+        session.display_id = session.display_id or f"nbcompile-{uuid.uuid4().hex}"
+        display(session.report, display_id=session.display_id)
+        _watch(session)
     else:
         display(session.report)
+
+
+_WATCHED: "weakref.WeakSet[Session]" = weakref.WeakSet()
+
+
+def _watch(session: Session) -> None:
+    """Keep the session's displayed report current: after each cell, if it changed."""
+    if session in _WATCHED:
+        return
+    _WATCHED.add(session)
+    ref = weakref.ref(session)
+    seen: dict[str, Any] = {"state": None}
+    from IPython import get_ipython
+
+    shell = get_ipython()
+
+    def after_cell(*_args: Any) -> None:
+        s = ref()
+        if s is None or s._closed:
+            shell.events.unregister("post_run_cell", after_cell)
+            return
+        r = s.report
+        state = (id(r), r.graph_count, r.break_count, r.recompile_count, len(r.errors), id(r.check))
+        if seen["state"] != state:
+            seen["state"] = state
+            s.update_display()
+
+    if shell is not None:
+        shell.events.register("post_run_cell", after_cell)
 
 
 class StatusTable:

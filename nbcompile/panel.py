@@ -303,6 +303,7 @@ class Panel(widgets.VBox):
         self.kernels_html.value = self._kernels(report)
         self._draw_export()
         self._draw_bench()
+        session.update_display()
 
     def _run_bench(self) -> None:
         self.bench_button.disabled = True

@@ -160,6 +160,8 @@ class Report:
     #: allow_in_graph lint warnings, for the functions under allow_in_graph.
     warnings: list[LintWarning] = field(default_factory=list)
     check: Optional[Check] = None
+    #: The toggles as an annotation snippet (``calls`` style), for frontends' copy command.
+    snippet: str = ""
     #: Items past MAX_ITEMS that were counted but not kept, by list name.
     dropped: dict[str, int] = field(default_factory=dict)
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.

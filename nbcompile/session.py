@@ -97,6 +97,8 @@ class Session:
         self._panel: Any = None
         #: The latest ``bench()`` result (shown in the panel's Speedup tab).
         self.last_bench: Any = None
+        #: The id of the report output this session displayed (updated in place as it changes).
+        self.display_id: Optional[str] = None
         self._closed = False
 
     # -- public surface ------------------------------------------------------------------
@@ -287,6 +289,14 @@ class Session:
         with self._originals_bound():
             return eval(code, self.namespace)
 
+    def update_display(self) -> None:
+        """Replace the report output this session displayed with the current report."""
+        if self.display_id is None or self._closed:
+            return
+        from IPython.display import update_display
+
+        update_display(self.report, display_id=self.display_id)
+
     def panel(self) -> Any:
         """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""
         self._check_open()
@@ -389,6 +399,7 @@ class Session:
         else:
             self.toggles[name] = mode
         self.report.warnings = self._current_warnings()
+        self.report.snippet = self._snippet()
 
     def _apply_function_toggle(self, name: str, mode: str) -> None:
         original = self._tracked[name]
@@ -433,7 +444,14 @@ class Session:
         )
         if hasattr(self, "_lint_cache"):
             report.warnings = self._current_warnings()
+            report.snippet = self._snippet()
         return report
+
+    def _snippet(self) -> str:
+        try:
+            return self.export()
+        except NbcompileError:
+            return ""
 
     def _compile(self, obj: Any) -> Any:
         backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)
