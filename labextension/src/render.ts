@@ -1,0 +1,104 @@
+/** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
+import { IReport, summary } from './report';
+
+function el(tag: string, text?: string, cls?: string): HTMLElement {
+  const node = document.createElement(tag);
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  if (cls) {
+    node.className = cls;
+  }
+  return node;
+}
+
+function table(headers: string[], rows: (string | HTMLElement)[][]): HTMLElement {
+  const t = el('table', undefined, 'nbcompile-table');
+  const head = t.appendChild(el('tr'));
+  headers.forEach(h => head.appendChild(el('th', h)));
+  for (const row of rows) {
+    const tr = t.appendChild(el('tr'));
+    for (const cell of row) {
+      const td = tr.appendChild(el('td'));
+      if (typeof cell === 'string') {
+        td.textContent = cell;
+      } else {
+        td.appendChild(cell);
+      }
+    }
+  }
+  return t;
+}
+
+function section(title: string, body: HTMLElement, open = true): HTMLElement {
+  const d = el('details', undefined, 'nbcompile-section') as HTMLDetailsElement;
+  d.open = open;
+  d.appendChild(el('summary', title));
+  d.appendChild(body);
+  return d;
+}
+
+export function renderReport(report: IReport): HTMLElement {
+  const root = el('div', undefined, 'nbcompile-report');
+  root.appendChild(el('div', report.title || 'nbcompile report', 'nbcompile-title'));
+  root.appendChild(el('div', summary(report), 'nbcompile-summary'));
+  if (report.check && !report.check.ok) {
+    root.appendChild(el('div', `Check failed: ${report.check.message}`, 'nbcompile-error'));
+  }
+  for (const e of report.errors) {
+    root.appendChild(el('div', `${e.function} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
+  }
+  if (report.graphs.length) {
+    root.appendChild(section(`Graphs (${report.graph_count})`, table(
+      ['#', 'compile id', 'function', 'ops'],
+      report.graphs.map((g, i) => [String(i + 1), g.compile_id, g.function, `${g.op_count}: ${g.ops.join(', ')}`])
+    )));
+  }
+  if (report.breaks.length) {
+    root.appendChild(section(`Graph breaks (${report.break_count})`, table(
+      ['line', 'source', 'reason'],
+      report.breaks.map(b => {
+        const reason = el('div');
+        reason.appendChild(el('b', b.gb_type));
+        if (b.doc_url && /^https?:\/\//.test(b.doc_url)) {
+          const a = el('a', ` ${b.gb_id || 'docs'}`) as HTMLAnchorElement;
+          a.href = b.doc_url;
+          a.target = '_blank';
+          a.rel = 'noopener';
+          reason.appendChild(a);
+        }
+        reason.appendChild(el('div', b.explanation || b.reason));
+        if (b.hints.length) {
+          const ul = reason.appendChild(el('ul'));
+          b.hints.forEach(h => ul.appendChild(el('li', h)));
+        }
+        for (const f of b.fixes || []) {
+          reason.appendChild(el('div', f.command ? `fix: ${f.command}  (${f.why})` : `fix: ${f.why}`, 'nbcompile-fix'));
+        }
+        return [b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];
+      })
+    )));
+  }
+  if (report.recompiles.length) {
+    root.appendChild(section(`Recompiles (${report.recompile_count})`, table(
+      ['function', 'compile id', 'reason'], report.recompiles.map(r => [r.function, r.compile_id, r.reason])
+    )));
+  }
+  if (report.frames.length) {
+    const guards = el('div');
+    for (const f of report.frames) {
+      guards.appendChild(el('div', `${f.compile_id} ${f.function}: ${f.guard_count} guards, ${f.compile_time_s.toFixed(3)} s`, 'nbcompile-frame'));
+      guards.appendChild(el('pre', f.guards.join('\n')));
+    }
+    root.appendChild(section('Frames and guards', guards, false));
+  }
+  if (report.kernels.length) {
+    const kernels = el('div');
+    for (const k of report.kernels) {
+      kernels.appendChild(el('div', `${k.name} (${k.language})`, 'nbcompile-frame'));
+      kernels.appendChild(el('pre', k.code));
+    }
+    root.appendChild(section(`Generated kernels (${report.kernels.length})`, kernels, false));
+  }
+  return root;
+}

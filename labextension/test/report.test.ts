@@ -1,0 +1,71 @@
+import { isCompileCell, latestReport, markers, MIME_TYPE, recompileLines, IReport } from '../src/report';
+import { renderReport } from '../src/render';
+
+function report(extra: Partial<IReport> = {}): IReport {
+  return {
+    title: '%%compile [3]: outer', backend: 'eager', graph_count: 2, break_count: 2, recompile_count: 0,
+    frame_count: 2, compile_time_s: 0.1, graphs: [], frames: [], recompiles: [], kernels: [], errors: [],
+    check: { ok: true, max_abs_diff: 0, message: 'matches eager' },
+    breaks: [1, 2].map(() => ({
+      function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
+      reason: 'r', gb_type: 'Failed to trace builtin operator', gb_id: 'GB0059', explanation: 'no print',
+      hints: ['Avoid print'], doc_url: 'https://example.org/gb0059',
+      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly' }]
+    })),
+    ...extra
+  };
+}
+
+const SOURCE = '%%compile --run "outer(x)"\nimport torch\ndef helper(x):\n    print("x")\n    return x\nSCALE = 2\ndef outer(x):\n    return helper(x) * SCALE\n';
+
+test('compile cells are recognised by their first line', () => {
+  expect(isCompileCell(SOURCE)).toBe(true);
+  expect(isCompileCell('%%compile')).toBe(true);
+  expect(isCompileCell('x = 1\n%%compile')).toBe(false);
+  expect(isCompileCell('%%compiled')).toBe(false);
+});
+
+test('the latest report among the outputs wins', () => {
+  const a = report({ title: 'old' });
+  const b = report({ title: 'new' });
+  expect(latestReport([{ data: { [MIME_TYPE]: a } }, { data: { 'text/plain': 'x' } }, { data: { [MIME_TYPE]: b } }])?.title).toBe('new');
+  expect(latestReport([{ data: { 'text/plain': 'x' } }, {}])).toBeNull();
+});
+
+test('one marker per break line, with reason, hint, fix and the GB link', () => {
+  const [m] = markers(report(), SOURCE);
+  expect(m.line).toBe(4);
+  expect(m.kind).toBe('break');
+  expect(m.lines).toEqual([
+    'Failed to trace builtin operator (GB0059): no print', 'hint: Avoid print', 'fix: %nbcompile set helper disable'
+  ]);
+  expect(m.links).toEqual([{ text: 'GB0059', href: 'https://example.org/gb0059' }]);
+});
+
+test('unsafe doc links are dropped and breaks outside the cell are not marked', () => {
+  const r = report();
+  r.breaks[0].doc_url = 'javascript:alert(1)';
+  r.breaks[1].cell_line = null;
+  const [m] = markers(r, SOURCE);
+  expect(m.links).toEqual([]);
+  expect(markers(r, SOURCE)).toHaveLength(1);
+});
+
+test('recompile reasons mark the function and the globals they name', () => {
+  const lines = SOURCE.split('\n');
+  expect(recompileLines('outer', "G['SCALE'] == 2", lines)).toEqual([6, 7, 8]);
+  expect(recompileLines('torch_dynamo_resume_in_helper_at_4', 'size mismatch', lines)).toEqual([3]);
+  const r = report({ breaks: [], recompiles: [{ function: 'outer', compile_id: '1/1', reason: "G['SCALE'] == 2" }] });
+  expect(markers(r, SOURCE).map(m => [m.line, m.kind])).toEqual([[6, 'recompile'], [7, 'recompile'], [8, 'recompile']]);
+});
+
+test('the rendered report escapes every text it shows', () => {
+  const r = report({ title: '<img src=x onerror=alert(1)>' });
+  r.breaks[0].source_line = '<script>alert(1)</script>';
+  const node = renderReport(r);
+  expect(node.querySelector('img')).toBeNull();
+  expect(node.querySelector('script')).toBeNull();
+  expect(node.textContent).toContain('<script>alert(1)</script>');
+  expect(node.querySelector('.nbcompile-summary')?.textContent).toBe('2 frames, 2 graphs, 2 graph breaks, 0 recompiles, compile 0.10 s, check ok');
+  expect(node.querySelector('a')?.getAttribute('href')).toBe('https://example.org/gb0059');
+});
