@@ -8,7 +8,7 @@ TORCH_TEST_VERSION := 2.13.0
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 CONTRACT_TESTS := $(wildcard ../shared/contract_tests)
 
-.PHONY: demo test lab venv test-deps schema bench clean
+.PHONY: demo test lab venv test-deps chromium schema bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,20 +19,28 @@ venv: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==$(TORCH_TEST_VERSION)
 	$(PIP) install -e .
 
-# Tests pin torch.
-test-deps: $(PY)
+# Tests pin torch. Installing the package builds the JupyterLab extension (npm, from the registry).
+test-deps: $(PY) chromium
 	@$(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_TEST_VERSION)')" 2>/dev/null \
 		|| $(PIP) install torch==$(TORCH_TEST_VERSION)
 	$(PIP) install -e ".[test]" numpy
+	cd labextension && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
+
+# The browser tests drive Debian's Chromium ($$CHROMIUM or /usr/bin/chromium); as root it is installed.
+chromium:
+	@if [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium not found and not root: the browser tests will be skipped"; fi
 
 demo: venv
 	$(PY) -m nbcompile.demo
 
 test: test-deps
+	cd labextension && npx jest --ci
 	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
 
 lab: venv
-	$(PIP) install jupyterlab ipywidgets
+	$(PIP) install "jupyterlab>=4.0,<4.6"
 	$(VENV)/bin/jupyter lab notebooks/
 
 schema: $(PY)
@@ -44,4 +52,4 @@ bench: venv
 	$(PY) benchmarks/panel_scale.py
 
 clean:
-	rm -rf $(VENV) build dist .inductor-cache .pytest_cache
+	rm -rf $(VENV) build dist .inductor-cache .pytest_cache nbcompile/labextension labextension/lib labextension/node_modules

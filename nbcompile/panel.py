@@ -33,12 +33,16 @@ from .toggles import FUNCTION_MODES, TORCH_MODES
 LIVE_INTERVAL_S = 0.5
 #: Most characters of kernel code shown per kernel in the Kernels tab.
 KERNEL_CHARS = 20_000
-_DYNAMIC = (("auto", None), ("True", True), ("False", False))
+_DYNAMIC = {"auto": None, "True": True, "False": False}
 _PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
+def _dynamic_label(value: Optional[bool]) -> str:
+    return next(label for label, v in _DYNAMIC.items() if v is value)
 
 
 def torch_op_names(report: Report, toggles: dict[str, str]) -> list[str]:
@@ -206,7 +210,7 @@ class Panel(widgets.VBox):
         self.backend = widgets.Dropdown(options=torch_compat.list_backends(), value=opts.backend, description="backend")
         self.mode = widgets.Dropdown(options=MODES, value=opts.mode or "default", description="mode")
         self.fullgraph = widgets.Checkbox(value=opts.fullgraph, description="fullgraph", indent=False)
-        self.dynamic = widgets.Dropdown(options=_DYNAMIC, value=opts.dynamic, description="dynamic")
+        self.dynamic = widgets.Dropdown(options=list(_DYNAMIC), value=_dynamic_label(opts.dynamic), description="dynamic")
         for name, control in (("backend", self.backend), ("mode", self.mode),
                               ("fullgraph", self.fullgraph), ("dynamic", self.dynamic)):
             control.observe(lambda change, n=name: self._on_option(n, change), names="value")
@@ -224,6 +228,8 @@ class Panel(widgets.VBox):
         value = change["new"]
         if name == "mode" and value == "default":
             value = None
+        if name == "dynamic":
+            value = _DYNAMIC[value]
         self._act(lambda: self.session.configure(**{name: value}), change)
 
     def _act(self, action: Any, change: dict[str, Any]) -> None:
@@ -356,7 +362,7 @@ class Panel(widgets.VBox):
                 toggle.value = session.toggles.get(name, "compile")
             opts = session.options
             self.backend.value, self.mode.value = opts.backend, opts.mode or "default"
-            self.fullgraph.value, self.dynamic.value = opts.fullgraph, opts.dynamic
+            self.fullgraph.value, self.dynamic.value = opts.fullgraph, _dynamic_label(opts.dynamic)
         finally:
             self._syncing = False
 

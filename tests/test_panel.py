@@ -80,7 +80,7 @@ def test_controls_change_the_options_and_a_failure_keeps_the_last_good_view(pane
     assert panel.fullgraph.value is False and session.options.fullgraph is False
     assert session.report is report and panel.figure_dict == figure
     assert "last error" in panel.status.value and "fullgraph=True failed" in panel.status.value
-    panel.dynamic.value = True
+    panel.dynamic.value = "True"
     assert session.options.dynamic is True and "last error" not in panel.status.value
 
 

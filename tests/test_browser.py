@@ -1,0 +1,146 @@
+"""Real-browser test: a real JupyterLab server and Debian's Chromium, driven by Playwright.
+
+It opens a notebook, runs a `%%compile` cell whose helper prints, finds the gutter marker on
+the print line, clicks the panel's toggle to disable the helper and sees the break count and
+the marker change, saves, reloads with no kernel and finds the rendered report.
+Screenshots go to build/screenshots/ (test artifacts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+TOKEN = "nbcompile-browser-test"
+
+pytestmark = pytest.mark.skipif(not pathlib.Path(CHROMIUM).exists(), reason="no Chromium (apt-get install chromium)")
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CELL = (
+    '%%compile --backend eager --run "outer(torch.ones(3))"\n'
+    "import torch\n"
+    "def helper(x):\n"
+    '    print("in helper")\n'
+    "    return x * 2\n"
+    "def outer(x):\n"
+    "    return helper(x.sin()).cos()"
+)
+
+
+def _notebook(path: pathlib.Path) -> None:
+    def cell(source: str) -> dict:
+        return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+
+    path.write_text(json.dumps({
+        "cells": [cell("%load_ext nbcompile"), cell(CELL)],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    _notebook(root / "breaks.ipynb")
+    news = root / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port = _free_port()
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".jupyter"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+         "--ServerApp.open_browser=False", "--allow-root"],
+        env=env, stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+            break
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail("JupyterLab did not start: " + (root / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+    yield base, root
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def _command(page, command: str) -> None:
+    page.evaluate(f"() => window.jupyterapp.commands.execute('{command}')")
+
+
+def _marker_lines(page) -> list[str]:
+    return page.eval_on_selector_all(".nbcompile-marker-break", "els => els.map(e => e.dataset.line)")
+
+
+def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab):
+    base, root = lab
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.set_default_timeout(120_000)
+        page.goto(f"{base}/lab/tree/breaks.ipynb?token={TOKEN}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session")
+        _command(page, "notebook:run-all-cells")
+
+        # 1. the gutter marker on the print line (cell line 4), with its reason in the tooltip
+        page.wait_for_selector(".nbcompile-marker-break", state="attached")
+        assert _marker_lines(page) == ["4"]
+        tip = page.eval_on_selector(".nbcompile-marker-break", "e => e.textContent")
+        assert "Failed to trace builtin operator" in tip and "%nbcompile set helper disable" in tip
+        page.wait_for_selector("text=3 graphs, 2 breaks")
+        page.screenshot(path=str(SHOTS / "panel_and_gutter.png"), full_page=True)
+
+        # 2. the panel's toggle: disable the helper; the break count and the marker follow
+        row = page.locator(".widget-hbox", has=page.locator("code", has_text="helper")).first
+        row.locator("button", has_text="disable").click()
+        page.wait_for_selector("text=2 graphs, 1 breaks")
+        page.wait_for_function("() => [...document.querySelectorAll('.nbcompile-marker-break')]"
+                               ".map(e => e.dataset.line).join() === '7'")
+        page.screenshot(path=str(SHOTS / "after_disable.png"), full_page=True)
+
+        # 3. save, shut the kernel down, reload: the report renders from the saved outputs
+        _command(page, "docmanager:save")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+        _command(page, "kernelmenu:shutdown")
+        time.sleep(1)
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels?token={TOKEN}"))
+        page.reload()
+        page.wait_for_selector(".nbcompile-report")
+        summary = page.inner_text(".nbcompile-report .nbcompile-summary")
+        assert "2 graphs, 1 graph breaks" in summary
+        assert _marker_lines(page) == ["7"]  # markers come back from the saved report
+        page.screenshot(path=str(SHOTS / "reopened_report.png"), full_page=True)
+        browser.close()
+    saved = json.loads((root / "breaks.ipynb").read_text())
+    outputs = saved["cells"][1]["outputs"]
+    assert any("application/vnd.nbcompile.report+json" in o.get("data", {}) for o in outputs)
