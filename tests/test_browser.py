@@ -120,6 +120,14 @@ def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab):
         page.wait_for_selector("text=3 graphs, 2 breaks")
         page.screenshot(path=str(SHOTS / "panel_and_gutter.png"), full_page=True)
 
+        # the snippet command: in the palette's registry, enabled for this cell, and on the cell toolbar
+        command = page.evaluate("""() => {
+            const c = window.jupyterapp.commands, id = 'nbcompile:copy-snippet';
+            return [c.hasCommand(id), c.label(id), c.isEnabled(id)];
+        }""")
+        assert command == [True, "nbcompile: Copy annotation snippet", True]
+        assert page.locator(".jp-cell-toolbar", has_text="nbcompile: Copy annotation snippet").count() >= 1
+
         # 2. the panel's toggle: disable the helper; the break count and the marker follow
         row = page.locator(".widget-hbox", has=page.locator("code", has_text="helper")).first
         row.locator("button", has_text="disable").click()
@@ -144,3 +152,12 @@ def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab):
     saved = json.loads((root / "breaks.ipynb").read_text())
     outputs = saved["cells"][1]["outputs"]
     assert any("application/vnd.nbcompile.report+json" in o.get("data", {}) for o in outputs)
+
+
+def test_the_extension_is_installed_and_enabled():
+    out = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True, text=True)
+    listing = out.stdout + out.stderr
+    line = next(l for l in listing.splitlines() if "nbcompile" in l)
+    assert "enabled" in line and "OK" in line, listing
+    installed = pathlib.Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "nbcompile" / "package.json"
+    assert json.loads(installed.read_text())["jupyterlab"]["_build"]["load"].startswith("static/remoteEntry.")
