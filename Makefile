@@ -32,8 +32,9 @@ chromium:
 	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium not found and not root: the browser tests will be skipped"; fi
 
+# Executes notebooks/01_quickstart.ipynb headless (widget state and plotly figures kept in the HTML).
 demo: venv
-	$(PY) -m nbcompile.demo
+	$(PY) -m nbcompile run notebooks/01_quickstart.ipynb --html build/quickstart.html
 
 test: test-deps
 	cd labextension && npx jest --ci

@@ -85,8 +85,10 @@ class NbcompileMagics(Magics):
             )
         except NbcompileError as exc:
             raise UsageError(f"%%compile: {exc}") from None
-        result = session.run() if options.run is not None else None
-        _display(session)
+        try:
+            result = session.run() if options.run is not None else None
+        finally:  # a run that raises still shows the report, with its error
+            _display(session)
         if options.bench:
             _bench(session, None)
         return result
@@ -145,8 +147,7 @@ def _bench(session: Session, expr: Optional[str]) -> None:
         result = session.bench(expr)
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile bench: {exc}") from None
-    if session._panel is None or not widgets_supported():
-        display(result)
+    display(result)
 
 
 def _export_style(args: list[str]) -> str:

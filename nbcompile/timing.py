@@ -105,9 +105,12 @@ class BenchResult:
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = {"text/plain": str(self)}
+        bundle: dict[str, Any] = {"application/vnd.nbcompile.bench+json": self.to_json()}
         try:
-            bundle.update(self.figure()._repr_mimebundle_(include, exclude))
+            figure = self.figure()
+            bundle.update(figure._repr_mimebundle_(include, exclude))
+            # frontends without a plotly renderer (nbconvert's HTML, classic viewers) take this one
+            bundle["text/html"] = figure.to_html(include_plotlyjs="cdn", full_html=False)
         except Exception:  # a plot must never hide the figures
             pass
         bundle["text/plain"] = str(self)

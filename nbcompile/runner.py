@@ -1,0 +1,118 @@
+"""``python -m nbcompile run NOTEBOOK [--html OUT]``: execute a notebook headless, print the summary.
+
+The notebook runs in a real kernel (nbclient) with the widget state stored, so the HTML export
+(nbconvert) carries the panels and the plotly figures. The summary comes from what the notebook
+displayed: the latest nbcompile report of each ``%%compile`` cell and any benchmark results.
+The kernel's peak resident memory is measured at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Optional
+
+from .report import MIME_TYPE
+
+BENCH_MIME = "application/vnd.nbcompile.bench+json"
+_PEAK_RSS = "import resource, json; print('__nbcompile_rss__' + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
+
+
+def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3") -> tuple[Any, dict[str, Any]]:
+    """Run every cell; returns the executed notebook and facts about the run (time, peak RSS)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(str(path), as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, store_widget_state=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    peak_kib: Optional[int] = None
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        probe = nbformat.v4.new_code_cell(_PEAK_RSS)
+        nb.cells.append(probe)
+        try:
+            client.execute_cell(probe, len(nb.cells) - 1, store_history=False)
+        finally:
+            nb.cells.pop()
+        for out in probe.get("outputs", []):
+            text = out.get("text", "")
+            if "__nbcompile_rss__" in text:
+                peak_kib = int(text.split("__nbcompile_rss__")[1].split()[0])
+        client.set_widgets_metadata()
+    facts = {"seconds": time.perf_counter() - start, "peak_rss_mib": peak_kib / 1024 if peak_kib else None}
+    return nb, facts
+
+
+def summary(nb: Any) -> dict[str, Any]:
+    """Functions, graphs, breaks, recompiles per %%compile cell (latest report), and speedups."""
+    cells, speedups = [], []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        reports = [o["data"][MIME_TYPE] for o in cell.get("outputs", []) if MIME_TYPE in o.get("data", {})]
+        if reports and cell.source.lstrip().startswith("%%compile"):
+            r = reports[-1]
+            functions = sorted({g["function"] for g in r["graphs"]} | {f["function"] for f in r["frames"]})
+            cells.append({"cell": index, "title": r["title"], "frames": r["frame_count"], "graphs": r["graph_count"],
+                          "breaks": r["break_count"], "recompiles": r["recompile_count"],
+                          "check": None if r["check"] is None else r["check"]["ok"], "functions": functions})
+        for o in cell.get("outputs", []):
+            if BENCH_MIME in o.get("data", {}):
+                for row in o["data"][BENCH_MIME]["rows"]:
+                    if row["config"] != "eager" and row["speedup"] is not None:
+                        speedups.append({"cell": index, "config": row["config"], "speedup": row["speedup"]})
+    return {"compile_cells": cells, "speedups": speedups}
+
+
+def to_html(nb: Any, out: pathlib.Path) -> None:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body)
+
+
+def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> None:
+    print(f"{name}: ran in {facts['seconds']:.1f} s, kernel peak RSS "
+          f"{facts['peak_rss_mib']:.0f} MiB" if facts["peak_rss_mib"] else f"{name}: ran in {facts['seconds']:.1f} s")
+    for c in data["compile_cells"]:
+        check = {None: "check off", True: "check ok", False: "CHECK FAILED"}[c["check"]]
+        print(f"  cell {c['cell']}: {c['title']}: {c['graphs']} graphs, {c['breaks']} graph breaks, "
+              f"{c['recompiles']} recompiles, {c['frames']} frames, {check}")
+    for s in data["speedups"]:
+        print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nbcompile", description="nbcompile command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="execute a notebook headless and print what torch.compile did")
+    run.add_argument("notebook", type=pathlib.Path)
+    run.add_argument("--html", type=pathlib.Path, default=None, help="write the executed notebook as HTML here")
+    run.add_argument("--json", type=pathlib.Path, default=None, help="write the summary as JSON here")
+    run.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    args = parser.parse_args(argv)
+    if not args.notebook.exists():
+        parser.error(f"no such notebook: {args.notebook}")
+    from nbclient.exceptions import CellExecutionError
+
+    try:
+        nb, facts = execute(args.notebook, args.timeout)
+    except CellExecutionError as exc:
+        print(f"{args.notebook}: a cell failed:\n{exc}", file=sys.stderr)
+        return 1
+    data = summary(nb)
+    print_summary(args.notebook.name, facts, data)
+    if args.html:
+        to_html(nb, args.html)
+        print(f"wrote {args.html}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({**facts, **data}, indent=2) + "\n")
+    return 0
