@@ -56,33 +56,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lab")
-    _notebook(root / "breaks.ipynb")
-    news = root / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+def _start_server(root: pathlib.Path, config_dir: pathlib.Path, log: str):
     port = _free_port()
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".jupyter"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir), "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
          "--ServerApp.open_browser=False", "--allow-root"],
-        env=env, stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT,
+        env=env, stdout=open(root / log, "w"), stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while True:
         try:
             urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
-            break
+            return server, base
         except OSError:
             if time.time() > deadline or server.poll() is not None:
                 server.kill()
-                pytest.fail("JupyterLab did not start: " + (root / "server.log").read_text()[-2000:])
+                pytest.fail("JupyterLab did not start: " + (root / log).read_text()[-2000:])
             time.sleep(0.5)
-    yield base, root
+
+
+def _stop(server) -> None:
     server.terminate()
     try:
         server.wait(timeout=20)
@@ -90,16 +86,52 @@ def lab(tmp_path_factory):
         server.kill()
 
 
+def _settings(config_dir: pathlib.Path) -> None:
+    news = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    _notebook(root / "breaks.ipynb")
+    config = root / ".jupyter"
+    _settings(config)
+    server, base = _start_server(root, config, "server.log")
+    yield base, root
+    _stop(server)
+
+
+@pytest.fixture(scope="module")
+def lab_without_kernels(lab):
+    """A second server on the same files that offers no kernel at all."""
+    _, root = lab
+    config = root / ".jupyter-nokernel"
+    _settings(config)
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"KernelSpecManager": {"allowed_kernelspecs": ["no-such-kernel"]}}))
+    server, base = _start_server(root, config, "server-nokernel.log")
+    yield base
+    _stop(server)
+
+
 def _command(page, command: str) -> None:
     page.evaluate(f"() => window.jupyterapp.commands.execute('{command}')")
+
+
+def _kernels(base: str) -> list:
+    with urllib.request.urlopen(f"{base}/api/kernels?token={TOKEN}") as response:
+        return json.loads(response.read())
 
 
 def _marker_lines(page) -> list[str]:
     return page.eval_on_selector_all(".nbcompile-marker-break", "els => els.map(e => e.dataset.line)")
 
 
-def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab):
+def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab, lab_without_kernels):
     base, root = lab
+    nokernel = lab_without_kernels
     SHOTS.mkdir(parents=True, exist_ok=True)
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -136,17 +168,21 @@ def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab):
                                ".map(e => e.dataset.line).join() === '7'")
         page.screenshot(path=str(SHOTS / "after_disable.png"), full_page=True)
 
-        # 3. save, shut the kernel down, reload: the report renders from the saved outputs
+        # save
         _command(page, "docmanager:save")
         page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
-        _command(page, "kernelmenu:shutdown")
-        time.sleep(1)
-        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels?token={TOKEN}"))
-        page.reload()
+        # 3. reopen the saved notebook where no kernel can run: the report renders from the file
+        page.goto(f"{nokernel}/lab/tree/breaks.ipynb?token={TOKEN}")
         page.wait_for_selector(".nbcompile-report")
         summary = page.inner_text(".nbcompile-report .nbcompile-summary")
         assert "2 graphs, 1 graph breaks" in summary
         assert _marker_lines(page) == ["7"]  # markers come back from the saved report
+        assert _kernels(nokernel) == []  # rendered with no kernel running
+        with urllib.request.urlopen(f"{nokernel}/api/kernelspecs?token={TOKEN}") as response:
+            assert json.loads(response.read())["kernelspecs"] == {}
+        no_kernel = page.locator(".jp-Dialog-button.jp-mod-reject")
+        if no_kernel.count():
+            no_kernel.click()  # JupyterLab asks which kernel to start; there is none to pick
         page.screenshot(path=str(SHOTS / "reopened_report.png"), full_page=True)
         browser.close()
     saved = json.loads((root / "breaks.ipynb").read_text())
