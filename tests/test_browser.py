@@ -2,7 +2,7 @@
 
 It opens a notebook, runs a `%%compile` cell whose helper prints, finds the gutter marker on
 the print line, clicks the panel's toggle to disable the helper and sees the break count and
-the marker change, saves, reloads with no kernel and finds the rendered report.
+the marker change, saves, reopens it on a server that offers no kernel and finds the rendered report.
 Screenshots go to build/screenshots/ (test artifacts).
 """
 
