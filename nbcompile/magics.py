@@ -256,24 +256,15 @@ class StatusTable:
 
 
 def status_table(session: Session) -> StatusTable:
-    from .render import function_label
-
     report = session.report
     rows = []
     for name in session.functions:
-        short = name.split(".")[-1]
-
-        def mine(fn_name: str) -> bool:
-            return fn_name == short or function_label(fn_name).startswith(f"{short} (")
-
+        part = report.for_function(name)
         rows.append((
             name,
             session.toggles.get(name, "compile"),
             "yes" if name in session.entries else "",
-            sum(1 for f in report.frames if mine(f.function)),
-            sum(1 for g in report.graphs if mine(g.function)),
-            sum(1 for b in report.breaks if b.function == short),
-            sum(1 for r in report.recompiles if mine(r.function)),
+            len(part.frames), len(part.graphs), len(part.breaks), len(part.recompiles),
         ))
     notes = []
     if report.check is not None:

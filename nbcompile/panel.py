@@ -21,7 +21,6 @@ import weakref
 from typing import Any, Optional
 
 import ipywidgets as widgets
-import torch
 
 from .options import MODES, NbcompileError
 from .render import function_label
@@ -367,21 +366,10 @@ class Panel(widgets.VBox):
             self._syncing = False
 
     def _draw_counts(self, report: Report) -> None:
-        frames: dict[str, int] = {}
-        breaks: dict[str, int] = {}
-        recompiles: dict[str, int] = {}
-        for f in report.frames:
-            key = function_label(f.function).split(" ")[0]
-            frames[key] = frames.get(key, 0) + 1
-        for b in report.breaks:
-            breaks[b.function] = breaks.get(b.function, 0) + 1
-        for r in report.recompiles:
-            key = function_label(r.function).split(" ")[0]
-            recompiles[key] = recompiles.get(key, 0) + 1
         for name, counts in self.function_counts.items():
-            short = name.split(".")[-1]
-            counts.value = (f"<span style='color:#555'>{frames.get(short, 0)} frames, {breaks.get(short, 0)} breaks, "
-                            f"{recompiles.get(short, 0)} recompiles</span>")
+            part = report.for_function(name)
+            counts.value = (f"<span style='color:#555'>{len(part.frames)} frames, {len(part.breaks)} breaks, "
+                            f"{len(part.recompiles)} recompiles</span>")
 
     def _draw_ops(self, session: Any, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]

@@ -235,11 +235,9 @@ class Session:
         peak = bench_ops.peak_bandwidth(device)
         with self._originals_bound():  # bound once: the swap is not part of the timed call
             flops = bench_ops._flops(lambda: eval(code, self.namespace))
-            eager_median, eager_iqr, eager_e2e = bench_ops.time_call(
-                lambda: eval(code, self.namespace), device, min_run_time)
-        rows = [bench_ops.BenchRow("eager", eager_median, eager_iqr, 1.0, None, None, eager_e2e, "reference", True,
-                                   nbytes / eager_median / 1e9 if nbytes else None,
-                                   nbytes / eager_median / peak if nbytes else None)]
+            timing = bench_ops.time_call(lambda: eval(code, self.namespace), device, min_run_time)
+        rows = [bench_ops.eager_row(timing, nbytes, peak)]
+        eager_median = timing[0]
         plans = [("session", saved)]
         if any(mode != "compile" for mode in saved.values()):
             plans.append(("all toggles compile", {name: "compile" for name in saved}))
@@ -265,9 +263,7 @@ class Session:
             for name in list(self.toggles):
                 self._apply_toggle(name, saved.get(name, "compile"))
             self._restart()
-        timer = "CUDA events, L2 flushed per call" if device.type == "cuda" else "torch.utils.benchmark"
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        self.last_bench = bench_ops.BenchResult(rows, name, timer, peak / 1e9, nbytes, flops)
+        self.last_bench = bench_ops.result(rows, device, peak, nbytes, flops)
         self.recording.notify()
         return self.last_bench
 

@@ -232,6 +232,19 @@ def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig]
     return out
 
 
+def eager_row(timing: tuple[float, float, float], nbytes: int, peak: float) -> BenchRow:
+    """The reference row: eager's (median, IQR, end-to-end) time per call."""
+    median, iqr, e2e = timing
+    return BenchRow("eager", median, iqr, 1.0, None, None, e2e, "reference", True,
+                    nbytes / median / 1e9 if nbytes else None, nbytes / median / peak if nbytes else None)
+
+
+def result(rows: list[BenchRow], device: torch.device, peak: float, nbytes: int, flops: int) -> BenchResult:
+    timer = "CUDA events, L2 flushed per call" if device.type == "cuda" else "torch.utils.benchmark"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return BenchResult(rows, name, timer, peak / 1e9, nbytes, flops)
+
+
 def measure(
     name: str,
     first_call: Callable[[], tuple[float, float, Any]],
@@ -287,9 +300,7 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         flops = _flops(eager)
         eager_median, eager_iqr, eager_e2e = time_call(eager, device, min_run_time)
     nbytes = _tensor_bytes(args) + _tensor_bytes(kwargs) + _tensor_bytes(expected)
-    rows = [BenchRow("eager", eager_median, eager_iqr, 1.0, None, None, eager_e2e, "reference",
-                     True, nbytes / eager_median / 1e9 if nbytes else None,
-                     nbytes / eager_median / peak if nbytes else None)]
+    rows = [eager_row((eager_median, eager_iqr, eager_e2e), nbytes, peak)]
     for plan in plans:
         kw = plan.options().torch_compile_kwargs()
         if torch_compat.ISOLATE_RECOMPILES:  # callees' frames too get a cache of this wrapper's own
@@ -310,6 +321,4 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 
             rows.append(measure(plan.name, first_call, lambda: steady_fn(*args, **kwargs), expected,
                                 eager_median, device, min_run_time, nbytes, peak))
-    timer = "CUDA events, L2 flushed per call" if device.type == "cuda" else "torch.utils.benchmark"
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return BenchResult(rows, name, timer, peak / 1e9, nbytes, flops)
+    return result(rows, device, peak, nbytes, flops)
