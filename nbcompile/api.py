@@ -9,7 +9,6 @@ function neither hide graphs from it nor see its entries. It never calls
 from __future__ import annotations
 
 import contextlib
-import functools
 import types
 from typing import Any, Callable, Iterator, Optional
 
@@ -17,11 +16,12 @@ import torch
 
 from . import check as check_ops
 from . import suggest, torch_compat
-from .lint import lint_allow_in_graph
 from .capture import HUB, Recording, RecordingBackend
+from .lint import lint_allow_in_graph
 from .options import CompileOptions, NbcompileError
 from .report import CompileError, LintWarning, Report
-from .toggles import Registration, copy_function, resolve_torch_callable, toggled_function, undo_allow, validate
+from .state import Replay, reached_names
+from .toggles import Binding, Toggles, copy_function, is_torch_name, torch_name
 
 
 def _fresh_copy(fn: Any) -> Any:
@@ -34,21 +34,24 @@ def _fresh_copy(fn: Any) -> Any:
 
 def _namespace(fn: Any) -> dict[str, Any]:
     target = torch_compat.unwrap_compiled(fn)
+    if isinstance(target, torch.nn.Module):
+        target = type(target).forward
     return getattr(getattr(target, "__func__", target), "__globals__", {})
 
 
-def _advisor(fn: Any, toggles: dict[Any, str]) -> suggest.Advisor:
-    """Suggestions for ``inspect``: the functions of ``fn``'s module are the candidates."""
+def _module_functions(fn: Any) -> dict[str, Any]:
+    """The functions defined in the same file as ``fn``: what its toggles and suggestions name."""
     namespace = _namespace(fn)
     target = getattr(torch_compat.unwrap_compiled(fn), "__func__", torch_compat.unwrap_compiled(fn))
     filename = getattr(getattr(target, "__code__", None), "co_filename", None)
-    tracked = {n: v for n, v in list(namespace.items())
-               if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename}
-    named = {}
-    for key, mode in toggles.items():
-        label = key if isinstance(key, str) else next((n for n, v in tracked.items() if v is key), getattr(key, "__name__", repr(key)))
-        named[label] = mode
-    disallowed = {k: resolve_torch_callable(k) for k, m in named.items() if m == "disallow_in_graph" and k.startswith("torch.")}
+    return {n: v for n, v in list(namespace.items())
+            if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename}
+
+
+def _advisor(fn: Any, toggles: dict[str, str], disallowed: dict[str, Any]) -> suggest.Advisor:
+    """Suggestions for ``inspect``: the functions of ``fn``'s module are the candidates."""
+    tracked = _module_functions(fn)
+    target = getattr(torch_compat.unwrap_compiled(fn), "__func__", torch_compat.unwrap_compiled(fn))
     lints: dict[str, list[LintWarning]] = {}
 
     def lint(name: str) -> list[LintWarning]:
@@ -56,53 +59,60 @@ def _advisor(fn: Any, toggles: dict[Any, str]) -> suggest.Advisor:
             lints[name] = lint_allow_in_graph(tracked[name], name) if name in tracked else []
         return lints[name]
 
-    return suggest.Advisor(tracked, named, [getattr(target, "__name__", "")], suggest.inspect_command, lint, disallowed)
+    return suggest.Advisor(tracked, toggles, [getattr(target, "__name__", "")], suggest.inspect_command, lint, disallowed)
+
+
+def toggle_engine(fn: Any, toggles: dict[Any, str]) -> tuple[Toggles, dict[str, str]]:
+    """The engine for ``inspect``/``bench`` toggles on ``fn``'s globals, and the toggles by name.
+
+    Keys are names in ``fn.__globals__``, the objects bound there, or dotted torch
+    names (or torch callables). Nothing is applied yet.
+    """
+    namespace = _namespace(fn)
+    label = getattr(fn, "__name__", type(fn).__name__)
+    named: dict[str, str] = {}
+    for key, mode in toggles.items():
+        if isinstance(key, str):
+            if not is_torch_name(key) and key not in namespace:
+                raise NbcompileError(f"toggle {key!r}: no such name in {label}'s globals; give a name defined "
+                                     "there, the function object, or a torch callable by dotted name (torch.sub)")
+            named[key] = mode
+            continue
+        names = [n for n, v in list(namespace.items()) if v is key]
+        if names:
+            named.update({n: mode for n in names})
+        elif (getattr(key, "__module__", "") or "").startswith("torch"):
+            named[torch_name(key)] = mode
+        else:
+            raise NbcompileError(f"toggle {key!r}: not reachable by name from {label}'s globals")
+    engine = Toggles({n: Binding(n, namespace, n) for n in named if not is_torch_name(n)})
+    for name, mode in named.items():
+        engine.validate(name, mode)
+    return engine, named
 
 
 @contextlib.contextmanager
-def _toggled(fn: Any, toggles: dict[Any, str], report: Optional[Report] = None) -> Iterator[None]:
-    """Apply ``inspect``'s toggles for the duration of the call; undo them exactly after."""
-    namespace = _namespace(fn)
-    plan: list[tuple[str, Any, str]] = []  # (label, object-or-global-name, mode)
-    for key, mode in toggles.items():
-        if isinstance(key, str) and key.startswith("torch."):
-            validate(key, mode, lambda n: False)
-            plan.append((key, resolve_torch_callable(key), mode))
-            continue
-        if isinstance(key, str):
-            if key not in namespace:
-                raise NbcompileError(f"toggle {key!r}: no such name in {getattr(fn, '__name__', fn)!r}'s globals")
-            names = [key]
-        else:
-            names = [n for n, v in namespace.items() if v is key]
-            if not names:
-                if getattr(key, "__module__", "").startswith("torch"):
-                    validate(repr(key), mode, lambda n: False)
-                    plan.append((getattr(key, "__name__", repr(key)), key, mode))
-                    continue
-                raise NbcompileError(f"toggle {key!r}: not reachable by name from {getattr(fn, '__name__', fn)!r}'s globals")
-        for name in names:
-            validate(name, mode, lambda n: True)
-            plan.append((name, name, mode))
-
-    undo: list[Callable[[], None]] = []
-    keepalive: list[Any] = []
+def applied(engine: Toggles, named: dict[str, str]) -> Iterator[Toggles]:
+    """The toggles applied for the duration; undone exactly after (also on KeyboardInterrupt)."""
     try:
-        for label, target, mode in plan:
-            if isinstance(target, str):  # a global function of fn's module
-                original = namespace[target]
-                if mode == "allow_in_graph" and report is not None:
-                    report.warnings.extend(lint_allow_in_graph(original, target))
-                namespace[target] = toggled_function(original, mode, keepalive)
-                undo.append(functools.partial(namespace.__setitem__, target, original))
-                if mode == "allow_in_graph":
-                    undo.append(functools.partial(undo_allow, namespace[target]))
-            elif mode == "disallow_in_graph":
-                undo.append(Registration.disallow(target, label).undo)
-        yield
+        for name, mode in named.items():
+            engine.apply(name, mode)
+        yield engine
     finally:
-        for step in reversed(undo):
-            step()
+        engine.undo_all()
+
+
+def replay_for(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Replay:
+    """Copies of what a call of ``fn`` reaches: its arguments, its module or ``self``, the globals its code reads."""
+    namespace = _namespace(fn)
+    original = torch_compat.unwrap_compiled(fn)
+    names = reached_names(namespace, None, [original])
+    return Replay.capture(namespace, {n: namespace[n] for n in names}, (original, args, kwargs))
+
+
+def _call(extra: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:
+    target, args, kwargs = extra
+    return target(*args, **kwargs)
 
 
 def inspect(
@@ -126,11 +136,17 @@ def inspect(
         raise NbcompileError(f"inspect needs a callable, got {type(fn).__name__}")
     options = CompileOptions(backend, mode, fullgraph, dynamic).validate()
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    engine, named = toggle_engine(fn, toggles or {})
     report = Report(title=f"inspect({name})", backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     recording = Recording(report)
-    recording.advise = _advisor(fn, toggles or {})
     target = _fresh_copy(fn)
     extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+    functions = _module_functions(fn)
+    for key, toggle in named.items():
+        if toggle == "allow_in_graph" and key in functions:
+            report.warnings.extend(lint_allow_in_graph(functions[key], key))
+    replay = replay_for(fn, args, kwargs) if check else None
+    rng = check_ops.RngState() if check else None
     HUB.acquire()
     try:
         compiled = torch.compile(
@@ -139,35 +155,16 @@ def inspect(
             **options.torch_compile_kwargs(),
             **extra,
         )
-        if check:
-            state = check_ops.StateSnapshot(_state_roots(fn, args, kwargs))
-            rng = check_ops.RngState()
-        with _toggled(fn, toggles or {}, report), HUB.active(recording):
+        with applied(engine, named), HUB.active(recording):
+            recording.advise = _advisor(fn, named, engine.disallowed())
             report.result = compiled(*args, **kwargs)
     finally:
         HUB.release()
-    if check:
-        original = torch_compat.unwrap_compiled(fn)
+    if replay is not None and rng is not None:
         report.check = check_ops.against_eager(
-            report.result, lambda: original(*args, **kwargs), state, rng,
+            report.result, _call, replay, rng,
             random_ops=[op for g in report.graphs for op in g.ops], backend=backend,
         )
         if not report.check.ok:
             report.add("errors", CompileError(name, "", "check", report.check.message))
     return report
-
-
-def _state_roots(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-    """What the call can change in place: its arguments, the module it is bound to, tensors in its globals."""
-    roots: list[tuple[str, Any]] = [(f"argument {i}", a) for i, a in enumerate(args)]
-    roots += [(f"argument {k}", v) for k, v in kwargs.items()]
-    target = torch_compat.unwrap_compiled(fn)
-    if isinstance(target, torch.nn.Module):
-        roots.append(("module", target))
-    owner = getattr(target, "__self__", None)
-    if isinstance(owner, torch.nn.Module):
-        roots.append(("self", owner))
-    globals_ = getattr(getattr(target, "__func__", target), "__globals__", {})
-    roots += [(n, v) for n, v in list(globals_.items())
-              if not n.startswith("_") and isinstance(v, (torch.Tensor, torch.nn.Module))]
-    return roots

@@ -46,7 +46,8 @@ class Recording:
         self.report = report
         self.cell_files: set[str] = set(cell_files)
         self.spans: list[tuple[str, int, int]] = []
-        self.listeners: list[Callable[[Recording], None]] = []
+        #: Bumped by every change; views compare it with the version they drew (they never draw here).
+        self.version = 0
         #: Suggests fixes for each break as it is recorded (set by the session or inspect).
         self.advise: Optional[Callable[[GraphBreak], list[Fix]]] = None
 
@@ -66,11 +67,8 @@ class Recording:
         return cell_line_of(filename, lineno)
 
     def notify(self) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener(self)
-            except Exception:  # a view must never break a compilation
-                logging.getLogger(__name__).exception("nbcompile listener failed")
+        """Mark the report changed. Redraws happen later, outside torch's trace handler."""
+        self.version += 1
 
 
 @dataclass
@@ -294,6 +292,7 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             guard_count=int(metrics.get("guard_count") or 0),
             compile_time_s=float(metrics.get("entire_frame_compile_time_s") or 0.0),
             filename=filename,
+            firstlineno=int(metrics.get("co_firstlineno") or pending.lineno or 0),
             graph_count=len(pending.graphs),
             trace_overhead_s=float(metrics.get("structured_logging_overhead_s") or 0.0),
         ),

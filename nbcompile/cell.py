@@ -41,11 +41,29 @@ class CellFunctions:
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def roots(self) -> list[str]:
-        """Tracked functions no other tracked function refers to."""
+        """Tracked functions no other tracked function refers to; for a cycle that nothing else
+        calls (mutually recursive functions), its first function in source order."""
         referenced = set()
         for name, targets in self.refs.items():
             referenced.update(t for t in targets if t != name)
-        return [n for n in self.names if n not in referenced]
+        roots = [n for n in self.names if n not in referenced]
+        reached: set[str] = set()
+
+        def visit(name: str) -> None:
+            stack = [name]
+            while stack:
+                current = stack.pop()
+                if current not in reached:
+                    reached.add(current)
+                    stack.extend(self.refs.get(current, ()))
+
+        for root in roots:
+            visit(root)
+        for name in self.names:
+            if name not in reached and "." not in name:
+                roots.append(name)
+                visit(name)
+        return [n for n in self.names if n in roots]
 
 
 def analyse(source: str) -> CellFunctions:

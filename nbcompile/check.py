@@ -4,16 +4,19 @@
 ``allow_in_graph(torch.vmap(torch.sum))`` made outside the compiled function
 returns a scalar under backend ``eager``). The check runs the same expression
 again with the original functions and every compiled callable forced eager,
-from the same random-number state and the same tensor state, and compares:
+on copies of the state the expression reaches (``state.Replay``: tensors,
+modules with their grads, optimizers with their state, lists), from the same
+random-number state, and compares:
 
-- the values, leaf by leaf through tuples, lists, dicts and dataclasses, with
-  ``torch.testing.assert_close`` and the dtype-aware tolerances below;
-- the tensors the run changed in place (top-level tensors and nn.Module
-  state), so a lost or doubled mutation is caught too.
+- the values, leaf by leaf through tuples, lists, dicts, dataclasses, modules,
+  optimizers and plain objects, with ``torch.testing.assert_close`` and the
+  dtype-aware tolerances below;
+- what the two runs left in the state they reached (tensors changed in place,
+  grads, optimizer state, list contents), so a lost or doubled mutation is
+  caught too.
 
-Afterwards the tensor state and the random-number state are those of the
-compiled run alone, and what the eager run printed is not shown: the user
-sees one run.
+The user's objects see one run, the compiled one; what the eager run printed
+is not shown.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from . import torch_compat
 from .report import Check
+from .state import Replay
 
 #: (rtol, atol) by dtype: assert_close's documented defaults. Integers, bools: exact.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -42,8 +46,6 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 #: Python floats mostly come from float32 tensors (``.item()``): compared like float32.
 PYTHON_FLOAT_TOLERANCE = TOLERANCES[torch.float32]
-#: The most bytes of tensor state the check copies to replay a run that mutates it.
-MAX_SNAPSHOT_BYTES = 256 * 2**20
 #: Ops whose values come from a random-number generator that Inductor does not share with eager.
 RANDOM_OPS = frozenset({
     "dropout", "dropout_", "rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
@@ -64,6 +66,11 @@ class Comparison:
     problems: list[str] = dataclasses.field(default_factory=list)
     diffs: list[float] = dataclasses.field(default_factory=list)
     compared: int = 0
+    #: Values that have no comparison (no ``==``, nothing inside to compare), by path.
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    #: id(real object) -> its copy: a real object and its copy count as the same object.
+    pairs: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
+    _seen: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False)
 
     @property
     def max_abs_diff(self) -> Optional[float]:
@@ -77,34 +84,114 @@ def compare(compiled: Any, eager: Any, path: str = "result", into: Optional[Comp
     return out
 
 
-def _compare(a: Any, b: Any, path: str, out: Comparison) -> None:
+def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0) -> None:
+    if depth > 12:
+        return
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         _compare_tensors(a, b, path, out)
-    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if type(a) is not type(b) or len(a) != len(b):
+        return
+    if a is None or b is None or isinstance(a, (str, bytes, bool)) or isinstance(b, (str, bytes, bool)):
+        _compare_plain(a, b, path, out)
+        return
+    if isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)):
+        _compare_numbers(a, b, path, out)
+        return
+    key = (id(a), id(b))
+    if key in out._seen:  # cycles, and objects reached twice
+        return
+    out._seen.add(key)
+    if type(a) is not type(b):
+        out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
+        return
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
             out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
             return
         for i, (x, y) in enumerate(zip(a, b)):
-            _compare(x, y, f"{path}[{i}]", out)
-    elif isinstance(a, dict) and isinstance(b, dict):
-        if list(a) != list(b):
-            out.problems.append(f"{path}: compiled has keys {list(a)!r}, eager has {list(b)!r}")
+            _compare(x, y, f"{path}[{i}]", out, depth + 1)
+    elif isinstance(a, dict):
+        if not _same_keys(a, b, out):
+            out.problems.append(f"{path}: compiled has keys {_short(list(a))}, eager has {_short(list(b))}")
             return
-        for key in a:
-            _compare(a[key], b[key], f"{path}[{key!r}]", out)
-    elif dataclasses.is_dataclass(a) and not isinstance(a, type) and type(a) is type(b):
+        for (key_a, x), y in zip(a.items(), b.values()):
+            _compare(x, y, f"{path}[{_short(key_a)}]", out, depth + 1)
+    elif isinstance(a, (set, frozenset)):
+        _compare_plain(a, b, path, out)
+    elif isinstance(a, torch.nn.Module):
+        _compare_named(dict(a.named_parameters()), dict(b.named_parameters()), path, out, depth)
+        _compare_named(dict(a.named_buffers()), dict(b.named_buffers()), path, out, depth)
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            if p.grad is not None or q.grad is not None:
+                _compare(p.grad, q.grad, f"{path}.{name}.grad", out, depth + 1)
+        if a.training != b.training:
+            out.problems.append(f"{path}.training: compiled gives {a.training}, eager gives {b.training}")
+    elif isinstance(a, torch.optim.Optimizer):
+        _compare(a.state_dict()["state"], b.state_dict()["state"], f"{path}.state", out, depth + 1)
+    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
         for f in dataclasses.fields(a):
-            _compare(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}", out)
-    elif isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)):
-        _compare_numbers(a, b, path, out)
-    else:
+            _compare(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}", out, depth + 1)
+    elif out.pairs.get(id(a)) is b or a is b:
+        _compare_contents(a, b, path, out, depth)
+    elif _has_own_eq(a):
+        _compare_plain(a, b, path, out)
+    else:  # no == of its own (DynamicCache, small classes holding tensors): what is inside
+        _compare_contents(a, b, path, out, depth)
+
+
+def _same_keys(a: dict[Any, Any], b: dict[Any, Any], out: Comparison) -> bool:
+    if len(a) != len(b):
+        return False
+    for ka, kb in zip(a, b):
+        if ka is kb or out.pairs.get(id(ka)) is kb:
+            continue
         try:
-            equal = bool(a == b)
-        except Exception:  # an object without a usable ==: identity is all we can say
-            equal = a is b
-        if not equal:
-            out.problems.append(f"{path}: compiled gives {_short(a)}, eager gives {_short(b)}")
-        out.compared += 1
+            if not bool(ka == kb):
+                return False
+        except Exception:
+            return False
+    return True
+
+
+def _compare_named(a: dict[str, Any], b: dict[str, Any], path: str, out: Comparison, depth: int) -> None:
+    if list(a) != list(b):
+        out.problems.append(f"{path}: compiled has {_short(list(a))}, eager has {_short(list(b))}")
+        return
+    for name in a:
+        _compare(a[name], b[name], f"{path}.{name}", out, depth + 1)
+
+
+def _compare_contents(a: Any, b: Any, path: str, out: Comparison, depth: int) -> None:
+    state_a, state_b = _contents(a), _contents(b)
+    if state_a is None or state_b is None:
+        if a is not b and out.pairs.get(id(a)) is not b:
+            out.skipped.append(path)
+        return
+    _compare(state_a, state_b, path, out, depth + 1)
+
+
+def _contents(value: Any) -> Optional[dict[str, Any]]:
+    """What an object holds, for objects compared by content (``__dict__`` or ``__slots__``)."""
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return {k: v for k, v in vars(value).items() if not callable(v) or isinstance(v, torch.nn.Module)}
+    slots = [s for cls in type(value).__mro__ for s in getattr(cls, "__slots__", ())]
+    if slots:
+        return {s: getattr(value, s) for s in slots if hasattr(value, s)}
+    return None
+
+
+def _has_own_eq(value: Any) -> bool:
+    return type(value).__eq__ is not object.__eq__
+
+
+def _compare_plain(a: Any, b: Any, path: str, out: Comparison) -> None:
+    try:
+        equal = bool(a == b)
+    except Exception:  # an == that cannot say (it returns a tensor, or raises)
+        out.skipped.append(path)
+        return
+    if not equal:
+        out.problems.append(f"{path}: compiled gives {_short(a)}, eager gives {_short(b)}")
+    out.compared += 1
 
 
 def _compare_numbers(a: Any, b: Any, path: str, out: Comparison) -> None:
@@ -174,77 +261,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# --- the state a run may change ----------------------------------------------------------
-
-def _tensors_of(label: str, value: Any) -> Iterable[tuple[str, torch.Tensor]]:
-    if isinstance(value, torch.Tensor):
-        yield label, value
-    elif isinstance(value, torch.nn.Module):
-        for name, t in value.state_dict(keep_vars=True).items():
-            if isinstance(t, torch.Tensor):
-                yield f"{label}.{name}", t
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            if isinstance(item, torch.Tensor):
-                yield f"{label}[{i}]", item
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, torch.Tensor):
-                yield f"{label}[{key!r}]", item
-
-
-class StateSnapshot:
-    """The tensors a run could change in place, with copies to replay from.
-
-    Version counters say which tensors a run touched; copies (kept when
-    the state is at most MAX_SNAPSHOT_BYTES) let the eager run start from
-    the same values and the compiled run's values be put back after.
-    """
-
-    def __init__(self, roots: Iterable[tuple[str, Any]], budget: int = MAX_SNAPSHOT_BYTES) -> None:
-        seen: set[int] = set()
-        self.labels: list[str] = []
-        self.tensors: list[torch.Tensor] = []
-        for label, value in roots:
-            for name, t in _tensors_of(label, value):
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    self.labels.append(name)
-                    self.tensors.append(t)
-        size = sum(t.numel() * t.element_size() for t in self.tensors)
-        self.copies: Optional[list[torch.Tensor]] = (
-            [t.detach().clone() for t in self.tensors] if size <= budget else None
-        )
-        self.versions = self._versions()
-
-    @classmethod
-    def of_namespace(cls, namespace: dict[str, Any]) -> "StateSnapshot":
-        """Public top-level names (not IPython's ``_``, ``_1``, ``Out``) holding tensors or modules."""
-        return cls((n, v) for n, v in list(namespace.items()) if not n.startswith("_") and n not in ("Out", "In"))
-
-    def _versions(self) -> list[int]:
-        return [torch_compat.tensor_version(t) for t in self.tensors]
-
-    def changed(self) -> list[int]:
-        """Indexes of the tensors changed in place since the last ``mark``."""
-        now = self._versions()
-        return [i for i, (v, w) in enumerate(zip(self.versions, now)) if v != w]
-
-    def mark(self) -> None:
-        self.versions = self._versions()
-
-    def values(self, indexes: list[int]) -> list[torch.Tensor]:
-        return [self.tensors[i].detach().clone() for i in indexes]
-
-    def put(self, indexes: list[int], values: list[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for i, value in zip(indexes, values):
-                self.tensors[i].copy_(value)
-
-    def rewind(self, indexes: list[int]) -> None:
-        assert self.copies is not None
-        self.put(indexes, [self.copies[i] for i in indexes])
-
+# --- the random-number state ----------------------------------------------------------------
 
 class RngState:
     """torch's (CPU and CUDA), Python's and NumPy's random-number state."""
@@ -276,59 +293,58 @@ class RngState:
 
 def against_eager(
     result: Any,
-    run_eager: Callable[[], Any],
-    state: StateSnapshot,
+    run_eager: Callable[[Any], Any],
+    replay: Replay,
     rng_before: RngState,
     *,
+    bind: Optional[dict[str, Any]] = None,
     random_ops: Iterable[str] = (),
     backend: str = "",
 ) -> Check:
-    """Run ``run_eager`` from the state the compiled run started in; compare; put the compiled state back.
+    """Run ``run_eager`` on the copies ``replay`` took before the compiled run, and compare.
 
-    ``state`` was taken (and ``rng_before`` saved) just before the compiled
-    run produced ``result``.
+    The eager run sees the copies (and ``bind``: names -> the original
+    functions) in place of the real objects and gets the copy of the call's
+    arguments; it starts from the random-number state the compiled run
+    started from. The user's objects, and the generators afterwards, are as
+    the compiled run left them: nothing the user sees runs twice.
     """
-    touched = state.changed()
-    if touched and state.copies is None:
-        names = ", ".join(state.labels[i] for i in touched[:3])
-        return Check(True, None, f"not checked: the run changed {names} in place and the state is larger "
-                                 f"than {MAX_SNAPSHOT_BYTES >> 20} MiB to replay", compared=False)
-    compiled_after = state.values(touched)
-    state.rewind(touched)
+    if replay.refused is not None:
+        return Check(True, None, replay.refused, compared=False)
     rng_after = RngState()
     rng_before.restore()
-    state.mark()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), torch_compat.force_eager():
-            expected = run_eager()
+        with contextlib.redirect_stdout(io.StringIO()), torch_compat.force_eager(), replay.swapped(bind) as extra:
+            expected = run_eager(extra)
     except Exception as exc:
-        eager_touched = state.changed()
-        return _finish(state, touched, eager_touched, compiled_after, rng_after, Check(
-            False, None, f"the eager reference run raised {type(exc).__name__}: {_one_line(str(exc))}"))
-    eager_touched = state.changed()
-    comparison = compare(result, expected)
-    for i in sorted(set(touched) | set(eager_touched)):
-        after = compiled_after[touched.index(i)] if i in touched else state.copies[i]
-        compare(after, state.tensors[i], f"{state.labels[i]} (changed in place)", comparison)
-    return _finish(state, touched, eager_touched, compiled_after, rng_after, _verdict(comparison, random_ops, backend))
-
-
-def _finish(state: StateSnapshot, touched: list[int], eager_touched: list[int], compiled_after: list[torch.Tensor],
-            rng_after: RngState, check: Check) -> Check:
-    """Leave the tensors and the generators as the compiled run left them."""
-    only_eager = [i for i in eager_touched if i not in touched]
-    state.rewind(only_eager)
-    state.put(touched, compiled_after)
-    state.mark()
-    rng_after.restore()
-    return check
+        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {_one_line(str(exc))}")
+    finally:
+        rng_after.restore()
+    comparison = Comparison(pairs=replay.memo)
+    compare(result, expected, into=comparison)
+    for label, real, twin in replay.changed_pairs():
+        compare(real, twin, f"{label} (changed in place)", comparison)
+        if real.grad is not None or twin.grad is not None:
+            compare(real.grad, twin.grad, f"{label}.grad", comparison)
+    for label, real, twin in replay.optimizers:
+        compare(real.state_dict()["state"], twin.state_dict()["state"], f"{label} state", comparison)
+    for name, real in replay.reals.items():
+        if isinstance(real, (list, dict, set)):
+            compare(real, replay.copies[name], f"{name} (changed in place)", comparison)
+    return _verdict(comparison, random_ops, backend)
 
 
 def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:
     diff = comparison.max_abs_diff
     diff_text = f"max abs diff {diff:.3g}" if diff is not None else "no floating-point values"
     if not comparison.problems:
-        return Check(True, diff, f"matches eager ({comparison.compared} values compared, {diff_text})")
+        skipped = ""
+        if comparison.skipped:
+            skipped = f"; not compared: {', '.join(comparison.skipped[:2])}" + (
+                f" and {len(comparison.skipped) - 2} more" if len(comparison.skipped) > 2 else "") + " (no way to compare)"
+        if not comparison.compared and comparison.skipped:
+            return Check(True, None, f"not compared: nothing in the result can be compared{skipped}", compared=False)
+        return Check(True, diff, f"matches eager ({comparison.compared} values compared, {diff_text}){skipped}")
     shown = comparison.problems[:_MAX_PROBLEMS]
     more = len(comparison.problems) - len(shown)
     message = "differs from eager: " + "; ".join(shown) + (f"; and {more} more" if more else "")

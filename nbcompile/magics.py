@@ -1,14 +1,19 @@
-"""`%%compile` and `%nbcompile`: argument parsing, then hand-off to the session."""
+"""`%%compile` and `%nbcompile`: argument parsing, then hand-off to the session.
+
+Options are declared with IPython's ``magic_arguments``, so ``%%compile?``
+documents each one. One ``post_run_cell`` hook per shell redraws the sessions
+whose reports changed during the cell; one ``pre_run_cell`` hook remembers the
+frontend's cell id, which identifies a cell across re-runs.
+"""
 
 from __future__ import annotations
 
-import argparse
 import shlex
-import weakref
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .options import MODES, CellOptions, NbcompileError
 from .session import Session, create_session, last, sessions
@@ -16,62 +21,92 @@ from .session import Session, create_session, last, sessions
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, never SystemExit
-        usage = " ".join(self.format_usage().split())[len("usage: "):]
-        raise UsageError(f"%%compile: {message}; usage: {usage}")
+def _names(values: list[str]) -> list[str]:
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
 
 
-def _names(value: str) -> list[str]:
-    return [n.strip() for n in value.split(",") if n.strip()]
+def _named(name: str) -> Any:
+    def mark(func: Any) -> Any:
+        func.argcmd_name = name  # the name magic_arguments prints in the usage line
+        return func
+    return mark
 
 
-def _cell_parser() -> _Parser:
-    p = _Parser(prog="%%compile", add_help=False)
-    p.add_argument("--backend", default="inductor")
-    p.add_argument("--mode", default=None, choices=MODES)
-    p.add_argument("--fullgraph", action="store_true")
-    dyn = p.add_mutually_exclusive_group()
-    dyn.add_argument("--dynamic", dest="dynamic", action="store_const", const=True, default=None)
-    dyn.add_argument("--no-dynamic", dest="dynamic", action="store_const", const=False)
-    for flag in ("entry", "disable", "allow", "disallow"):
-        p.add_argument(f"--{flag}", action="append", default=[], metavar="NAME[,NAME..]")
-    p.add_argument("--run", default=None, metavar="EXPR")
-    p.add_argument("--bench", action="store_true")
-    p.add_argument("--no-check", dest="check", action="store_false")
-    p.add_argument("--no-panel", dest="panel", action="store_false")
-    return p
+@magic_arguments()
+@_named("%compile")
+@argument("--backend", default="inductor",
+          help="torch.compile backend: inductor (default), eager, aot_eager, or any name in "
+               "torch._dynamo.list_backends()")
+@argument("--mode", default=None, choices=MODES, help="torch.compile mode")
+@argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True): a graph break is an error")
+@argument("--dynamic", dest="dynamic_on", action="store_true", help="torch.compile(dynamic=True)")
+@argument("--no-dynamic", dest="dynamic_off", action="store_true", help="torch.compile(dynamic=False)")
+@argument("--entry", action="append", default=[], metavar="NAME[,NAME..]",
+          help="functions (or nn.Module instances) to compile; default: the cell's functions no other calls")
+@argument("--disable", action="append", default=[], metavar="NAME[,NAME..]",
+          help="functions of this cell to wrap in torch.compiler.disable")
+@argument("--allow", action="append", default=[], metavar="NAME[,NAME..]",
+          help="functions of this cell to register with torch.compiler.allow_in_graph")
+@argument("--disallow", action="append", default=[], metavar="NAME[,NAME..]",
+          help="torch callables (dotted: torch.sub) to register with torch._dynamo.disallow_in_graph")
+@argument("--run", default=None, metavar="EXPR",
+          help="an expression evaluated after the set-up and again after every toggle; its value is the cell's")
+@argument("--bench", action="store_true", help="time EXPR eager and compiled (needs --run)")
+@argument("--no-check", dest="no_check", action="store_true",
+          help="do not compare each run of EXPR with an eager run of the original functions")
+@argument("--no-panel", dest="no_panel", action="store_true", help="show the static report, not the widget panel")
+def _compile_signature(line: str, cell: str) -> None:
+    """Compile the functions this cell defines with torch.compile, and show what it did.
+
+    The body runs like a normal cell (IPython syntax included). Its top-level
+    defs and the methods of its nn.Module subclasses are tracked; the entries
+    are rebound to their compiled form. Re-running the cell replaces its session.
+    See also `%nbcompile status|set|report|export|bench|panel|reset`.
+    """
 
 
 def parse_cell_line(line: str) -> CellOptions:
     """Parse a `%%compile` line into options. Raises UsageError with one line on bad input."""
     try:
-        argv = shlex.split(line)
-    except ValueError as exc:
-        raise UsageError(f"%%compile: cannot parse the line ({exc})") from None
-    ns = _cell_parser().parse_args(argv)
-    flat = {k: [n for v in getattr(ns, k) for n in _names(v)] for k in ("entry", "disable", "allow", "disallow")}
+        ns = _compile_signature.parser.parse_args(shlex.split(line))
+    except UsageError as exc:
+        raise UsageError(f"%%compile: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:  # an unclosed quote
+        raise UsageError(f"%%compile: {exc}") from None
+    if ns.dynamic_on and ns.dynamic_off:
+        raise UsageError("%%compile: --dynamic and --no-dynamic are mutually exclusive; give one")
     return CellOptions(
         backend=ns.backend,
         mode=ns.mode,
         fullgraph=ns.fullgraph,
-        dynamic=ns.dynamic,
-        entries=flat["entry"],
-        disable=flat["disable"],
-        allow=flat["allow"],
-        disallow=flat["disallow"],
+        dynamic=True if ns.dynamic_on else False if ns.dynamic_off else None,
+        entries=_names(ns.entry),
+        disable=_names(ns.disable),
+        allow=_names(ns.allow),
+        disallow=_names(ns.disallow),
         run=ns.run,
         bench=ns.bench,
-        check=ns.check,
-        panel=ns.panel,
+        check=not ns.no_check,
+        panel=not ns.no_panel,
     )
+
+
+#: The cell IPython is running now (its ExecutionInfo), set by the pre_run_cell hook.
+_RUNNING: dict[str, Any] = {}
+
+
+def _cell_id(cell: str) -> Optional[str]:
+    """The frontend's id of the cell running this magic, when the kernel passed one."""
+    info = _RUNNING.get("info")
+    raw = getattr(info, "raw_cell", None) or ""
+    cell_id = getattr(info, "cell_id", None)
+    return cell_id if cell_id and cell.strip() and cell.strip() in raw else None
 
 
 @magics_class
 class NbcompileMagics(Magics):
     @cell_magic("compile")
     def compile_cell(self, line: str, cell: str) -> Any:
-        """Compile the functions this cell defines; see `%nbcompile` and the README."""
         options = parse_cell_line(line)
         shell = self.shell
         count = shell.execution_count
@@ -79,12 +114,17 @@ class NbcompileMagics(Magics):
         def cache_source(source: str) -> str:
             return shell.compile.cache(source, count, raw_code=source)
 
+        body = shell.transform_cell(cell) if cell.strip() else cell
+        if body.count("\n") < cell.count("\n"):  # keep the cell's line numbers
+            body += "\n" * (cell.count("\n") - body.count("\n"))
         try:
-            session = create_session(
-                shell.user_ns, cell, options, cache_source=cache_source, label=f"[{count}]"
-            )
+            session = create_session(shell.user_ns, body, options, cache_source=cache_source,
+                                     label=f"[{count}]", cell_id=_cell_id(cell))
         except NbcompileError as exc:
             raise UsageError(f"%%compile: {exc}") from None
+        if session is None:
+            return None
+        session.source = "\n" + cell  # shown and exported as the user wrote it
         try:
             result = session.run() if options.run is not None else None
         finally:  # a run that raises still shows the report, with its error
@@ -96,7 +136,10 @@ class NbcompileMagics(Magics):
     @line_magic("nbcompile")
     def nbcompile_line(self, line: str) -> Any:
         """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset`."""
-        argv = shlex.split(line)
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%nbcompile: {exc}") from None
         if not argv or argv[0] not in LINE_COMMANDS:
             raise UsageError(f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}")
         command, args = argv[0], argv[1:]
@@ -112,7 +155,7 @@ class NbcompileMagics(Magics):
                 return session.report
             if len(args) != 1 or args[0] not in session.functions:
                 raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(session.functions)}")
-            return session.report.for_function(args[0])
+            return session.function_report(args[0])
         if command == "set":
             if len(args) != 2:
                 raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, allow_in_graph; torch callables: compile, disallow_in_graph)")
@@ -126,6 +169,8 @@ class NbcompileMagics(Magics):
             _bench(session, " ".join(args) or None)
             return None
         if command == "panel":
+            if session.stale:
+                raise UsageError(f"%nbcompile panel: {session.stale}")
             if not widgets_supported():
                 print("%nbcompile panel: this frontend shows no widgets; here is the report")
             _display(session, force_panel=True)
@@ -138,6 +183,10 @@ class NbcompileMagics(Magics):
                 raise UsageError(f"%nbcompile export: {exc}") from None
             return None
         raise UsageError(f"%nbcompile {command}: not available in this version")
+
+
+# `%%compile?` shows the options: the docstring magic_arguments built for the parser.
+NbcompileMagics.compile_cell.__doc__ = _compile_signature.__doc__
 
 
 def _bench(session: Session, expr: Optional[str]) -> None:
@@ -199,38 +248,25 @@ def _display(session: Session, force_panel: bool = False) -> None:
 
         session.display_id = session.display_id or f"nbcompile-{uuid.uuid4().hex}"
         display(session.report, display_id=session.display_id)
-        _watch(session)
     else:
         display(session.report)
+    session._drawn_version = session.recording.version
 
 
-_WATCHED: "weakref.WeakSet[Session]" = weakref.WeakSet()
+def _before_cell(info: Any = None) -> None:
+    _RUNNING["info"] = info
 
 
-def _watch(session: Session) -> None:
-    """Keep the session's displayed report current: after each cell, if it changed."""
-    if session in _WATCHED:
-        return
-    _WATCHED.add(session)
-    ref = weakref.ref(session)
-    seen: dict[str, Any] = {"state": None}
-    from IPython import get_ipython
+def _after_cell(*_args: Any) -> None:
+    """Redraw every session whose report changed during the cell (calls from any cell)."""
+    _RUNNING.pop("info", None)
+    for session in sessions():
+        try:
+            session.redraw_if_changed()
+        except Exception:  # a view must never fail the user's cell
+            import logging
 
-    shell = get_ipython()
-
-    def after_cell(*_args: Any) -> None:
-        s = ref()
-        if s is None or s._closed:
-            shell.events.unregister("post_run_cell", after_cell)
-            return
-        r = s.report
-        state = (id(r), r.graph_count, r.break_count, r.recompile_count, len(r.errors), id(r.check))
-        if seen["state"] != state:
-            seen["state"] = state
-            s.update_display()
-
-    if shell is not None:
-        shell.events.register("post_run_cell", after_cell)
+            logging.getLogger(__name__).exception("nbcompile redraw failed")
 
 
 class StatusTable:
@@ -259,7 +295,7 @@ def status_table(session: Session) -> StatusTable:
     report = session.report
     rows = []
     for name in session.functions:
-        part = report.for_function(name)
+        part = session.function_report(name)
         rows.append((
             name,
             session.toggles.get(name, "compile"),
@@ -283,8 +319,15 @@ def status_table(session: Session) -> StatusTable:
 
 def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(NbcompileMagics)
+    if _after_cell not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("pre_run_cell", _before_cell)
+        ipython.events.register("post_run_cell", _after_cell)
 
 
 def unload_ipython_extension(ipython: Optional[Any]) -> None:
     for session in sessions():
         session.reset()
+    if ipython is not None:
+        for event, hook in (("pre_run_cell", _before_cell), ("post_run_cell", _after_cell)):
+            if hook in ipython.events.callbacks[event]:
+                ipython.events.unregister(event, hook)

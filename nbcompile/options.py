@@ -23,12 +23,16 @@ class CompileOptions:
 
     def validate(self) -> "CompileOptions":
         valid = torch_compat.list_backends()
-        if self.backend not in valid:
+        if not isinstance(self.backend, str) or self.backend not in valid:
             raise NbcompileError(
                 f"unknown backend {self.backend!r}; valid backends: {', '.join(valid)}"
             )
         if self.mode is not None and self.mode not in MODES:
             raise NbcompileError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        if not isinstance(self.fullgraph, bool):
+            raise NbcompileError(f"fullgraph must be True or False, not {self.fullgraph!r}")
+        if self.dynamic not in (None, True, False) or not isinstance(self.dynamic, (bool, type(None))):
+            raise NbcompileError(f"dynamic must be None (automatic), True or False, not {self.dynamic!r}")
         return self
 
     def torch_compile_kwargs(self) -> dict[str, object]:

@@ -8,15 +8,15 @@ toggle or an option change goes through ``Session.set`` / ``Session.configure``,
 which re-run and roll back on failure; the panel then shows the error and keeps
 the last good view.
 
-The panel only reads the session's report. Compilations from any cell mark it
-stale; it redraws at the end of the cell (IPython's ``post_run_cell``), or at
-once when the last redraw is older than ``LIVE_INTERVAL_S``.
+The panel only reads the session's report, and never draws inside torch's
+trace handler: compilations from any cell mark the report changed, and the
+session redraws the panel after the cell (IPython's ``post_run_cell``) and
+after each ``set``, ``configure``, ``run`` or ``bench``.
 """
 
 from __future__ import annotations
 
 import html
-import time
 import weakref
 from typing import Any, Optional
 
@@ -28,8 +28,6 @@ from .report import Report
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
 
-#: A compilation redraws the panel at once if the last redraw is older than this.
-LIVE_INTERVAL_S = 0.5
 #: Most characters of kernel code shown per kernel in the Kernels tab.
 KERNEL_CHARS = 20_000
 _DYNAMIC = {"auto": None, "True": True, "False": False}
@@ -131,8 +129,6 @@ class Panel(widgets.VBox):
         super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
         self._session_ref = weakref.ref(session)
         self._syncing = False
-        self._stale = False
-        self._last_draw = 0.0
         self.last_error: Optional[str] = None
         self.figure_dict: dict[str, Any] = {}
         self.title = widgets.HTML()
@@ -172,8 +168,6 @@ class Panel(widgets.VBox):
             self.title, self.status, widgets.HTML("<b>Functions</b>"), self.functions_box,
             widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
         ]
-        session.recording.listeners.append(self._on_capture)
-        self._hook = self._install_cell_hook()
         self.refresh()
 
     # -- construction ------------------------------------------------------------------------
@@ -246,43 +240,8 @@ class Panel(widgets.VBox):
         self.last_error = None
         self.refresh()
 
-    # -- live updates -------------------------------------------------------------------------
-    def _on_capture(self, _recording: Any) -> None:
-        if time.perf_counter() - self._last_draw > LIVE_INTERVAL_S or self._hook is None:
-            self.refresh()
-        else:
-            self._stale = True
-
-    def _install_cell_hook(self) -> Optional[Any]:
-        try:
-            from IPython import get_ipython
-        except ImportError:  # pragma: no cover
-            return None
-        shell = get_ipython()
-        if shell is None:
-            return None
-        ref = weakref.ref(self)
-
-        def after_cell(*_args: Any) -> None:
-            panel = ref()
-            if panel is not None and panel._stale:
-                panel.refresh()
-
-        shell.events.register("post_run_cell", after_cell)
-        return shell, after_cell
-
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
-        if self._hook is not None:
-            shell, hook = self._hook
-            try:
-                shell.events.unregister("post_run_cell", hook)
-            except ValueError:
-                pass
-            self._hook = None
-        session = self._session_ref()
-        if session is not None and self._on_capture in session.recording.listeners:
-            session.recording.listeners.remove(self._on_capture)
         for control in [*self.function_rows.values(), *self.op_rows.values(),
                         self.backend, self.mode, self.fullgraph, self.dynamic]:
             control.disabled = True
@@ -293,8 +252,6 @@ class Panel(widgets.VBox):
         """Redraw every view from the session's current report."""
         session = self.session
         report = session.report
-        self._stale = False
-        self._last_draw = time.perf_counter()
         self.title.value = f"<b>{_e(report.title)}</b>"
         self._sync_controls(session)
         self._draw_counts(report)
@@ -367,7 +324,7 @@ class Panel(widgets.VBox):
 
     def _draw_counts(self, report: Report) -> None:
         for name, counts in self.function_counts.items():
-            part = report.for_function(name)
+            part = self.session.function_report(name)
             counts.value = (f"<span style='color:#555'>{len(part.frames)} frames, {len(part.breaks)} breaks, "
                             f"{len(part.recompiles)} recompiles</span>")
 
@@ -390,6 +347,8 @@ class Panel(widgets.VBox):
             parts.append(f"<span style='color:#b00'><b>check mismatch</b>: {_e(check.message)}</span>")
         if report.warnings:
             parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
+        if session.stale:
+            parts.append(f"<span style='color:#b00'>{_e(session.stale)}</span>")
         error = self.last_error or (f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
         if error:
             parts.append(f"<span style='color:#b00'>last error: {_e(error)}</span>")

@@ -69,6 +69,8 @@ class Frame:
     guard_count: int
     compile_time_s: float
     filename: str = ""
+    #: The compiled code's first line (a resume function's: the line it resumes at).
+    firstlineno: int = 0
     graph_count: int = 0
     #: Of compile_time_s, what torch spent building trace records for capture.
     trace_overhead_s: float = 0.0
@@ -202,24 +204,45 @@ class Report:
                 return
         items.append(item)
 
-    def for_function(self, name: str) -> "Report":
-        """The part of this report about one function (its frames, resumed frames included)."""
+    def for_function(self, name: str, span: Optional[tuple[str, int, int]] = None) -> "Report":
+        """The part of this report about one function (its frames, resumed frames included).
+
+        With ``span`` (filename, first line, last line of the function's code)
+        items join by code identity: two methods named ``forward`` in one cell
+        are told apart. Without it, by the function's short name.
+        """
         short = name.split(".")[-1]
+        if span is not None:
+            filename, first, last = span
 
-        def mine(function: str) -> bool:
-            return function == short or function.startswith(f"torch_dynamo_resume_in_{short}_at_")
+            def mine_frame(f: Frame) -> bool:
+                return f.filename == filename and first <= f.firstlineno <= last
 
-        frames = [f for f in self.frames if mine(f.function)]
-        ids = {f.compile_id for f in frames}
+            frames = [f for f in self.frames if mine_frame(f)]
+            ids = {f.compile_id for f in frames}
+            breaks = [b for b in self.breaks if b.filename == filename and first <= b.lineno <= last]
+
+            def mine(item: Any) -> bool:
+                return item.compile_id in ids
+        else:
+            def named(function: str) -> bool:
+                return function == short or function.startswith(f"torch_dynamo_resume_in_{short}_at_")
+
+            frames = [f for f in self.frames if named(f.function)]
+            ids = {f.compile_id for f in frames}
+            breaks = [b for b in self.breaks if b.function == short]
+
+            def mine(item: Any) -> bool:
+                return named(item.function)
         return dataclasses.replace(
             self,
             title=f"{self.title} [{name}]",
-            graphs=[g for g in self.graphs if mine(g.function)],
-            breaks=[b for b in self.breaks if b.function == short],
+            graphs=[g for g in self.graphs if mine(g)],
+            breaks=breaks,
             frames=frames,
-            recompiles=[r for r in self.recompiles if mine(r.function)],
+            recompiles=[r for r in self.recompiles if mine(r)],
             kernels=[k for k in self.kernels if k.compile_id in ids],
-            errors=[e for e in self.errors if mine(e.function)],
+            errors=[e for e in self.errors if mine(e)],
             warnings=[w for w in self.warnings if w.function == name],
             dropped={},
         )

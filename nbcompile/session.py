@@ -1,36 +1,44 @@
-"""A `%%compile` cell's session: its functions, entries, options and report.
+"""A `%%compile` cell's session: its lifecycle (start, set, configure, run, reset, display).
 
-The session owns what it changed in the user's namespace (the entries it
-rebound to their compiled form) and the compiled code of the cell's
-functions; ``reset()`` gives both back exactly.
+The session owns the names its cell defined and the entries it rebound to
+their compiled form, through the toggle engine (``toggles.py``): it writes a
+name only while the name still holds what it put there, and a session whose
+names were redefined, deleted or taken over by a newer cell is ``stale`` and
+writes nothing. Re-running a cell replaces its session (the old one is reset
+first). The check and the benchmark run on copies of the state the
+``--run`` expression reaches (``state.py``), so a training step runs once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect as _inspect
 import types
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+import weakref
+from typing import Any, Callable, Hashable, Iterator, Optional
 
 import torch
 
 from . import check as check_ops
 from . import snippet as export_ops
 from . import suggest
-from . import toggles as toggle_ops
 from . import torch_compat
 from .capture import HUB, Recording, RecordingBackend
 from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
 from .report import CompileError, LintWarning, Report
+from .state import Replay, reached_names
+from .toggles import Binding, StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
 
 _SESSIONS: list["Session"] = []
+#: The live session of each cell, by cell identity.
+_BY_CELL: dict[Hashable, "Session"] = {}
 
 
 def sessions() -> list["Session"]:
-    """Every live session, oldest first."""
+    """Every live session, oldest first (at most one per cell)."""
     return list(_SESSIONS)
 
 
@@ -39,23 +47,25 @@ def last() -> Optional["Session"]:
     return _SESSIONS[-1] if _SESSIONS else None
 
 
-@dataclass
-class _Binding:
-    """One name the session rebound: where it lives and what was there before."""
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception behind a compile failure (Dynamo wraps the user's ``ValueError``)."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__  # Dynamo raises its wrappers "from None"
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
 
-    name: str
-    owner: Any  # the namespace dict, or the class for Class.method
-    attr: str
-    original: Any
 
-    def get(self) -> Any:
-        return self.owner[self.attr] if isinstance(self.owner, dict) else self.owner.__dict__[self.attr]
-
-    def set(self, value: Any) -> None:
-        if isinstance(self.owner, dict):
-            self.owner[self.attr] = value
-        else:
-            setattr(self.owner, self.attr, value)
+def describe_failure(exc: BaseException) -> str:
+    """``ValueError: boom`` (the cause), with Dynamo's wrapper named when it differs."""
+    cause = _root_cause(exc)
+    first = (str(cause).strip().splitlines() or [""])[0][:200]
+    text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+    if cause is not exc:
+        text += f", raised as {type(exc).__name__}"
+    return text
 
 
 class Session:
@@ -72,6 +82,7 @@ class Session:
         tracked: dict[str, Any],
         entries: list[str],
         label: str = "",
+        cell_key: Hashable = None,
     ) -> None:
         self.namespace = namespace
         self.source = source
@@ -79,22 +90,22 @@ class Session:
         self.options = options
         self.cell = cell
         self.label = label
-        #: name -> the original function object (methods: the plain function).
+        self.cell_key = cell_key
+        #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
         self._tracked = tracked
         self.entries = entries
-        self.toggles: dict[str, str] = {name: "compile" for name in tracked}
-        self._bindings: list[_Binding] = []
-        #: tracked non-entry names rebound by a toggle -> their binding (original inside).
-        self._toggle_bindings: dict[str, _Binding] = {}
-        #: allow_in_graph copies by tracked name; registrations on torch callables by dotted name.
-        self._allow_copies: dict[str, Any] = {}
-        self._registrations: dict[str, toggle_ops.Registration] = {}
-        self._keepalive: list[Any] = []
-        #: allow_in_graph lint by tracked name (computed once), and the names it applies to now.
+        self._compiled_run: tuple[Optional[str], Optional[types.CodeType]] = (None, None)
+        bindings = {name: binding_for(name, namespace) for name in tracked}
+        for entry in entries:
+            if entry not in bindings:
+                bindings[entry] = binding_for(entry, namespace)
+        self.engine = Toggles(bindings, wrap=self._wrap, functions=tracked)
         self._lint_cache: dict[str, list[LintWarning]] = {}
+        self._stale: Optional[str] = None
         self.recording = Recording(self._new_report(), cell_files=(filename,))
         self.recording.advise = lambda brk: self._advisor()(brk)
         self._panel: Any = None
+        self._drawn_version = -1
         #: The latest ``bench()`` result (shown in the panel's Speedup tab).
         self.last_bench: Any = None
         #: The id of the report output this session displayed (updated in place as it changes).
@@ -107,28 +118,59 @@ class Session:
         return list(self._tracked)
 
     @property
+    def toggles(self) -> dict[str, str]:
+        """name -> mode: every tracked function, and the torch callables set to a mode."""
+        return dict(self.engine.modes)
+
+    @property
     def report(self) -> Report:
         return self.recording.report
 
+    @property
+    def _run_code(self) -> Optional[types.CodeType]:
+        """The --run expression, compiled once per text (``options.run`` may be changed)."""
+        text = self.options.run
+        if text is None:
+            return None
+        if self._compiled_run[0] != text:
+            self._compiled_run = (text, compile(text, "<--run>", "eval"))
+        return self._compiled_run[1]
+
+    @property
+    def stale(self) -> Optional[str]:
+        """None while the session owns its names; else one line saying why it no longer does."""
+        if self._stale is None and not self._closed:
+            for binding in self.engine.bindings.values():
+                problem = binding.problem()
+                if problem is not None:
+                    self._mark_stale(f"{problem} outside this %%compile cell")
+                    break
+        return self._stale
+
+    def _mark_stale(self, what: str) -> None:
+        if self._stale is None:
+            cell = f"%%compile cell {self.label}".strip()
+            self._stale = f"{what}; this session no longer writes its names: re-run the {cell} to compile it again"
+
     def run(self) -> Any:
         """Evaluate the `--run` expression again; its value is returned and kept in the report."""
-        if self.options.run is None:
+        if self._run_code is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
-        checking = self.options.check
-        state = check_ops.StateSnapshot.of_namespace(self.namespace) if checking else None
-        rng = check_ops.RngState() if checking else None
+        replay = self._replay(self._run_code) if self.options.check else None
+        rng = check_ops.RngState() if replay is not None else None
         with HUB.active(self.recording):
             try:
-                result = eval(self.options.run, self.namespace)
+                result = eval(self._run_code, self.namespace)
             except Exception as exc:
                 self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
                 self.recording.notify()
                 raise
         self.report.result = result
-        if checking:
+        if replay is not None and rng is not None:
+            code = self._run_code
             self.report.check = check_ops.against_eager(
-                result, self._eager_run, state, rng,
+                result, lambda _: eval(code, self.namespace), replay, rng, bind=self._originals(),
                 random_ops=[op for g in self.report.graphs for op in g.ops], backend=self.options.backend,
             )
             if not self.report.check.ok:
@@ -136,41 +178,69 @@ class Session:
         self.recording.notify()
         return result
 
-    def _eager_run(self) -> Any:
-        """The --run expression with every name the session rebound given back its original."""
-        return self._eager_eval(self.options.run)
+    def _replay(self, code: types.CodeType) -> Replay:
+        """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
+        originals = [b.original for b in self.engine.bindings.values()]
+        names = reached_names(self.namespace, code, originals)
+        roots = {}
+        for name in names:
+            binding = self.engine.bindings.get(name)
+            roots[name] = binding.original if binding is not None else self.namespace[name]
+        return Replay.capture(self.namespace, roots)
+
+    def _originals(self) -> dict[str, Any]:
+        """Namespace names this session rebound -> their originals (for the eager run)."""
+        return {n: b.original for n, b in self.engine.bindings.items()
+                if isinstance(b.owner, dict) and b.expected is not b.original and b.problem() is None}
 
     def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
 
         ``name`` is a tracked function's name, a torch callable's dotted name,
-        or the object itself. If the re-run fails, the previous toggle is put
-        back (and its report kept) and the error is raised with one line that
-        says what happened.
+        or the object itself. If the re-run fails (or is interrupted), the
+        previous toggle is put back (and its report kept) and the error is
+        raised with one line that says what happened and why.
         """
         self._check_open()
         if not isinstance(name, str):
             name = self._name_of(name)
-        self._validate_toggle(name, mode)
-        previous = self.toggles.get(name, "compile")
+        self.engine.validate(name, mode)
+        previous = self.engine.mode(name)
         old_report = self.report
-        self._apply_toggle(name, mode)
         try:
+            self.engine.apply(name, mode)
+            self._after_toggle()
             self._restart()
-        except Exception as exc:
-            self._apply_toggle(name, previous)
-            self._drop_compiled_code()
-            self.recording.report = old_report
-            first = (str(exc).strip().splitlines() or [""])[0]
+        except BaseException as exc:
+            self._roll_back(lambda: self.engine.apply(name, previous), old_report)
+            if isinstance(exc, StaleError):
+                self._mark_stale(f"{exc} outside this %%compile cell")
+                raise NbcompileError(self._stale) from None
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt: rolled back, then as the user asked
+            lint = ""
+            if mode == "allow_in_graph" and name in self._tracked and self.lint(name):
+                lint = "; the allow_in_graph lint says: " + "; ".join(w.message for w in self.lint(name)[:3])
             raise NbcompileError(
-                f"{name} -> {mode} failed ({type(exc).__name__}: {first}); kept {name} -> {previous}"
-            ) from exc
+                f"{name} -> {mode} failed ({describe_failure(exc)}); kept {name} -> {previous}{lint}") from exc
+        self.redraw()
         return self.report
+
+    def _roll_back(self, undo: Callable[[], None], old_report: Report) -> None:
+        try:
+            undo()
+            self._after_toggle()
+        except StaleError:
+            pass
+        self._drop_compiled_code()
+        self.recording.report = old_report
+        self.recording.notify()
 
     def configure(self, **changes: Any) -> Report:
         """Change backend, mode, fullgraph or dynamic: recompile the entries, start a fresh report, re-run.
 
-        If the re-run fails, the previous options (and report) are put back
+        Bad values are refused before anything changes; if the re-run fails
+        (or is interrupted), the previous options (and report) are put back
         and the error is raised with one line.
         """
         self._check_open()
@@ -182,41 +252,36 @@ class Session:
         updated = dataclasses.replace(previous, **changes)
         updated.validate()
         old_report = self.report
-        self.options = updated
-        self._compile_entries()
         try:
+            self.options = updated
+            self.engine.rebind()
             self._restart()
-        except Exception as exc:
-            self.options = previous
-            self._compile_entries()
-            self._drop_compiled_code()
-            self.recording.report = old_report
-            first = (str(exc).strip().splitlines() or [""])[0]
+        except BaseException as exc:
+            def undo() -> None:
+                self.options = previous
+                self.engine.rebind()
+            self._roll_back(undo, old_report)
+            if isinstance(exc, StaleError):
+                self._mark_stale(f"{exc} outside this %%compile cell")
+                raise NbcompileError(self._stale) from None
+            if not isinstance(exc, Exception):
+                raise
             said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-            raise NbcompileError(f"{said} failed ({type(exc).__name__}: {first}); kept the previous options") from exc
+            raise NbcompileError(f"{said} failed ({describe_failure(exc)}); kept the previous options") from exc
+        self.redraw()
         return self.report
-
-    def _compile_entries(self) -> None:
-        """Rebind every entry to its compiled form under the current options and toggles."""
-        for binding in self._bindings:
-            mode = self.toggles.get(binding.name, "compile")
-            if mode == "allow_in_graph":
-                target = self._allow_copies[binding.name]
-            elif mode == "disable":
-                target = torch.compiler.disable(binding.original)
-            else:
-                target = binding.original
-            binding.set(self._compile(target))
 
     def bench(self, expr: Optional[str] = None, min_run_time: float = 0.5) -> Any:
         """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
-        every toggle back at ``compile``; compile times cold and warm. The report starts afresh after."""
-        import contextlib
+        every toggle back at ``compile``; compile times cold and warm. It runs on copies of what EXPR
+        reaches, so the user's objects and random-number state are as before. The report starts afresh after."""
         import io
 
         self._check_open()
         with contextlib.redirect_stdout(io.StringIO()):  # a print in the timed code would flood the cell
-            return self._bench(expr, min_run_time)
+            result = self._bench(expr, min_run_time)
+        self.redraw()
+        return result
 
     def _bench(self, expr: Optional[str], min_run_time: float) -> Any:
         from . import timing as bench_ops
@@ -224,23 +289,15 @@ class Session:
         expr = expr or self.options.run
         if not expr:
             raise NbcompileError("nothing to time: give an expression (%nbcompile bench EXPR) or add --run EXPR")
-        code = compile(expr, "<nbcompile bench>", "eval")
-        saved = dict(self.toggles)
-        device = bench_ops._device_of(v for v in self.namespace.values() if isinstance(v, torch.Tensor))
-        expected = self._eager_eval(code)
-        nbytes = bench_ops._tensor_bytes(expected) + sum(
-            bench_ops._tensor_bytes(v) for n, v in list(self.namespace.items())
-            if not n.startswith("_") and isinstance(v, torch.Tensor) and n in expr
-        )
-        peak = bench_ops.peak_bandwidth(device)
-        with self._originals_bound():  # bound once: the swap is not part of the timed call
-            flops = bench_ops._flops(lambda: eval(code, self.namespace))
-            timing = bench_ops.time_call(lambda: eval(code, self.namespace), device, min_run_time)
-        rows = [bench_ops.eager_row(timing, nbytes, peak)]
-        eager_median = timing[0]
-        plans = [("session", saved)]
-        if any(mode != "compile" for mode in saved.values()):
-            plans.append(("all toggles compile", {name: "compile" for name in saved}))
+        try:
+            code = compile(expr, "<nbcompile bench>", "eval")
+        except SyntaxError as exc:
+            raise NbcompileError(f"bench: {expr!r} is not an expression ({exc.msg})") from None
+        replay = self._replay(code)
+        if replay.refused is not None:
+            raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
+        saved = self.toggles
+        device = bench_ops._device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
         run = lambda: eval(code, self.namespace)  # noqa: E731
 
         def first_call() -> tuple[float, float, Any]:
@@ -253,37 +310,42 @@ class Session:
             warm, out = bench_ops._first_call(run, device)
             return cold, warm, out
 
+        def plan(modes: dict[str, str]) -> Callable[[], Any]:
+            @contextlib.contextmanager
+            def context() -> Iterator[Any]:
+                for name in [*self.toggles, *modes]:
+                    self.engine.apply(name, modes.get(name, "compile"))
+                yield first_call, run
+            return context
+
+        plans = [("session", plan(saved))]
+        if any(mode != "compile" for mode in saved.values()):
+            plans.append(("all toggles compile", plan({})))
+        tensors = [(n, v) for n, v in replay.copies.items() if isinstance(v, torch.Tensor)]
         try:
-            for label, toggles in plans:
-                for name, mode in toggles.items():
-                    self._apply_toggle(name, mode)
-                rows.append(bench_ops.measure(label, first_call, run, expected, eager_median, device,
-                                              min_run_time, nbytes, peak))
+            with replay.swapped():
+                self.last_bench = bench_ops.run_plans(
+                    run, plans, device, min_run_time,
+                    lambda out: bench_ops._tensor_bytes(out) + sum(bench_ops._tensor_bytes(v) for _, v in tensors))
         finally:
-            for name in list(self.toggles):
-                self._apply_toggle(name, saved.get(name, "compile"))
+            for name in [*self.toggles, *saved]:
+                self.engine.apply(name, saved.get(name, "compile"))
+            self._after_toggle()
             self._restart()
-        self.last_bench = bench_ops.result(rows, device, peak, nbytes, flops)
-        self.recording.notify()
         return self.last_bench
 
-    @contextlib.contextmanager
-    def _originals_bound(self) -> Iterator[None]:
-        """Every name the session rebound given back its original, every compiled callable eager."""
-        with torch_compat.force_eager():
-            bindings = [*self._bindings, *self._toggle_bindings.values()]
-            current = [b.get() for b in bindings]
-            for binding in bindings:
-                binding.set(binding.original)
-            try:
-                yield
-            finally:
-                for binding, value in zip(bindings, current):
-                    binding.set(value)
+    # -- display ---------------------------------------------------------------------------
+    def redraw(self) -> None:
+        """Bring the panel and the displayed report up to date (never called from inside a compile)."""
+        self._drawn_version = self.recording.version
+        if self._panel is not None:
+            self._panel.refresh()
+        else:
+            self.update_display()
 
-    def _eager_eval(self, code: Any) -> Any:
-        with self._originals_bound():
-            return eval(code, self.namespace)
+    def redraw_if_changed(self) -> None:
+        if not self._closed and self._drawn_version != self.recording.version:
+            self.redraw()
 
     def update_display(self) -> None:
         """Replace the report output this session displayed with the current report."""
@@ -314,27 +376,37 @@ class Session:
             style=style,
         )
 
+    def function_report(self, name: str) -> Report:
+        """The part of the report about one tracked function, joined by its code (not its short name)."""
+        code = _code_of(self._tracked.get(name))
+        if code is None:
+            return self.report.for_function(name)
+        lines = [line for _, _, line in code.co_lines() if line]
+        return self.report.for_function(name, (code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno)))
+
     def reset(self) -> None:
-        """Restore the original functions and drop the compiled code of the cell's functions."""
+        """Undo every registration, give back every name still holding what the session put there,
+        drop the compiled code of the cell's functions. Names the user redefined or deleted stay as they are."""
         if self._closed:
             return
-        for name, mode in list(self.toggles.items()):
-            if mode != "compile":
-                self._apply_toggle(name, "compile")
-        for binding in reversed(self._bindings):
-            binding.set(binding.original)
-        self._bindings.clear()
-        self._drop_compiled_code()
-        HUB.unregister(self.recording)
-        HUB.release()
-        if self._panel is not None:
-            self._panel.detach()
         self._closed = True
-        if self in _SESSIONS:
-            _SESSIONS.remove(self)
+        try:
+            self.engine.undo_all()
+            self._drop_compiled_code()
+        finally:
+            HUB.unregister(self.recording)
+            HUB.release()
+            if self._panel is not None:
+                self._panel.detach()
+            if self in _SESSIONS:
+                _SESSIONS.remove(self)
+            if _BY_CELL.get(self.cell_key) is self:
+                del _BY_CELL[self.cell_key]
 
     def __repr__(self) -> str:
         state = "reset" if self._closed else f"{self.report.graph_count} graphs, {self.report.break_count} breaks"
+        if self._stale and not self._closed:
+            state += ", stale"
         return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions)} ({state})>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
@@ -346,18 +418,18 @@ class Session:
             raise NbcompileError(f"unknown function {name!r}; valid: {', '.join(self.functions)}")
         if name not in self._lint_cache:
             self._lint_cache[name] = lint_allow_in_graph(
-                self._tracked[name], name, suggest.owner_class(name, self.namespace)
+                _unwrap(self._tracked[name]), name, suggest.owner_class(name, self.namespace)
             )
         return self._lint_cache[name]
 
     def _advisor(self) -> suggest.Advisor:
         return suggest.Advisor(
-            tracked=self._tracked,
+            tracked={n: _unwrap(v) for n, v in self._tracked.items()},
             toggles=self.toggles,
             entries=self.entries,
             command=suggest.session_command,
             lint=self.lint,
-            disallowed={n: r.obj for n, r in self._registrations.items()},
+            disallowed=self.engine.disallowed(),
         )
 
     def _current_warnings(self) -> list[LintWarning]:
@@ -367,54 +439,17 @@ class Session:
     def _name_of(self, obj: Any) -> str:
         plain = torch_compat.unwrap_compiled(obj)
         for name, fn in self._tracked.items():
-            if plain is fn or getattr(plain, "__func__", None) is fn:
+            if plain is fn or getattr(plain, "__func__", None) is fn or _unwrap(plain) is _unwrap(fn):
                 return name
-        return toggle_ops.torch_name(plain)
+        return torch_name(plain)
 
-    def _validate_toggle(self, name: str, mode: str) -> None:
-        if name not in self._tracked and not name.startswith("torch."):
-            raise NbcompileError(
-                f"unknown function {name!r}; valid: {', '.join(self.functions)}, "
-                "or a torch callable by dotted name (torch.sub)"
-            )
-        toggle_ops.validate(name, mode, lambda n: n in self._tracked)
-        if name not in self._tracked:
-            toggle_ops.resolve_torch_callable(name)
+    def _wrap(self, name: str, obj: Any) -> Any:
+        """What an entry's name is bound to: its compiled form; other names as they are."""
+        return self._compile(obj) if name in self.entries else obj
 
-    def _apply_toggle(self, name: str, mode: str) -> None:
-        if name in self._tracked:
-            self._apply_function_toggle(name, mode)
-        else:
-            obj = toggle_ops.resolve_torch_callable(name)
-            if mode == "disallow_in_graph" and name not in self._registrations:
-                self._registrations[name] = toggle_ops.Registration.disallow(obj, name)
-            elif mode == "compile" and name in self._registrations:
-                self._registrations.pop(name).undo()
-        if mode == "compile" and name not in self._tracked:
-            self.toggles.pop(name, None)
-        else:
-            self.toggles[name] = mode
+    def _after_toggle(self) -> None:
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
-
-    def _apply_function_toggle(self, name: str, mode: str) -> None:
-        original = self._tracked[name]
-        copy = self._allow_copies.pop(name, None)
-        if copy is not None:
-            toggle_ops.undo_allow(copy)
-        toggled = toggle_ops.toggled_function(original, mode, self._keepalive)
-        if mode == "allow_in_graph":
-            self._allow_copies[name] = toggled
-        entry = next((b for b in self._bindings if b.name == name), None)
-        if entry is not None:
-            entry.set(self._compile(toggled))
-            return
-        binding = self._toggle_bindings.get(name) or self._binding_for(name)
-        binding.set(toggled)
-        if mode == "compile":
-            self._toggle_bindings.pop(name, None)
-        else:
-            self._toggle_bindings[name] = binding
 
     def _drop_compiled_code(self) -> None:
         for code in self._owned_codes():
@@ -423,7 +458,7 @@ class Session:
     def _restart(self) -> None:
         self._drop_compiled_code()
         self.recording.report = self._new_report()
-        if self.options.run is not None:
+        if self._run_code is not None:
             self.run()
         else:
             self.recording.notify()
@@ -438,7 +473,7 @@ class Session:
             fullgraph=opts.fullgraph,
             dynamic=opts.dynamic,
         )
-        if hasattr(self, "_lint_cache"):
+        if hasattr(self, "engine"):
             report.warnings = self._current_warnings()
             report.snippet = self._snippet()
         return report
@@ -457,27 +492,20 @@ class Session:
         """Rebind the entries to their compiled form and start capturing."""
         HUB.acquire()
         HUB.register(self.recording)
+        _SESSIONS.append(self)
         try:
             for entry in self.entries:
-                binding = self._binding_for(entry)
-                binding.set(self._compile(binding.original))
-                self._bindings.append(binding)
+                binding = self.engine.bindings[entry]
+                binding.write(self._compile(binding.original))
                 self._own(binding.original)
             for name, mode in self.options.initial_toggles():
-                self._apply_toggle(name, mode)
-        except Exception:
+                self.engine.apply(name, mode)
+            self._after_toggle()
+        except BaseException:
             self.reset()
             raise
-        _SESSIONS.append(self)
-
-    def _binding_for(self, entry: str) -> _Binding:
-        if entry in self._tracked and "." not in entry:
-            return _Binding(entry, self.namespace, entry, self._tracked[entry])
-        if "." in entry and entry in self._tracked:
-            cls_name, attr = entry.split(".", 1)
-            cls = self.namespace[cls_name]
-            return _Binding(entry, cls, attr, cls.__dict__[attr])
-        return _Binding(entry, self.namespace, entry, self.namespace[entry])
+        if self.cell_key is not None:
+            _BY_CELL[self.cell_key] = self
 
     def _own(self, obj: Any) -> None:
         """Claim an entry defined outside the cell, by its code's file and lines."""
@@ -492,29 +520,43 @@ class Session:
             code = _code_of(fn)
             if code is not None:
                 codes.extend(torch_compat.iter_code_objects(code))
-        for binding in self._bindings:
-            code = _code_of(binding.original)
-            if code is not None and code not in codes:
+        for entry in self.entries:
+            code = _code_of(self.engine.bindings[entry].original)
+            if code is not None and code not in codes and code.co_filename == self.filename or (
+                    code is not None and code not in codes and entry not in self._tracked):
                 codes.append(code)
         return codes
 
     def _check_open(self) -> None:
         if self._closed:
             raise NbcompileError("this session was reset; run its %%compile cell again")
+        if self.stale is not None:
+            raise NbcompileError(self.stale)
+
+
+def _unwrap(obj: Any) -> Any:
+    """The function a decorator (``@torch.no_grad()``, ``functools.wraps``) wrapped."""
+    obj = torch_compat.unwrap_compiled(obj)
+    try:
+        return _inspect.unwrap(obj) if callable(obj) else obj
+    except ValueError:  # a __wrapped__ cycle
+        return obj
 
 
 def _code_of(obj: Any) -> Optional[types.CodeType]:
     obj = torch_compat.unwrap_compiled(obj)
     if isinstance(obj, torch.nn.Module):
         obj = type(obj).forward
-    obj = torch_compat.unwrap_compiled(obj)
+    obj = _unwrap(obj)
     obj = getattr(obj, "__func__", obj)
-    return getattr(obj, "__code__", None)
+    code = getattr(obj, "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
 
 
 # --- building a session from a cell ---------------------------------------------------------
 
 def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: str) -> dict[str, Any]:
+    """The cell's defs (decorated ones too: the decorated object, whose wrapped code is the cell's)."""
     tracked: dict[str, Any] = {}
     for name in cell.names:
         if "." in name:
@@ -541,15 +583,24 @@ def _default_entries(namespace: dict[str, Any], cell: CellFunctions, tracked: di
             if name not in entries:
                 entries.append(name)
             covered.add(type(value).__name__)
-    for cls_name in module_classes - covered:
+    for cls_name in sorted(module_classes - covered):
         if f"{cls_name}.forward" in tracked:
             entries.append(f"{cls_name}.forward")
     return entries
 
 
-def _resolve_entries(
-    requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]
-) -> list[str]:
+def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFunctions) -> None:
+    """Before the body runs: each --entry is a def of the cell, a name it assigns, or a name that exists."""
+    for name in requested:
+        if name in cell.names or name in cell.assigned or name in namespace:
+            continue
+        valid = sorted({*cell.names, *(n for n, v in namespace.items()
+                                       if isinstance(v, torch.nn.Module) and not n.startswith("_"))})
+        raise NbcompileError(f"--entry {name!r} is not a function of this cell or an nn.Module instance; "
+                             f"valid: {', '.join(valid) or '(none)'}")
+
+
+def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]) -> list[str]:
     valid = sorted(set(tracked) | {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")})
     for name in requested:
         if name in tracked:
@@ -564,6 +615,30 @@ def _resolve_entries(
     return list(requested)
 
 
+def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: Optional[str]) -> Hashable:
+    """A cell's identity: the frontend's cell id, else the names the cell defines."""
+    if cell_id:
+        return ("cell", id(namespace), cell_id)
+    return ("names", id(namespace), frozenset(cell.names) or frozenset(cell.assigned))
+
+
+def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> CellFunctions:
+    """Every check that can be made before the body runs: options, --run, toggles and entries against
+    the cell's own defs. Raises SyntaxError (the body) or NbcompileError; nothing has run."""
+    options.validate()
+    if options.run is not None:
+        try:
+            compile(options.run, "<--run>", "eval")
+        except SyntaxError as exc:
+            raise NbcompileError(f"--run {options.run!r} is not a Python expression ({exc.msg})") from None
+    elif options.bench:
+        raise NbcompileError("--bench times the --run expression; add --run EXPR")
+    cell = analyse("\n" + body)
+    validate_flags(options.initial_toggles(), cell.names)
+    _check_entries(options.entries, namespace, cell)
+    return cell
+
+
 def create_session(
     namespace: dict[str, Any],
     body: str,
@@ -571,20 +646,26 @@ def create_session(
     *,
     cache_source: Callable[[str], str],
     label: str = "",
+    cell_id: Optional[str] = None,
     after_body: Optional[Callable[[], None]] = None,
-) -> Session:
-    """Run a cell body and set up its session.
+) -> Optional[Session]:
+    """Check the cell, retire its previous session, run the body and set up the new session.
 
-    ``cache_source`` registers the source with the shell (so tracebacks and
+    ``body`` is Python (IPython syntax already transformed). ``cache_source``
+    registers the source with the shell (so tracebacks and
     ``inspect.getsource`` see it) and returns the filename to compile it
     under. The magic line is kept as a blank first line, so line numbers in
-    the compiled code are the cell's lines as displayed.
+    the compiled code are the cell's lines as displayed. Returns None (and
+    says so) when the cell defines nothing to compile.
     """
-    options.validate()
     source = "\n" + body
     filename = cache_source(source)
-    code = compile(source, filename, "exec")  # SyntaxError: as Python gives it, no session
-    cell = analyse(source)
+    code = compile(source, filename, "exec")  # SyntaxError: as Python gives it, nothing has run
+    cell = plan_cell(body, options, namespace)
+    key = cell_key(namespace, cell, cell_id)
+    previous = _BY_CELL.get(key)
+    if previous is not None:
+        previous.reset()
     exec(code, namespace)
     if after_body is not None:
         after_body()
@@ -593,24 +674,22 @@ def create_session(
         entries = _resolve_entries(options.entries, namespace, tracked)
     else:
         entries = _default_entries(namespace, cell, tracked)
-    for name, mode in options.initial_toggles():
-        if name not in tracked and not name.startswith("torch."):
-            raise NbcompileError(
-                f"--{'disallow' if mode == 'disallow_in_graph' else mode.split('_')[0]} {name!r}: not a function "
-                f"of this cell; valid: {', '.join(tracked) or '(none)'}, or torch callables by dotted name"
-            )
-        toggle_ops.validate(name, mode, lambda n: n in tracked)
-        if name not in tracked:
-            toggle_ops.resolve_torch_callable(name)
-    session = Session(
-        namespace,
-        source=source,
-        filename=filename,
-        options=options,
-        cell=cell,
-        tracked=tracked,
-        entries=entries,
-        label=label,
-    )
+    for name, _mode in options.initial_toggles():
+        if not is_torch_name(name) and name not in tracked:
+            raise NbcompileError(f"{name} is not a function nbcompile can track (a def of this cell, or a method "
+                                 "of an nn.Module subclass of this cell)")
+    if not entries:
+        print(f"%%compile: nothing to compile: this cell defines no function or nn.Module subclass to compile"
+              f"{' (defined: ' + ', '.join(cell.names) + ')' if cell.names else ''}; give --entry NAME to compile "
+              "a function or an nn.Module instance defined elsewhere")
+        return None
+    session = Session(namespace, source=source, filename=filename, options=options, cell=cell,
+                      tracked=tracked, entries=entries, label=label, cell_key=key)
+    for older in sessions():
+        if older.namespace is namespace and older is not session:
+            taken = [n for n in session.engine.bindings if n in older.engine.bindings]
+            if taken:
+                older._mark_stale(f"{', '.join(taken[:3])} {'was' if len(taken) == 1 else 'were'} taken over by "
+                                  f"%%compile cell {label}".rstrip())
     session._start()
     return session

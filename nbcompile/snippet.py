@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from .options import CompileOptions, NbcompileError
-from .toggles import FUNCTION_MODES, TORCH_MODES, torch_name
+from .toggles import is_torch_name, torch_name, validate
 
 STYLES = ("calls", "decorators")
 _DECORATORS = {"disable": "torch.compiler.disable", "allow_in_graph": "torch.compiler.allow_in_graph"}
@@ -61,13 +61,10 @@ def _plan(toggles: Mapping[Any, str]) -> tuple[dict[str, str], list[str]]:
     disallow: list[str] = []
     for key, mode in toggles.items():
         name = _name(key)
-        if name.startswith("torch."):
-            if mode not in TORCH_MODES:
-                raise NbcompileError(f"unknown mode {mode!r} for {name}; valid for torch callables: {', '.join(TORCH_MODES)}")
+        validate(name, mode, [] if is_torch_name(name) else [name])
+        if is_torch_name(name):
             if mode == "disallow_in_graph":
                 disallow.append(name)
-        elif mode not in FUNCTION_MODES:
-            raise NbcompileError(f"unknown mode {mode!r} for {name}; valid: {', '.join(FUNCTION_MODES)}")
         elif mode != "compile":
             functions[name] = mode
     return functions, disallow

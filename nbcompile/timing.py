@@ -272,9 +272,41 @@ def measure(
     )
 
 
+#: One configuration to time: its row name and a context that sets it up and yields
+#: (first_call, steady): first_call() -> (cold compile s, warm compile s, output); steady() runs it once.
+Plan = tuple[str, Callable[[], Any]]
+
+
+def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device, min_run_time: float,
+              nbytes: Callable[[Any], int]) -> BenchResult:
+    """The one bench path (``nbcompile.bench``, ``Session.bench``): eager first, then each plan.
+
+    The random-number state is given back as it was: timing draws many times.
+    """
+    rng = check_ops.RngState()
+    try:
+        peak = peak_bandwidth(device)
+        with torch_compat.force_eager():  # once, outside the timed call
+            expected = eager()
+            flops = _flops(eager)
+            timing = time_call(eager, device, min_run_time)
+        size = nbytes(expected)
+        rows = [eager_row(timing, size, peak)]
+        for name, setup in plans:
+            with setup() as (first_call, steady):
+                rows.append(measure(name, first_call, steady, expected, timing[0], device, min_run_time, size, peak))
+        return result(rows, device, peak, size, flops)
+    finally:
+        rng.restore()
+
+
 def bench(fn: Callable[..., Any], *args: Any, configs: Union[None, Iterable[Any]] = None,
           min_run_time: float = 0.5, **kwargs: Any) -> BenchResult:
-    """Time ``fn(*args, **kwargs)`` eager and compiled under each config (default: Inductor, default mode)."""
+    """Time ``fn(*args, **kwargs)`` eager and compiled under each config (default: Inductor, default mode).
+
+    The calls run on copies of what ``fn`` reaches (its arguments, its module, the
+    globals it reads), so timing a training step does not train the user's model.
+    """
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):  # a print in the timed code would flood the output
@@ -283,42 +315,40 @@ def bench(fn: Callable[..., Any], *args: Any, configs: Union[None, Iterable[Any]
 
 def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
            configs: Union[None, Iterable[Any]], min_run_time: float) -> BenchResult:
-    from .api import _fresh_copy, _toggled
+    from .api import _fresh_copy, applied, replay_for, toggle_engine
 
     if not callable(fn):
         raise NbcompileError(f"bench needs a callable, got {type(fn).__name__}")
     plans = _configs(configs)
-    original = torch_compat.unwrap_compiled(fn)
+    engines = [toggle_engine(fn, plan.toggles) for plan in plans]
     device = _device_of([*args, *kwargs.values()])
+    replay = replay_for(fn, args, kwargs)
+    if replay.refused is not None:
+        raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
+    with replay.swapped() as (target, c_args, c_kwargs):
 
-    def eager() -> Any:
-        return original(*args, **kwargs)
+        def setup(plan: BenchConfig, engine: Any) -> Any:
+            @contextlib.contextmanager
+            def context() -> Any:
+                kw = plan.options().torch_compile_kwargs()
+                if torch_compat.ISOLATE_RECOMPILES:  # callees' frames too get a cache of this wrapper's own
+                    kw["isolate_recompiles"] = True
 
-    peak = peak_bandwidth(device)
-    with torch_compat.force_eager():  # once, outside the timed call
-        expected = eager()
-        flops = _flops(eager)
-        eager_median, eager_iqr, eager_e2e = time_call(eager, device, min_run_time)
-    nbytes = _tensor_bytes(args) + _tensor_bytes(kwargs) + _tensor_bytes(expected)
-    rows = [eager_row((eager_median, eager_iqr, eager_e2e), nbytes, peak)]
-    for plan in plans:
-        kw = plan.options().torch_compile_kwargs()
-        if torch_compat.ISOLATE_RECOMPILES:  # callees' frames too get a cache of this wrapper's own
-            kw["isolate_recompiles"] = True
+                def compiled_copy() -> Callable[..., Any]:
+                    return torch.compile(_fresh_copy(target), backend=plan.backend, mode=plan.mode, **kw)
 
-        def compiled_copy() -> Callable[..., Any]:
-            return torch.compile(_fresh_copy(fn), backend=plan.backend, mode=plan.mode, **kw)
+                with applied(*engine):
+                    steady_fn = compiled_copy()
 
-        with _toggled(fn, plan.toggles):
-            steady_fn = compiled_copy()
+                    def first_call() -> tuple[float, float, Any]:
+                        _first_call(lambda: compiled_copy()(*c_args, **c_kwargs), device)  # fills the caches
+                        with _cold_caches():
+                            cold, _ = _first_call(lambda: compiled_copy()(*c_args, **c_kwargs), device)
+                        warm, out = _first_call(lambda: steady_fn(*c_args, **c_kwargs), device)
+                        return cold, warm, out
 
-            def first_call() -> tuple[float, float, Any]:
-                _first_call(lambda: compiled_copy()(*args, **kwargs), device)  # fills the caches
-                with _cold_caches():
-                    cold, _ = _first_call(lambda: compiled_copy()(*args, **kwargs), device)
-                warm, out = _first_call(lambda: steady_fn(*args, **kwargs), device)
-                return cold, warm, out
+                    yield first_call, lambda: steady_fn(*c_args, **c_kwargs)
+            return context
 
-            rows.append(measure(plan.name, first_call, lambda: steady_fn(*args, **kwargs), expected,
-                                eager_median, device, min_run_time, nbytes, peak))
-    return result(rows, device, peak, nbytes, flops)
+        return run_plans(lambda: target(*c_args, **c_kwargs), [(p.name, setup(p, e)) for p, e in zip(plans, engines)],
+                         device, min_run_time, lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out))

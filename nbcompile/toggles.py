@@ -1,20 +1,30 @@
-"""Toggles: apply disable / allow_in_graph / disallow_in_graph, and undo them exactly.
+"""The toggle engine: disable / allow_in_graph / disallow_in_graph, applied and undone exactly.
 
-A tracked function's toggle is applied by rebinding its name (or class
-attribute) to a toggled object: ``torch.compiler.disable(fn)``, or a copy of
-``fn`` registered with ``torch.compiler.allow_in_graph`` (a copy, so undoing
-never touches a registration the user made on the original). A torch
-callable's ``disallow_in_graph`` is a registration on the callable itself;
-its undo puts its id back in Dynamo's registries exactly as it was.
+Used by sessions, ``nbcompile.inspect`` and ``nbcompile.bench``; nothing else in
+nbcompile validates or applies a toggle.
+
+- A tracked function's toggle rebinds its name (a ``Binding``: a namespace
+  key or a class attribute) to ``torch.compiler.disable(fn)`` or to a copy of
+  ``fn`` registered with ``allow_in_graph`` (a copy, so a registration the
+  user made on the original is never touched). A binding writes only while
+  its slot still holds what it last put there: a name the user redefined,
+  deleted or that a newer cell took over raises ``StaleError`` instead of
+  being overwritten.
+- Registrations in Dynamo's registries (``disallow_in_graph`` on a torch
+  callable, ``allow_in_graph`` on an object that cannot be copied) go through
+  ``REGISTRY``, which counts holders across sessions and ``inspect`` calls:
+  the first holder records the registries' state for that object, the last
+  one to let go puts it back exactly, whatever the order.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import threading
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Iterable, Optional
 
 import torch
 
@@ -23,7 +33,17 @@ from .options import NbcompileError
 
 FUNCTION_MODES = ("compile", "disable", "allow_in_graph")
 TORCH_MODES = ("compile", "disallow_in_graph")
+#: The %%compile flag that sets each mode.
+FLAGS = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
 
+_MISSING = object()
+
+
+class StaleError(NbcompileError):
+    """A binding no longer holds what nbcompile put there; the message says what happened."""
+
+
+# --- names ----------------------------------------------------------------------------------
 
 def copy_function(fn: Any) -> Any:
     """A function equal to ``fn`` with its own identity and code object."""
@@ -77,54 +97,321 @@ def torch_name(obj: Any) -> str:
     raise NbcompileError(f"{obj!r} is not a torch callable with a public dotted name; give one such as torch.sub")
 
 
-def toggled_function(original: Any, mode: str, keepalive: list[Any]) -> Any:
-    """The object a tracked function's name is bound to under ``mode``."""
-    if mode == "compile":
-        return original
-    if mode == "disable":
-        return torch.compiler.disable(original)
-    if mode == "allow_in_graph":
-        copy = copy_function(original)
-        torch.compiler.allow_in_graph(copy)
-        keepalive.append(copy)  # its id stays registered, and unique, while we hold it
-        return copy
-    raise NbcompileError(f"unknown mode {mode!r} for a function; valid: {', '.join(FUNCTION_MODES)}")
+def is_torch_name(name: str) -> bool:
+    return name.startswith("torch.")
+
+
+# --- validation (the only copy) ---------------------------------------------------------------
+
+def validate(name: str, mode: str, functions: Collection[str], *, where: str = "") -> None:
+    """Check one toggle before anything is applied; a one-line error says what is valid.
+
+    ``functions`` are the names that take function modes (a cell's defs, a
+    module's globals); dotted ``torch.`` names take the torch modes.
+    """
+    if name in functions and not is_torch_name(name):
+        if mode not in FUNCTION_MODES:
+            hint = (" (disallow_in_graph is for torch callables; for your own function use disable)"
+                    if mode == "disallow_in_graph" else "")
+            raise NbcompileError(f"unknown mode {mode!r} for {name}; valid: {', '.join(FUNCTION_MODES)}{hint}")
+        return
+    if is_torch_name(name):
+        if mode not in TORCH_MODES:
+            hint = (" (allow_in_graph is for your own functions; torch callables are in the graph already)"
+                    if mode == "allow_in_graph" else "")
+            raise NbcompileError(
+                f"unknown mode {mode!r} for {name}; valid for torch callables: {', '.join(TORCH_MODES)}{hint}")
+        resolve_torch_callable(name)
+        return
+    valid = ", ".join(sorted(functions)) or "(none)"
+    raise NbcompileError(
+        f"unknown function {name!r}{where}; valid: {valid}, or a torch callable by dotted name (torch.sub)")
+
+
+def validate_flags(toggles: Iterable[tuple[str, str]], functions: Collection[str]) -> None:
+    """``%%compile`` flags: each name valid for its flag, and no name under two flags."""
+    seen: dict[str, str] = {}
+    for name, mode in toggles:
+        flag = FLAGS[mode]
+        if name in seen and seen[name] != mode:
+            raise NbcompileError(f"{name} is given to both {FLAGS[seen[name]]} and {flag}; choose one")
+        seen[name] = mode
+        if mode == "disallow_in_graph" and not is_torch_name(name):
+            what = "a function of this cell" if name in functions else "not a torch callable"
+            raise NbcompileError(
+                f"--disallow {name}: {what}; --disallow takes torch callables by dotted name (torch.sub), "
+                "and your own functions take --disable")
+        if mode != "disallow_in_graph" and is_torch_name(name):
+            raise NbcompileError(
+                f"{flag} {name}: {flag} takes functions of this cell ({', '.join(sorted(functions)) or 'none'}); "
+                "a torch callable takes --disallow")
+        validate(name, mode, functions, where=f" for {flag}")
+
+
+# --- counted registrations ------------------------------------------------------------------
+
+@dataclass
+class _Held:
+    obj: Any
+    before: dict[str, bool]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class Registry:
+    """Registrations nbcompile holds in Dynamo's allow/disallow registries, counted per object."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, _Held] = {}
+        self._lock = threading.RLock()
+
+    def acquire(self, obj: Any, kind: str, label: str = "") -> "Registration":
+        """Register ``obj`` (``kind``: ``allow`` or ``disallow``) for one more holder."""
+        with self._lock:
+            held = self._held.get(id(obj))
+            fresh = held is None
+            if held is None:
+                held = _Held(obj, torch_compat.registry_membership(obj))
+            if held.counts.get(kind, 0) == 0:
+                try:
+                    _register(obj, kind, label)
+                except BaseException:
+                    if fresh:
+                        torch_compat.restore_registry_membership(obj, held.before)
+                    raise
+            held.counts[kind] = held.counts.get(kind, 0) + 1
+            self._held[id(obj)] = held
+            return Registration(obj, kind)
+
+    def release(self, registration: "Registration") -> None:
+        with self._lock:
+            held = self._held.get(id(registration.obj))
+            if held is None or held.counts.get(registration.kind, 0) == 0:
+                return
+            held.counts[registration.kind] -= 1
+            if held.counts[registration.kind]:
+                return
+            # Back to the state before any holder, then the kinds other holders still hold.
+            torch_compat.restore_registry_membership(held.obj, held.before)
+            remaining = [k for k, n in held.counts.items() if n]
+            for kind in remaining:
+                _register(held.obj, kind, "")
+            if not remaining:
+                del self._held[id(registration.obj)]
+
+    def held(self) -> dict[int, dict[str, int]]:
+        """id(obj) -> holders per kind (for tests and diagnostics)."""
+        with self._lock:
+            return {k: {kind: n for kind, n in h.counts.items() if n} for k, h in self._held.items()}
+
+
+def _register(obj: Any, kind: str, label: str) -> None:
+    if kind == "allow":
+        torch.compiler.allow_in_graph(obj)
+        return
+    try:
+        torch._dynamo.disallow_in_graph(obj)
+    except (RuntimeError, AssertionError) as exc:
+        raise NbcompileError(
+            f"disallow_in_graph({label or obj!r}) refused: {str(exc).splitlines()[0]} "
+            "It applies to torch ops; for your own function use disable") from None
+
+
+REGISTRY = Registry()
 
 
 @dataclass
 class Registration:
-    """One registration on a torch callable (or an allow_in_graph copy), undone exactly."""
+    """One holder's registration; ``undo`` lets go of it (idempotent)."""
 
     obj: Any
-    before: dict[str, bool] = field(default_factory=dict)
-
-    @classmethod
-    def disallow(cls, obj: Any, name: str) -> "Registration":
-        before = torch_compat.registry_membership(obj)
-        try:
-            torch._dynamo.disallow_in_graph(obj)
-        except RuntimeError as exc:
-            torch_compat.restore_registry_membership(obj, before)
-            raise NbcompileError(
-                f"disallow_in_graph({name}) refused: {str(exc).splitlines()[0]} "
-                "It applies to torch ops; for your own function use disable"
-            ) from None
-        return cls(obj, before)
+    kind: str
+    done: bool = False
 
     def undo(self) -> None:
-        torch_compat.restore_registry_membership(self.obj, self.before)
+        if not self.done:
+            self.done = True
+            REGISTRY.release(self)
 
 
-def undo_allow(copy: Any) -> None:
-    """Remove an allow_in_graph copy's id from the registries (it was never there before)."""
-    torch_compat.restore_registry_membership(copy, {k: False for k in torch_compat.registry_membership(copy)})
+# --- bindings -------------------------------------------------------------------------------
+
+class Binding:
+    """A name nbcompile may rebind: a key of a namespace dict or a class attribute.
+
+    ``original`` is what was there when nbcompile took it; ``expected`` is what
+    nbcompile last put there. Writes are refused (``StaleError``) once the slot
+    holds anything else.
+    """
+
+    def __init__(self, name: str, owner: Any, attr: str, *, holder: Optional[tuple[dict[str, Any], str, Any]] = None):
+        self.name = name
+        self.owner = owner  # the namespace dict, or the class for Class.method
+        self.attr = attr
+        #: For a class attribute: (namespace, class name, the class); the class itself must still be there.
+        self.holder = holder
+        self.original = self._read()
+        self.expected = self.original
+
+    def _read(self) -> Any:
+        if isinstance(self.owner, dict):
+            return self.owner.get(self.attr, _MISSING)
+        return self.owner.__dict__.get(self.attr, _MISSING)
+
+    def problem(self) -> Optional[str]:
+        """None while the slot holds what nbcompile put there; else what happened, in a few words."""
+        if self.holder is not None:
+            namespace, cls_name, cls = self.holder
+            now = namespace.get(cls_name, _MISSING)
+            if now is _MISSING:
+                return f"class {cls_name} was deleted"
+            if now is not cls:
+                return f"class {cls_name} was redefined"
+        value = self._read()
+        if value is _MISSING:
+            return f"{self.name} was deleted"
+        if value is not self.expected:
+            return f"{self.name} was redefined"
+        return None
+
+    def write(self, value: Any) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise StaleError(problem)
+        if isinstance(self.owner, dict):
+            self.owner[self.attr] = value
+        else:
+            setattr(self.owner, self.attr, value)
+        self.expected = value
+
+    def restore(self) -> bool:
+        """Put the original back if the slot is still ours; False (nothing written) otherwise."""
+        if self.problem() is not None:
+            return False
+        if self.expected is not self.original:
+            self.write(self.original)
+        return True
 
 
-def validate(name: str, mode: str, tracked: Callable[[str], bool]) -> None:
-    if tracked(name):
-        if mode not in FUNCTION_MODES:
-            hint = " (disallow_in_graph is for torch ops; for your own function use disable)" if mode == "disallow_in_graph" else ""
-            raise NbcompileError(f"unknown mode {mode!r} for {name}; valid: {', '.join(FUNCTION_MODES)}{hint}")
-        return
-    if mode not in TORCH_MODES:
-        raise NbcompileError(f"unknown mode {mode!r} for {name}; valid for torch callables: {', '.join(TORCH_MODES)}")
+def binding_for(name: str, namespace: dict[str, Any]) -> Binding:
+    """The binding of a top-level name or of ``Class.method`` in ``namespace``."""
+    if "." in name and not is_torch_name(name):
+        cls_name, attr = name.split(".", 1)
+        cls = namespace[cls_name]
+        return Binding(name, cls, attr, holder=(namespace, cls_name, cls))
+    return Binding(name, namespace, name)
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+class Toggles:
+    """The toggles one owner (a session, an ``inspect`` call) applied; ``undo_all`` gives all back.
+
+    ``bindings`` maps tracked names to their bindings. ``wrap(name, obj)``
+    gives what the name is bound to (the session compiles its entries there).
+    """
+
+    def __init__(self, bindings: dict[str, Binding], wrap: Optional[Callable[[str, Any], Any]] = None,
+                 functions: Optional[Collection[str]] = None) -> None:
+        self.bindings = bindings
+        self.wrap = wrap or (lambda _name, obj: obj)
+        #: The names that take function toggles (default: every binding).
+        self.functions = list(bindings if functions is None else functions)
+        self.modes: dict[str, str] = {name: "compile" for name in self.functions}
+        self._allow: dict[str, Any] = {}  # name -> the registered copy (or the object itself)
+        self._registrations: dict[str, Registration] = {}
+        #: Objects whose id stays registered: kept alive so the id is never reused.
+        self._keepalive: list[Any] = []
+
+    def mode(self, name: str) -> str:
+        return self.modes.get(name, "compile")
+
+    def validate(self, name: str, mode: str) -> None:
+        validate(name, mode, self.functions)
+
+    def toggled(self, name: str) -> Any:
+        """The object ``name`` runs as under its current mode (before ``wrap``)."""
+        original = self.bindings[name].original
+        mode = self.mode(name)
+        if mode == "disable":
+            return torch.compiler.disable(original)
+        if mode == "allow_in_graph":
+            return self._allow[name]
+        return original
+
+    def apply(self, name: str, mode: str) -> None:
+        """Set one toggle; on error nothing changed."""
+        self.validate(name, mode)
+        if is_torch_name(name):
+            self._apply_torch(name, mode)
+            return
+        binding = self.bindings[name]
+        problem = binding.problem()
+        if problem is not None:
+            raise StaleError(problem)
+        previous = self.mode(name)
+        old_allow = self._allow.pop(name, None) if mode != previous or mode != "allow_in_graph" else None
+        try:
+            if mode == "allow_in_graph" and name not in self._allow:
+                self._allow[name] = self._allow_object(name, binding.original)
+            self.modes[name] = mode
+            binding.write(self.wrap(name, self.toggled(name)))
+        except BaseException:
+            self.modes[name] = previous
+            new = self._allow.pop(name, None)
+            if new is not None:
+                self._release_allow(name, new)
+            if old_allow is not None:
+                self._allow[name] = old_allow
+            raise
+        if old_allow is not None:
+            self._release_allow(name, old_allow)
+
+    def rebind(self) -> None:
+        """Bind every name again under its mode (after the options behind ``wrap`` changed)."""
+        for name, binding in self.bindings.items():
+            if binding.expected is not binding.original or self.wrap(name, binding.original) is not binding.original:
+                binding.write(self.wrap(name, self.toggled(name)))
+
+    def _allow_object(self, name: str, original: Any) -> Any:
+        plain = torch_compat.unwrap_compiled(original)
+        if isinstance(plain, types.FunctionType):
+            copy = copy_function(plain)
+            self._registrations[f"allow:{name}"] = REGISTRY.acquire(copy, "allow", name)
+            self._keepalive.append(copy)
+            return copy
+        # A class or a callable object cannot be copied: register it, counted, undone exactly.
+        self._registrations[f"allow:{name}"] = REGISTRY.acquire(plain, "allow", name)
+        return plain
+
+    def _release_allow(self, name: str, _obj: Any) -> None:
+        registration = self._registrations.pop(f"allow:{name}", None)
+        if registration is not None:
+            registration.undo()
+
+    def _apply_torch(self, name: str, mode: str) -> None:
+        if mode == "disallow_in_graph" and name not in self._registrations:
+            self._registrations[name] = REGISTRY.acquire(resolve_torch_callable(name), "disallow", name)
+        elif mode == "compile" and name in self._registrations:
+            self._registrations.pop(name).undo()
+        if mode == "compile":
+            self.modes.pop(name, None)
+        else:
+            self.modes[name] = mode
+
+    def disallowed(self) -> dict[str, Any]:
+        """Dotted torch names this owner disallowed -> the callables."""
+        return {n: r.obj for n, r in self._registrations.items() if r.kind == "disallow"}
+
+    def undo_all(self) -> list[str]:
+        """Every registration released; every binding still ours restored. Returns the names left alone."""
+        left: list[str] = []
+        for name in list(self._registrations):
+            self._registrations.pop(name).undo()
+        self._allow.clear()
+        for name, binding in self.bindings.items():
+            if name in self.modes:
+                self.modes[name] = "compile"
+            if not binding.restore():
+                left.append(name)
+        self.modes = {n: m for n, m in self.modes.items() if not is_torch_name(n)}
+        return left

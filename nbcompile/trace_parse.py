@@ -132,17 +132,28 @@ _RECOMPILE_PREFIX = re.compile(r"^\d+/\d+:\s*")
 
 
 def parse_recompile_reasons(reasons: object) -> str:
-    """One readable reason from a ``recompile_reasons`` artifact (a JSON list)."""
+    """The reason of a ``recompile_reasons`` artifact (a JSON list, newest cache entry first).
+
+    Each entry of the cache adds its failed guard to the list, so it grows with
+    every recompile (12,490 characters at 200): keep the newest and a count.
+    """
     if isinstance(reasons, str):
         reasons = [reasons]
     if not isinstance(reasons, list):
-        return str(reasons)
-    parts = []
-    for reason in reasons:
-        text = _RECOMPILE_PREFIX.sub("", str(reason)).strip()
-        if text and text not in parts:
-            parts.append(text)
-    return "; ".join(parts)
+        return str(reasons)[:MAX_REASON_CHARS]
+    texts = [_RECOMPILE_PREFIX.sub("", str(r)).strip() for r in reasons]
+    texts = [t for t in texts if t]
+    if not texts:
+        return ""
+    newest = texts[0] if len(texts[0]) <= MAX_REASON_CHARS else texts[0][: MAX_REASON_CHARS - 3] + "..."
+    if len(texts) > 1:
+        more = len(texts) - 1
+        newest += f" (and {more} earlier cache {'entry' if more == 1 else 'entries'} failed too)"
+    return newest
+
+
+#: Most characters of one recompile reason kept.
+MAX_REASON_CHARS = 400
 
 
 _CPP_KERNEL = re.compile(

@@ -1,0 +1,459 @@
+"""Notebook habits: re-runs, redefinitions, training steps, resets, bad input, in a real IPython shell.
+
+Each test is one thing a user did that made an earlier nbcompile silently wrong (issue 11).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+
+import nbcompile
+from nbcompile import torch_compat
+from nbcompile.toggles import REGISTRY
+
+from nbhelpers import run_compile_cell
+
+HELPER_CELL = textwrap.dedent(
+    """\
+    import torch
+    def helper(x):
+        return x.cos() * 2
+    def caller(x):
+        return helper(x.sin()) + 1
+    """
+)
+
+
+def _hooks(ip, event="post_run_cell"):
+    return [h for h in ip.events.callbacks[event] if getattr(h, "__module__", "").startswith("nbcompile")]
+
+
+def _ok(result):
+    assert result.success, result.error_in_exec or result.error_before_exec
+    return result
+
+
+# --- 1. re-running a cell --------------------------------------------------------------------------
+
+def test_rerunning_a_cell_five_times_leaves_one_session_and_one_hook(ip):
+    line = '--backend eager --disallow torch.sub --no-panel --run "caller(torch.ones(3))"'
+    body = HELPER_CELL.replace("helper(x.sin()) + 1", "helper(torch.sub(x.sin(), 1)) + 1")
+    before = torch_compat.registries_snapshot()
+    for _ in range(5):
+        _ok(run_compile_cell(ip, line, body))
+    assert len(nbcompile.sessions()) == 1
+    assert len(_hooks(ip)) == 1
+    assert REGISTRY.held()[id(torch.sub)] == {"disallow": 1}
+    ip.run_line_magic("nbcompile", "reset")
+    assert torch_compat.registries_snapshot() == before
+
+
+def test_rerun_without_the_flag_gives_the_op_back(ip):
+    body = "import torch\ndef f(x):\n    return torch.sub(x, 1) * 2\n"
+    before = torch_compat.registries_snapshot()
+    _ok(run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "f(torch.ones(2))"', body))
+    assert nbcompile.last().report.break_count == 1
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(2))"', body))
+    assert torch_compat.registries_snapshot() == before
+    assert nbcompile.last().report.break_count == 0
+
+
+@pytest.mark.parametrize("order", ["first-then-second", "second-then-first"])
+def test_two_sessions_disallowing_the_same_op_reset_in_any_order(ip, order):
+    before = torch_compat.registries_snapshot()
+    _ok(run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "fa(torch.ones(2))"',
+                         "import torch\ndef fa(x):\n    return torch.sub(x, 1) * 2\n"))
+    first = nbcompile.last()
+    _ok(run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "fb(torch.ones(2))"',
+                         "import torch\ndef fb(x):\n    return torch.sub(x, 2) * 3\n"))
+    second = nbcompile.last()
+    a, b = (first, second) if order == "first-then-second" else (second, first)
+    a.reset()
+    assert id(torch.sub) in torch_compat._registry("_disallowed_callable_ids")(), "the other session still holds it"
+    b.reset()
+    assert torch_compat.registries_snapshot() == before
+
+
+def test_a_user_registration_survives_sessions_that_made_the_same_one(ip):
+    pristine = torch_compat.registry_membership(torch.mul)
+    torch._dynamo.disallow_in_graph(torch.mul)  # the user's own registration
+    try:
+        held = torch_compat.registries_snapshot()
+        _ok(run_compile_cell(ip, '--backend eager --disallow torch.mul --no-panel --run "fm(torch.ones(2))"',
+                             "import torch\ndef fm(x):\n    return torch.mul(x, 2) + 1\n"))
+        ip.run_line_magic("nbcompile", "reset")
+        assert torch_compat.registries_snapshot() == held
+    finally:
+        torch_compat.restore_registry_membership(torch.mul, pristine)
+
+
+# --- 2. names written back only while they hold what nbcompile put there ----------------------------
+
+def test_a_toggle_after_the_helper_was_redefined_does_not_put_the_old_one_back(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    _ok(ip.run_cell("def helper(x):\n    return x * 10\n"))
+    fixed = ip.user_ns["helper"]
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("nbcompile", "set helper disable")
+    message = str(info.value)
+    assert "helper was redefined" in message and "re-run" in message and "\n" not in message
+    assert ip.user_ns["helper"] is fixed
+    assert nbcompile.last().stale and "helper was redefined" in nbcompile.last().stale
+    with pytest.raises(nbcompile.NbcompileError, match="re-run"):
+        nbcompile.last().run()
+
+
+def test_reset_keeps_redefined_and_deleted_names(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --disable helper --run "caller(torch.ones(3))"', HELPER_CELL))
+    _ok(ip.run_cell("def caller(x):\n    return x - 1\ndel helper"))
+    mine = ip.user_ns["caller"]
+    ip.run_line_magic("nbcompile", "reset")
+    assert ip.user_ns["caller"] is mine
+    assert "helper" not in ip.user_ns
+
+
+def test_reset_after_percent_reset_brings_nothing_back(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --disable helper --run "caller(torch.ones(3))"', HELPER_CELL))
+    session = nbcompile.last()
+    ip.run_line_magic("reset", "-f")
+    ip.run_line_magic("load_ext", "nbcompile")
+    session.reset()
+    assert "helper" not in ip.user_ns and "caller" not in ip.user_ns
+
+
+def test_an_older_session_cannot_rebind_a_name_a_newer_cell_defined(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "old_caller(torch.ones(3))"',
+                         "import torch\ndef helper(x):\n    return x * 2\ndef old_caller(x):\n    return helper(x) + 1\n"))
+    older = nbcompile.last()
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "new_caller(torch.ones(3))"',
+                         "import torch\ndef helper(x):\n    return x * 100\ndef new_caller(x):\n    return helper(x) - 1\n"))
+    newer_helper = ip.user_ns["helper"]
+    assert older.stale and "taken over" in older.stale
+    with pytest.raises(nbcompile.NbcompileError, match="taken over"):
+        older.set("helper", "disable")
+    assert ip.user_ns["helper"] is newer_helper
+    assert torch.equal(ip.user_ns["new_caller"](torch.ones(3)), torch.full((3,), 99.0))
+    assert len(nbcompile.sessions()) == 2
+
+
+# --- 3. the check never repeats a side effect ----------------------------------------------------------
+
+TRAIN_SETUP = textwrap.dedent(
+    """\
+    import copy, torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = OPT
+    data = torch.randn(16, 4)
+    ref_net = copy.deepcopy(net)
+    ref_opt = OPT.__class__(ref_net.parameters(), **{k: v for k, v in opt.defaults.items() if k in KEYS})
+    """
+)
+TRAIN_CELL = textwrap.dedent(
+    """\
+    def loss_of(model, x):
+        return model(x).pow(2).mean()
+    def train_step(x):
+        loss = loss_of(net, x)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    """
+)
+
+
+@pytest.mark.parametrize("opt", [
+    ("torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)", "('lr', 'momentum')"),
+    ("torch.optim.Adam(net.parameters(), lr=0.01)", "('lr',)"),
+])
+def test_a_training_step_runs_once_and_the_check_says_ok(ip, opt):
+    make, keys = opt
+    _ok(ip.run_cell(TRAIN_SETUP.replace("OPT", make, 1).replace("OPT.__class__", "type(opt)").replace("KEYS", keys)))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "train_step(data)"', TRAIN_CELL))
+    report = nbcompile.last().report
+    assert report.check is not None and report.check.ok and report.check.compared, report.check
+    ns = ip.user_ns
+    # The same step once, eagerly, by hand: grads not doubled, optimizer stepped once.
+    ref_loss = ns["ref_net"](ns["data"]).pow(2).mean()
+    ref_loss.backward()
+    ns["ref_opt"].step()
+    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+        torch.testing.assert_close(p, q)
+    state = ns["opt"].state_dict()["state"]
+    ref_state = ns["ref_opt"].state_dict()["state"]
+    torch.testing.assert_close(state, ref_state)
+
+
+def test_a_check_catches_a_lost_mutation_without_repeating_it(ip):
+    _ok(ip.run_cell("import torch\ncounter = torch.zeros(1)"))
+    body = "def bump(x):\n    counter.add_(1)\n    return x + 1\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "bump(torch.ones(2))"', body))
+    assert float(ip.user_ns["counter"]) == 1.0
+    assert nbcompile.last().report.check.ok
+
+
+def test_a_list_append_happens_once_per_run(ip):
+    _ok(ip.run_cell("import torch\nlog = []"))
+    body = "def record(x):\n    y = x * 2\n    log.append(float(y.sum()))\n    return y\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "record(torch.ones(2))"', body))
+    assert ip.user_ns["log"] == [4.0]
+    ip.run_line_magic("nbcompile", "set record disable")
+    assert ip.user_ns["log"] == [4.0, 4.0]
+    assert nbcompile.last().report.check.ok
+
+
+def test_an_uncopyable_state_is_not_compared_and_not_repeated(ip):
+    _ok(ip.run_cell("import threading, torch\nlock = threading.Lock()\ncalls = [0]\n"
+                    "class Holder:\n    def __init__(self):\n        self.lock = lock\n        self.n = calls\n"
+                    "box = Holder()"))
+    body = "def touch(x):\n    box.n[0] += 1\n    return x + 1\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "touch(torch.ones(2))"', body))
+    check = nbcompile.last().report.check
+    assert check.ok and not check.compared and "box" in check.message
+    assert ip.user_ns["calls"] == [1]
+
+
+def test_an_unrelated_big_tensor_is_not_copied(ip):
+    _ok(ip.run_cell("import torch\nBIG = torch.zeros(50 * 2**20 // 4)\nW = torch.ones(3)"))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "scale(torch.ones(3))"',
+                         "def scale(x):\n    return x * W\n"))
+    session = nbcompile.last()
+    replay = session._replay(session._run_code)
+    assert "W" in replay.reals and "BIG" not in replay.reals
+
+
+# --- 4. errors found before anything runs --------------------------------------------------------------
+
+BAD_LINES = [
+    ("--disallow helper", "--disable"),
+    ("--allow torch.sub", "--disallow"),
+    ("--disable no_such_fn", "valid"),
+    ('--run "caller(("', "not a Python expression"),
+    ("--bench", "--run"),
+    ("--disable helper --allow helper", "choose one"),
+    ("--entry nowhere", "valid"),
+    ("--backend nope", "valid backends"),
+]
+
+
+@pytest.mark.parametrize("line,says", BAD_LINES)
+def test_bad_options_are_refused_before_the_body_runs(ip, line, says):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    session = nbcompile.last()
+    compiled = ip.user_ns["caller"]
+    result = run_compile_cell(ip, f"--backend eager --no-panel {line}" if "--backend" not in line else line,
+                              HELPER_CELL + "RAN_BODY = True\n")
+    assert not result.success
+    message = str(result.error_in_exec or result.error_before_exec)
+    assert says in message and "\n" not in message, message
+    assert "RAN_BODY" not in ip.user_ns
+    assert ip.user_ns["caller"] is compiled
+    assert nbcompile.sessions() == [session] and session.stale is None
+
+
+def test_ipython_syntax_in_the_body_works_as_in_any_cell(ip, capsys):
+    body = "%env NBC_HABIT=1\n!echo shell-ran\nimport torch\ndef f(x):\n    y = x.sin()\n    print('b')\n    return y\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(2))"', body))
+    import os
+
+    assert os.environ.get("NBC_HABIT") == "1"
+    assert "f" in nbcompile.last().functions
+    assert nbcompile.last().report.breaks[0].cell_line == 7  # lines as displayed, magics included
+
+
+# --- 5. functions not silently left out ---------------------------------------------------------------------
+
+def test_mutually_recursive_functions_get_an_entry(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        def even(x, n):
+            return x if n == 0 else odd(x + 1, n - 1)
+        def odd(x, n):
+            return x if n == 0 else even(x * 2, n - 1)
+        """
+    )
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "even(torch.ones(2), 3)"', body))
+    assert nbcompile.last().entries == ["even"]
+    assert nbcompile.last().report.graph_count >= 1
+
+
+def test_a_cell_that_compiles_nothing_says_so(ip, capsys):
+    _ok(run_compile_cell(ip, "--backend eager --no-panel", "X_ONLY = 3\n"))
+    assert "nothing to compile" in capsys.readouterr().out
+    assert nbcompile.sessions() == []
+
+
+# --- 6. other leaks ------------------------------------------------------------------------------------------
+
+class Doubler:
+    __name__ = "Doubler"  # allow_in_graph on an instance needs a name for its graph node
+
+    def __call__(self, x):
+        return x * 2
+
+
+DOUBLER = Doubler()
+
+
+def uses_doubler(x):
+    return DOUBLER(x.sin()) + 1
+
+
+@pytest.mark.parametrize("key", [DOUBLER, Doubler])
+def test_inspect_allow_keeps_a_registration_the_user_made(key):
+    torch.compiler.allow_in_graph(key)
+    try:
+        before = torch_compat.registries_snapshot()
+        nbcompile.inspect(uses_doubler, torch.ones(3), backend="eager", toggles={key: "allow_in_graph"})
+        assert torch_compat.registries_snapshot() == before
+        assert id(key) in torch_compat._registry("_allowed_callable_ids")()
+    finally:
+        torch_compat.restore_registry_membership(key, {n: False for n in torch_compat.registry_membership(key)})
+
+
+def test_inspect_allow_on_an_object_leaves_nothing_behind():
+    before = torch_compat.registries_snapshot()
+    report = nbcompile.inspect(uses_doubler, torch.ones(3), backend="eager", toggles={DOUBLER: "allow_in_graph"})
+    assert report.check.ok
+    assert torch_compat.registries_snapshot() == before
+
+
+def noisy(x):
+    return x + torch.randn_like(x)
+
+
+def test_bench_keeps_the_random_number_state():
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    nbcompile.bench(noisy, torch.ones(8), configs=[{"name": "eager", "backend": "eager"}], min_run_time=0.05)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_session_bench_does_not_train_the_model(ip):
+    _ok(ip.run_cell(TRAIN_SETUP.replace("OPT", "torch.optim.SGD(net.parameters(), lr=0.1)", 1)
+                    .replace("OPT.__class__", "type(opt)").replace("KEYS", "('lr',)")))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "train_step(data)"', TRAIN_CELL))
+    rng = torch.get_rng_state()
+    nbcompile.last().bench(min_run_time=0.05)
+    assert torch.equal(torch.get_rng_state(), rng)
+    # The bench timed hundreds of steps on copies; the real model took only the contract's re-run of
+    # --run after the bench (a fresh report): two steps in all, as two steps by hand give.
+    ns = ip.user_ns
+    for _ in range(2):
+        ns["ref_net"](ns["data"]).pow(2).mean().backward()
+        ns["ref_opt"].step()
+    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters()):
+        torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize("changes", [{"dynamic": "yes"}, {"fullgraph": "no"}, {"backend": 3}, {"mode": "fast"}])
+def test_configure_with_a_bad_value_changes_nothing(ip, changes):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    session = nbcompile.last()
+    before = (session.options, session.report)
+    with pytest.raises(nbcompile.NbcompileError) as info:
+        session.configure(**changes)
+    assert "\n" not in str(info.value)
+    assert (session.options, session.report) == before
+
+
+def test_a_keyboard_interrupt_during_a_toggle_rerun_is_rolled_back(ip):
+    _ok(ip.run_cell("STOP = [False]"))
+    body = HELPER_CELL + "def run_once(x):\n    if STOP[0]:\n        raise KeyboardInterrupt\n    return caller(x)\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry caller --run "run_once(torch.ones(3))"', body))
+    session = nbcompile.last()
+    report, helper = session.report, ip.user_ns["helper"]
+    ip.user_ns["STOP"][0] = True
+    with pytest.raises(KeyboardInterrupt):
+        session.set("helper", "disable")
+    assert session.toggles["helper"] == "compile"
+    assert ip.user_ns["helper"] is helper
+    assert session.report is report
+    ip.user_ns["STOP"][0] = False
+    session.set("helper", "disable")
+    assert session.report.break_count == 1
+
+
+def test_a_failed_toggle_names_the_cause_and_the_lint(ip):
+    _ok(ip.run_cell("import torch\nW = torch.full((3,), 2.0)"))
+    body = textwrap.dedent(
+        """\
+        def scale(x):
+            if type(x).__name__ == "FakeTensor":
+                raise ValueError("boom")
+            return x * W
+        def model(x):
+            return scale(x.sin()) + 1
+        """
+    )
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "model(torch.ones(3))"', body))
+    with pytest.raises(nbcompile.NbcompileError) as info:
+        nbcompile.last().set("scale", "allow_in_graph")
+    message = str(info.value)
+    assert "ValueError: boom" in message, message
+    assert "W" in message and "line" in message and "kept scale -> compile" in message
+    assert nbcompile.last().toggles["scale"] == "compile"
+
+
+# --- 7. bounded growth ----------------------------------------------------------------------------------------
+
+def test_two_hundred_recompiles_keep_reasons_short(ip):
+    _ok(run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef grow(x):\n    return x * 2\n"))
+    with torch._dynamo.config.patch(recompile_limit=1000, accumulated_recompile_limit=10_000):
+        _ok(ip.run_cell("for n in range(1, 201):\n    grow(torch.ones(n))"))
+    report = nbcompile.last().report
+    assert report.recompile_count == 199
+    assert max(len(r.reason) for r in report.recompiles) < 500
+    assert "198 earlier cache entries" in report.recompiles[-1].reason
+    size = len(json.dumps(report.to_json()))
+    assert size < 400_000, size
+
+
+# --- the shape of the code ------------------------------------------------------------------------------------
+
+def test_two_forward_methods_in_one_cell_are_counted_apart(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        class A(torch.nn.Module):
+            def forward(self, x):
+                y = x.sin()
+                print("break in A")
+                return y
+        class B(torch.nn.Module):
+            def forward(self, x):
+                return x.cos()
+        a, b = A(), B()
+        """
+    )
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "(a(torch.ones(2)), b(torch.ones(2)))"', body))
+    rows = {row[0]: row for row in ip.run_line_magic("nbcompile", "status").rows}
+    assert rows["A.forward"][5] == 1 and rows["B.forward"][5] == 0
+    assert rows["A.forward"][3] == 2 and rows["B.forward"][3] == 1  # frames: by short name both had 3
+
+
+def test_views_never_draw_inside_the_trace_handler(ip):
+    import inspect as pyinspect
+
+    _ok(run_compile_cell(ip, '--backend eager --no-dynamic --no-panel --run "g(torch.ones(2))"',
+                         "import torch\ndef g(x):\n    return x * 2\n"))
+    session = nbcompile.last()
+    stacks = []
+    session.redraw = lambda: stacks.append([f.function for f in pyinspect.stack()])
+    _ok(ip.run_cell("g(torch.ones(5)); g(torch.ones(6))"))
+    assert len(stacks) == 1, "one redraw, after the cell"
+    assert not {"emit", "on_record", "_on_metrics"} & set(stacks[0])
+
+
+def test_the_compile_magic_documents_every_option(ip):
+    doc = ip.find_cell_magic("compile").__doc__
+    for flag in ("--backend", "--mode", "--fullgraph", "--dynamic", "--no-dynamic", "--entry", "--disable",
+                 "--allow", "--disallow", "--run", "--bench", "--no-check", "--no-panel"):
+        assert flag in doc, flag

@@ -1,0 +1,169 @@
+"""Notebook habits in a real ipykernel (jupyter_client): re-runs by cell id, interrupts, decorated defs.
+
+The kernel gets the frontend's cell id in the execute request's metadata, as JupyterLab sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    yield km, kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def _send(kc, code: str, cell_id: str | None = None) -> str:
+    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+               "allow_stdin": False, "stop_on_error": True}
+    msg = kc.session.msg("execute_request", content, metadata={"cellId": cell_id} if cell_id else {})
+    kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def _wait(kc, msg_id: str, timeout: float = 180) -> tuple[str, dict]:
+    out: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    while True:
+        reply = kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return "".join(out), reply["content"]
+
+
+def _run(kc, code: str, cell_id: str | None = None) -> tuple[str, dict]:
+    return _wait(kc, _send(kc, code, cell_id))
+
+
+def _json(kc, code: str):
+    out, reply = _run(kc, code)
+    assert reply["status"] == "ok", reply
+    return json.loads(out.strip().splitlines()[-1])
+
+
+CELL = (
+    '%%compile --backend eager --disallow torch.sub --run "caller(torch.ones(3))"\n'
+    "import torch\n"
+    "def helper(x):\n"
+    "    return torch.sub(x.cos(), 1)\n"
+    "def caller(x):\n"
+    "    return helper(x.sin()) + 1\n"
+)
+
+
+def test_rerunning_a_cell_by_id_replaces_its_session(kernel):
+    _, kc = kernel
+    _run(kc, "%load_ext nbcompile")
+    for _ in range(5):
+        _, reply = _run(kc, CELL, cell_id="cell-rerun")
+        assert reply["status"] == "ok", reply
+    facts = _json(kc, "import json, nbcompile, torch\nfrom nbcompile.toggles import REGISTRY\n"
+                      "ip = get_ipython()\n"
+                      "hooks = [h for h in ip.events.callbacks['post_run_cell'] if h.__module__.startswith('nbcompile')]\n"
+                      "print(json.dumps([len(nbcompile.sessions()), len(hooks), REGISTRY.held()[id(torch.sub)]]))")
+    assert facts == [1, 1, {"disallow": 1}]
+    # The same source in another cell is another cell: it takes the names over.
+    _, reply = _run(kc, CELL, cell_id="cell-other")
+    assert reply["status"] == "ok"
+    facts = _json(kc, "s = nbcompile.sessions()\nprint(json.dumps([len(s), s[0].stale is not None, "
+                      "REGISTRY.held()[id(torch.sub)]]))")
+    assert facts == [2, True, {"disallow": 2}]
+    _run(kc, "%nbcompile reset")
+    facts = _json(kc, "print(json.dumps([len(nbcompile.sessions()), REGISTRY.held().get(id(torch.sub))]))")
+    assert facts == [0, None]
+
+
+def test_a_plain_cell_redefinition_is_kept_and_the_session_says_stale(kernel):
+    _, kc = kernel
+    _run(kc, "%load_ext nbcompile")
+    _, reply = _run(kc, CELL, cell_id="cell-redef")
+    assert reply["status"] == "ok"
+    _run(kc, "def helper(x):\n    return x * 10\nmine = helper")
+    out, reply = _run(kc, "%nbcompile set helper disable")
+    assert reply["status"] == "error" and "helper was redefined" in reply["evalue"]
+    facts = _json(kc, "print(json.dumps([helper is mine, float(caller(torch.zeros(1))[0])]))")
+    assert facts == [True, 1.0]  # caller computes with the user's helper: 0 * 10 + 1
+    _run(kc, "%nbcompile reset")
+    assert _json(kc, "print(json.dumps(helper is mine))") is True
+
+
+def test_an_interrupted_toggle_rerun_is_rolled_back(kernel):
+    km, kc = kernel
+    _run(kc, "%load_ext nbcompile\nimport time\nSLOW = [False]")
+    cell = (
+        '%%compile --backend eager --entry caller --run "run_once(torch.ones(3))"\n'
+        "import time, torch\n"
+        "def helper(x):\n"
+        "    return x.cos() * 2\n"
+        "def caller(x):\n"
+        "    return helper(x.sin()) + 1\n"
+        "def run_once(x):\n"
+        "    if SLOW[0]:\n"
+        "        time.sleep(60)\n"
+        "    return caller(x)\n"
+    )
+    _, reply = _run(kc, cell, cell_id="cell-interrupt")
+    assert reply["status"] == "ok"
+    _run(kc, "SLOW[0] = True\nbefore = nbcompile.last().report\noriginal_helper = helper")
+    msg_id = _send(kc, "%nbcompile set helper disable")
+    time.sleep(3)
+    km.interrupt_kernel()
+    _, reply = _wait(kc, msg_id)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    facts = _json(kc, "SLOW[0] = False\ns = nbcompile.last()\n"
+                      "print(json.dumps([s.toggles['helper'], helper is original_helper, s.report is before]))")
+    assert facts == ["compile", True, True]
+    _run(kc, "%nbcompile reset")
+
+
+def test_decorated_defs_are_tracked_and_compiled(kernel):
+    _, kc = kernel
+    _run(kc, "%load_ext nbcompile")
+    cell = (
+        '%%compile --backend eager --no-panel --entry infer --run "infer(torch.ones(3))"\n'
+        "import functools, torch\n"
+        "def logged(fn):\n"
+        "    @functools.wraps(fn)\n"
+        "    def inner(*a):\n"
+        "        return fn(*a)\n"
+        "    return inner\n"
+        "@logged\n"
+        "def helper(x):\n"
+        "    return x.cos()\n"
+        "@torch.no_grad()\n"
+        "def infer(x):\n"
+        "    return helper(x) * 2\n"
+    )
+    _, reply = _run(kc, cell, cell_id="cell-decorated")
+    assert reply["status"] == "ok", reply
+    facts = _json(kc, "s = nbcompile.last()\nr1 = s.report\ns.set('helper', 'disable')\nr2 = s.report\n"
+                      "s.set('helper', 'compile')\n"
+                      "print(json.dumps([sorted(s.functions), r1.graph_count, len(s.function_report('infer').graphs), "
+                      "r1.break_count, r2.break_count, s.report.break_count]))")
+    functions, graphs, infer_graphs, breaks, disabled_breaks, back = facts
+    assert {"helper", "infer"} <= set(functions)
+    assert graphs >= 1 and infer_graphs >= 1 and breaks == 0 and disabled_breaks >= 1 and back == 0
+    _run(kc, "%nbcompile reset")
