@@ -29,6 +29,15 @@ HELPER_CELL = textwrap.dedent(
 )
 
 
+def _registries():
+    """Dynamo's allow/disallow registries, after collecting garbage: torch drops the id of a
+    registered object when it dies (a weakref finalizer), so an earlier test's leftovers must go first."""
+    import gc
+
+    gc.collect()
+    return torch_compat.registries_snapshot()
+
+
 def _hooks(ip, event="post_run_cell"):
     return [h for h in ip.events.callbacks[event] if getattr(h, "__module__", "").startswith("nbcompile")]
 
@@ -43,29 +52,29 @@ def _ok(result):
 def test_rerunning_a_cell_five_times_leaves_one_session_and_one_hook(ip):
     line = '--backend eager --disallow torch.sub --no-panel --run "caller(torch.ones(3))"'
     body = HELPER_CELL.replace("helper(x.sin()) + 1", "helper(torch.sub(x.sin(), 1)) + 1")
-    before = torch_compat.registries_snapshot()
+    before = _registries()
     for _ in range(5):
         _ok(run_compile_cell(ip, line, body))
     assert len(nbcompile.sessions()) == 1
     assert len(_hooks(ip)) == 1
     assert REGISTRY.held()[id(torch.sub)] == {"disallow": 1}
     ip.run_line_magic("nbcompile", "reset")
-    assert torch_compat.registries_snapshot() == before
+    assert _registries() == before
 
 
 def test_rerun_without_the_flag_gives_the_op_back(ip):
     body = "import torch\ndef f(x):\n    return torch.sub(x, 1) * 2\n"
-    before = torch_compat.registries_snapshot()
+    before = _registries()
     _ok(run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "f(torch.ones(2))"', body))
     assert nbcompile.last().report.break_count == 1
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(2))"', body))
-    assert torch_compat.registries_snapshot() == before
+    assert _registries() == before
     assert nbcompile.last().report.break_count == 0
 
 
 @pytest.mark.parametrize("order", ["first-then-second", "second-then-first"])
 def test_two_sessions_disallowing_the_same_op_reset_in_any_order(ip, order):
-    before = torch_compat.registries_snapshot()
+    before = _registries()
     _ok(run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "fa(torch.ones(2))"',
                          "import torch\ndef fa(x):\n    return torch.sub(x, 1) * 2\n"))
     first = nbcompile.last()
@@ -76,18 +85,18 @@ def test_two_sessions_disallowing_the_same_op_reset_in_any_order(ip, order):
     a.reset()
     assert id(torch.sub) in torch_compat._registry("_disallowed_callable_ids")(), "the other session still holds it"
     b.reset()
-    assert torch_compat.registries_snapshot() == before
+    assert _registries() == before
 
 
 def test_a_user_registration_survives_sessions_that_made_the_same_one(ip):
     pristine = torch_compat.registry_membership(torch.mul)
     torch._dynamo.disallow_in_graph(torch.mul)  # the user's own registration
     try:
-        held = torch_compat.registries_snapshot()
+        held = _registries()
         _ok(run_compile_cell(ip, '--backend eager --disallow torch.mul --no-panel --run "fm(torch.ones(2))"',
                              "import torch\ndef fm(x):\n    return torch.mul(x, 2) + 1\n"))
         ip.run_line_magic("nbcompile", "reset")
-        assert torch_compat.registries_snapshot() == held
+        assert _registries() == held
     finally:
         torch_compat.restore_registry_membership(torch.mul, pristine)
 
@@ -310,19 +319,19 @@ def uses_doubler(x):
 def test_inspect_allow_keeps_a_registration_the_user_made(key):
     torch.compiler.allow_in_graph(key)
     try:
-        before = torch_compat.registries_snapshot()
+        before = _registries()
         nbcompile.inspect(uses_doubler, torch.ones(3), backend="eager", toggles={key: "allow_in_graph"})
-        assert torch_compat.registries_snapshot() == before
+        assert _registries() == before
         assert id(key) in torch_compat._registry("_allowed_callable_ids")()
     finally:
         torch_compat.restore_registry_membership(key, {n: False for n in torch_compat.registry_membership(key)})
 
 
 def test_inspect_allow_on_an_object_leaves_nothing_behind():
-    before = torch_compat.registries_snapshot()
+    before = _registries()
     report = nbcompile.inspect(uses_doubler, torch.ones(3), backend="eager", toggles={DOUBLER: "allow_in_graph"})
     assert report.check.ok
-    assert torch_compat.registries_snapshot() == before
+    assert _registries() == before
 
 
 def noisy(x):
