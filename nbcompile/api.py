@@ -20,7 +20,7 @@ from .capture import HUB, Recording, RecordingBackend
 from .lint import lint_allow_in_graph
 from .options import CompileOptions, NbcompileError
 from .report import CompileError, LintWarning, Report
-from .state import Replay, reached_names
+from .state import Replay, reach
 from .toggles import Binding, Toggles, copy_function, is_torch_name, torch_name
 
 
@@ -106,8 +106,8 @@ def replay_for(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Replay
     """Copies of what a call of ``fn`` reaches: its arguments, its module or ``self``, the globals its code reads."""
     namespace = _namespace(fn)
     original = torch_compat.unwrap_compiled(fn)
-    names = reached_names(namespace, None, [original])
-    return Replay.capture(namespace, {n: namespace[n] for n in names}, (original, args, kwargs))
+    slots = reach(namespace, None, [original])
+    return Replay.capture({label: (slot, slot.get()) for label, slot in slots.items()}, (original, args, kwargs))
 
 
 def _call(extra: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:

@@ -302,7 +302,7 @@ def status_table(session: Session) -> StatusTable:
             "yes" if name in session.entries else "",
             len(part.frames), len(part.graphs), len(part.breaks), len(part.recompiles),
         ))
-    notes = []
+    notes = [f"STALE: {session.stale}"] if session.stale else []
     if report.check is not None:
         notes.append(f"check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
     for w in report.warnings:

@@ -249,7 +249,9 @@ class Report:
 
     # -- views ----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # asdict deep-copies every field: never the run's value (a tensor with autograd history, a
+        # lock, a large output), which is described below instead.
+        data = dataclasses.asdict(dataclasses.replace(self, result=None))
         data.pop("result")
         data["schema_version"] = SCHEMA_VERSION
         data["result"] = _describe_result(self.result)

@@ -16,7 +16,7 @@ import dataclasses
 import inspect as _inspect
 import types
 import weakref
-from typing import Any, Callable, Hashable, Iterator, Optional
+from typing import Any, Callable, Hashable, Iterable, Iterator, Optional
 
 import torch
 
@@ -29,8 +29,8 @@ from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
 from .report import CompileError, LintWarning, Report
-from .state import Replay, reached_names
-from .toggles import Binding, StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
+from .state import Replay, Slot, reach
+from .toggles import Binding, StaleError, Toggles, binding_for, copy_function, is_torch_name, torch_name, validate_flags
 
 _SESSIONS: list["Session"] = []
 #: The live session of each cell, by cell identity.
@@ -170,7 +170,7 @@ class Session:
         if replay is not None and rng is not None:
             code = self._run_code
             self.report.check = check_ops.against_eager(
-                result, lambda _: eval(code, self.namespace), replay, rng, bind=self._originals(),
+                result, lambda _: eval(code, self.namespace, {}), replay, rng, bind=self._originals(),
                 random_ops=[op for g in self.report.graphs for op in g.ops], backend=self.options.backend,
             )
             if not self.report.check.ok:
@@ -181,17 +181,16 @@ class Session:
     def _replay(self, code: types.CodeType) -> Replay:
         """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
         originals = [b.original for b in self.engine.bindings.values()]
-        names = reached_names(self.namespace, code, originals)
         roots = {}
-        for name in names:
-            binding = self.engine.bindings.get(name)
-            roots[name] = binding.original if binding is not None else self.namespace[name]
-        return Replay.capture(self.namespace, roots)
+        for label, slot in reach(self.namespace, code, originals).items():
+            binding = self.engine.bindings.get(slot.key) if slot.owner is self.namespace else None
+            roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
+        return Replay.capture(roots)
 
-    def _originals(self) -> dict[str, Any]:
-        """Namespace names this session rebound -> their originals (for the eager run)."""
-        return {n: b.original for n, b in self.engine.bindings.items()
-                if isinstance(b.owner, dict) and b.expected is not b.original and b.problem() is None}
+    def _originals(self) -> dict[Slot, Any]:
+        """Names this session rebound (their slots) -> their originals (for the eager run)."""
+        return {Slot(b.owner, b.attr, b.name): b.original for b in self.engine.bindings.values()
+                if b.expected is not b.original and b.problem() is None}
 
     def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
@@ -205,6 +204,9 @@ class Session:
         if not isinstance(name, str):
             name = self._name_of(name)
         self.engine.validate(name, mode)
+        if mode == "allow_in_graph" and name in self.entries:
+            raise NbcompileError(f"{name} is an entry: allow_in_graph on it leaves nothing to compile (the whole call "
+                                 "becomes one opaque node); use allow_in_graph on a function it calls")
         previous = self.engine.mode(name)
         old_report = self.report
         try:
@@ -274,7 +276,8 @@ class Session:
     def bench(self, expr: Optional[str] = None, min_run_time: float = 0.5) -> Any:
         """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
         every toggle back at ``compile``; compile times cold and warm. It runs on copies of what EXPR
-        reaches, so the user's objects and random-number state are as before. The report starts afresh after."""
+        reaches and on compiled copies of the entries, so the user's objects, the random-number state,
+        the session's compiled code and its report are as before."""
         import io
 
         self._check_open()
@@ -284,6 +287,9 @@ class Session:
         return result
 
     def _bench(self, expr: Optional[str], min_run_time: float) -> Any:
+        """Each plan (the session's toggles; all at compile) runs on fresh compiled copies of the
+        entries (their own caches) and on copies of the state EXPR reaches: the session's compiled
+        code, its report and the user's objects are as they were."""
         from . import timing as bench_ops
 
         expr = expr or self.options.run
@@ -292,46 +298,77 @@ class Session:
         try:
             code = compile(expr, "<nbcompile bench>", "eval")
         except SyntaxError as exc:
-            raise NbcompileError(f"bench: {expr!r} is not an expression ({exc.msg})") from None
+            raise NbcompileError(f"{expr!r} is not an expression ({exc.msg})") from None
         replay = self._replay(code)
         if replay.refused is not None:
             raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
         saved = self.toggles
         device = bench_ops._device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
-        run = lambda: eval(code, self.namespace)  # noqa: E731
+        run = lambda: eval(code, self.namespace, {})  # noqa: E731
+        options = self.options.compile_options()
 
-        def first_call() -> tuple[float, float, Any]:
-            self._drop_compiled_code()
-            bench_ops._first_call(run, device)  # fills the caches
-            self._drop_compiled_code()
-            with bench_ops._cold_caches():
-                cold, _ = bench_ops._first_call(run, device)
-            self._drop_compiled_code()
-            warm, out = bench_ops._first_call(run, device)
-            return cold, warm, out
+        def fresh_compile(name: str, obj: Any) -> Any:
+            if name not in self.entries:
+                return obj
+            target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
+            kwargs = options.torch_compile_kwargs()
+            if torch_compat.ISOLATE_RECOMPILES:
+                kwargs["isolate_recompiles"] = True
+            return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
 
         def plan(modes: dict[str, str]) -> Callable[[], Any]:
             @contextlib.contextmanager
             def context() -> Iterator[Any]:
-                for name in [*self.toggles, *modes]:
-                    self.engine.apply(name, modes.get(name, "compile"))
-                yield first_call, run
+                # The plan's toggles through the engine, on a scratch namespace of the originals; its
+                # objects are then put in the real slots for the duration.
+                scratch = {name: b.original for name, b in self.engine.bindings.items()}
+                engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=fresh_compile,
+                                 functions=self._tracked)
+                slots = {name: Slot(b.owner, b.attr, name) for name, b in self.engine.bindings.items()}
+                torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
+                before = {slot: slot.get() for slot in slots.values()}
+                try:
+                    for name in torch_names:  # the session's own registrations, as the plan says
+                        self.engine.apply(name, modes.get(name, "compile"))
+                    for name in self._tracked:
+                        engine.apply(name, modes.get(name, "compile"))
+                    engine.rebind()
+
+                    def bind() -> None:
+                        for name, slot in slots.items():
+                            slot.set(scratch[name])
+
+                    def first_call() -> tuple[float, float, Any]:
+                        bind()
+                        bench_ops._first_call(run, device)  # fills Inductor's caches
+                        engine.rebind()
+                        bind()
+                        with bench_ops._cold_caches():
+                            cold, _ = bench_ops._first_call(run, device)
+                        engine.rebind()
+                        bind()
+                        warm, out = bench_ops._first_call(run, device)
+                        return cold, warm, out
+
+                    yield first_call, run
+                finally:
+                    for slot, value in before.items():
+                        slot.set(value)
+                    engine.undo_all()
+                    for name in torch_names:
+                        self.engine.apply(name, saved.get(name, "compile"))
             return context
 
         plans = [("session", plan(saved))]
         if any(mode != "compile" for mode in saved.values()):
             plans.append(("all toggles compile", plan({})))
-        tensors = [(n, v) for n, v in replay.copies.items() if isinstance(v, torch.Tensor)]
-        try:
-            with replay.swapped():
-                self.last_bench = bench_ops.run_plans(
-                    run, plans, device, min_run_time,
-                    lambda out: bench_ops._tensor_bytes(out) + sum(bench_ops._tensor_bytes(v) for _, v in tensors))
-        finally:
-            for name in [*self.toggles, *saved]:
-                self.engine.apply(name, saved.get(name, "compile"))
-            self._after_toggle()
-            self._restart()
+        tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
+        scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
+        with replay.swapped(), HUB.active(scratch_recording):
+            self.last_bench = bench_ops.run_plans(
+                run, plans, device, min_run_time,
+                lambda out: bench_ops._tensor_bytes(out) + sum(bench_ops._tensor_bytes(v) for v in tensors),
+                stateful=replay.touched)
         return self.last_bench
 
     # -- display ---------------------------------------------------------------------------
@@ -515,6 +552,8 @@ class Session:
             self.recording.own_span(code.co_filename, code.co_firstlineno, last_line)
 
     def _owned_codes(self) -> list[types.CodeType]:
+        """The code objects whose compiled code this session drops: the cell's functions (nested
+        code included) and the entries it compiled."""
         codes: list[types.CodeType] = []
         for fn in self._tracked.values():
             code = _code_of(fn)
@@ -522,8 +561,7 @@ class Session:
                 codes.extend(torch_compat.iter_code_objects(code))
         for entry in self.entries:
             code = _code_of(self.engine.bindings[entry].original)
-            if code is not None and code not in codes and code.co_filename == self.filename or (
-                    code is not None and code not in codes and entry not in self._tracked):
+            if code is not None and code not in codes:
                 codes.append(code)
         return codes
 
@@ -615,11 +653,14 @@ def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: d
     return list(requested)
 
 
-def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: Optional[str]) -> Hashable:
-    """A cell's identity: the frontend's cell id, else the names the cell defines."""
+def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: Optional[str], source: str = "",
+             entries: Iterable[str] = ()) -> Hashable:
+    """A cell's identity: the frontend's cell id, else the names the cell defines (its defs, what it
+    assigns, its --entry names), else its source."""
     if cell_id:
         return ("cell", id(namespace), cell_id)
-    return ("names", id(namespace), frozenset(cell.names) or frozenset(cell.assigned))
+    names = frozenset([*cell.names, *cell.assigned, *entries])
+    return ("names", id(namespace), names) if names else ("source", id(namespace), hash(source))
 
 
 def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> CellFunctions:
@@ -662,7 +703,7 @@ def create_session(
     filename = cache_source(source)
     code = compile(source, filename, "exec")  # SyntaxError: as Python gives it, nothing has run
     cell = plan_cell(body, options, namespace)
-    key = cell_key(namespace, cell, cell_id)
+    key = cell_key(namespace, cell, cell_id, body, options.entries)
     previous = _BY_CELL.get(key)
     if previous is not None:
         previous.reset()

@@ -1,8 +1,10 @@
 """The state a run reaches, copied so that a second run (the eager check, a benchmark) repeats nothing.
 
-``Replay.capture`` finds the objects an expression can touch: the names its
-code loads, followed through the code of the functions and classes defined in
-the same namespace, plus the call's own arguments. Tensors, ``nn.Module``s
+``reach`` finds where the state an expression can touch lives (``Slot``s):
+the names its code loads, followed through the code of the functions and
+classes defined in the same namespace, their closure cells, and the data
+attributes of the user's classes and modules that the code names.
+``Replay.capture`` copies what those slots hold, plus the call's own arguments. Tensors, ``nn.Module``s
 (with their ``.grad``), optimizers (with their state), lists, dicts and plain
 objects among them are deep-copied together, so aliasing survives (an
 optimizer's parameters are the copied model's). ``swapped()`` binds the
@@ -19,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import re
+import sys
 import types
 from typing import Any, Iterable, Iterator, Optional
 
@@ -30,8 +34,48 @@ from . import torch_compat
 MAX_COPY_BYTES = 256 * 2**20
 _WALK_DEPTH = 8
 _SKIP_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+#: IPython's output history (``_``, ``__``, ``_3``, ``_i3``, ``_ih``...) and module dunders: never state.
+_HISTORY = re.compile(r"^(_{1,3}|_\d+|_i{1,3}|_i\d+|_ih|_oh|_dh|__\w+__)$")
 _ATOMIC = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
            str, bytes, int, float, complex, bool, type(None), range, types.CodeType)
+_ABSENT = object()
+_SYSTEM_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+class Slot:
+    """A place a value lives: a key of a namespace or module dict, a class attribute, a closure cell."""
+
+    def __init__(self, owner: Any, key: str, label: str) -> None:
+        self.owner, self.key, self.label = owner, key, label
+
+    def __hash__(self) -> int:
+        return hash((id(self.owner), self.key))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Slot) and other.owner is self.owner and other.key == self.key
+
+    def get(self) -> Any:
+        if isinstance(self.owner, dict):
+            return self.owner.get(self.key, _ABSENT)
+        if isinstance(self.owner, types.CellType):
+            try:
+                return self.owner.cell_contents
+            except ValueError:
+                return _ABSENT
+        return self.owner.__dict__.get(self.key, _ABSENT)
+
+    def set(self, value: Any) -> None:
+        if isinstance(self.owner, dict):
+            if value is _ABSENT:
+                self.owner.pop(self.key, None)
+            else:
+                self.owner[self.key] = value
+        elif isinstance(self.owner, types.CellType):
+            self.owner.cell_contents = value
+        elif value is _ABSENT:
+            delattr(self.owner, self.key)
+        else:
+            setattr(self.owner, self.key, value)
 
 
 def _codes(obj: Any) -> Iterator[types.CodeType]:
@@ -40,11 +84,32 @@ def _codes(obj: Any) -> Iterator[types.CodeType]:
         yield from torch_compat.iter_code_objects(code)
 
 
-def reached_names(namespace: dict[str, Any], code: Optional[types.CodeType], functions: Iterable[Any] = ()) -> list[str]:
-    """Data names of ``namespace`` that ``code`` and ``functions`` can read, followed through the
-    functions and classes defined in that namespace (their code's global names)."""
+def _is_state(value: Any) -> bool:
+    """Worth copying: data, not code (functions, classes, modules, compiled wrappers)."""
+    if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+        return False
+    if torch_compat.unwrap_compiled(value) is not value:
+        return isinstance(torch_compat.unwrap_compiled(value), torch.nn.Module)
+    if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, list, dict, set, tuple)):
+        return True
+    return not callable(value) or dataclasses.is_dataclass(value) or hasattr(value, "__dict__")
+
+
+def _user_module(module: types.ModuleType) -> bool:
+    """A module of the user's (not the standard library, not an installed package)."""
+    path = getattr(module, "__file__", None)
+    return bool(path) and not str(path).startswith(_SYSTEM_PREFIXES) and not module.__name__.startswith("torch")
+
+
+def reach(namespace: dict[str, Any], code: Optional[types.CodeType], functions: Iterable[Any] = ()) -> dict[str, Slot]:
+    """The slots of state that ``code`` and ``functions`` can read: names of ``namespace``, the
+    closure cells of the functions they call, data attributes of the user's classes and modules
+    that the code names; followed through every function and class defined in the namespace."""
     pending: list[str] = []
     seen_codes: set[types.CodeType] = set()
+    seen_objects: set[int] = set()
+    slots: dict[str, Slot] = {}
+    attributes: list[Any] = []  # user classes and modules whose named data attributes are state
 
     def add_code(c: types.CodeType) -> None:
         for each in torch_compat.iter_code_objects(c):
@@ -54,48 +119,67 @@ def reached_names(namespace: dict[str, Any], code: Optional[types.CodeType], fun
 
     def add_object(obj: Any) -> None:
         obj = torch_compat.unwrap_compiled(obj)
-        obj = getattr(obj, "__wrapped__", obj)
+        if id(obj) in seen_objects:
+            return
+        seen_objects.add(id(obj))
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None and wrapped is not obj:
+            add_object(wrapped)
         if isinstance(obj, torch.nn.Module):
             obj = type(obj)
         if isinstance(obj, type):
-            for member in vars(obj).values():
-                member = getattr(member, "__func__", member)
-                for c in _codes(member):
-                    add_code(c)
+            if obj.__module__ not in ("builtins",) and not obj.__module__.startswith("torch"):
+                attributes.append(obj)
+                for member in vars(obj).values():
+                    add_object(getattr(member, "__func__", member))
             return
-        for c in _codes(getattr(obj, "__func__", obj)):
+        fn = getattr(obj, "__func__", obj)
+        for c in _codes(fn):
             add_code(c)
+        for var, cell in zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if _is_state(value):
+                slots.setdefault(f"{fn.__name__}.{var}", Slot(cell, "", f"{var} (in {fn.__name__}'s closure)"))
+            elif callable(value) or isinstance(value, type):
+                add_object(value)
 
     if code is not None:
         add_code(code)
     for fn in functions:
         add_object(fn)
-    roots: list[str] = []
     seen: set[str] = set()
     while pending:
         name = pending.pop()
-        if name in seen or name not in namespace or name.startswith("_") or name in _SKIP_NAMES:
+        if name in seen:
             continue
         seen.add(name)
+        if name not in namespace or name in _SKIP_NAMES or _HISTORY.match(name):
+            continue
         value = namespace[name]
         if isinstance(value, types.ModuleType):
-            continue
-        if isinstance(value, (types.FunctionType, type)) or torch_compat.unwrap_compiled(value) is not value:
-            if getattr(torch_compat.unwrap_compiled(value), "__globals__", namespace) is namespace or isinstance(value, type):
-                add_object(value)
-            plain = torch_compat.unwrap_compiled(value)
-            if isinstance(plain, torch.nn.Module):
-                roots.append(name)
-            continue
-        if callable(value) and not _is_data(value):
-            continue
-        roots.append(name)
-    return sorted(roots)
+            if _user_module(value):
+                attributes.append(value)
+        elif _is_state(value):
+            slots.setdefault(name, Slot(namespace, name, name))
+        if not isinstance(value, types.ModuleType) and (callable(value) or isinstance(value, type)):
+            add_object(value)
+    for owner in attributes:  # Counter.n += 1, a user module's state.seen.append(...)
+        where = vars(owner)
+        prefix = getattr(owner, "__name__", "?")
+        for name in sorted(seen & set(where)):
+            value = where[name]
+            if not name.startswith("__") and _is_state(value) and not isinstance(value, (property, staticmethod, classmethod)):
+                label = f"{prefix}.{name}"
+                slots.setdefault(label, Slot(owner if isinstance(owner, type) else where, name, label))
+    return dict(sorted(slots.items()))
 
 
-def _is_data(value: Any) -> bool:
-    return isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, list, dict, set, tuple)) \
-        or dataclasses.is_dataclass(value) or hasattr(value, "__dict__")
+def reached_names(namespace: dict[str, Any], code: Optional[types.CodeType], functions: Iterable[Any] = ()) -> list[str]:
+    """The namespace names among ``reach``'s slots."""
+    return [s.key for s in reach(namespace, code, functions).values() if s.owner is namespace]
 
 
 def _walk(value: Any, found: dict[int, tuple[Any, str]], label: str, depth: int = 0) -> None:
@@ -138,10 +222,10 @@ def _nbytes(t: torch.Tensor) -> int:
 class Replay:
     """Copies of the state a run reaches, taken before it, to run a second time on."""
 
-    def __init__(self, namespace: Optional[dict[str, Any]], reals: dict[str, Any], copies: dict[str, Any],
+    def __init__(self, slots: dict[str, Slot], reals: dict[str, Any], copies: dict[str, Any],
                  extra_copy: Any, refused: Optional[str]) -> None:
-        self.namespace = namespace
-        #: name -> the real object that was copied; name -> its copy
+        #: label -> where the real object lives; label -> the real object copied; label -> its copy
+        self.slots = slots
         self.reals = reals
         self.copies = copies
         self.extra_copy = extra_copy
@@ -155,34 +239,43 @@ class Replay:
         self.labels: dict[int, str] = {}
         #: Optimizers among the copied objects: (label, real, copy)
         self.optimizers: list[tuple[str, Any, Any]] = []
+        #: After ``swapped``: (label, what the slot held before the swap, what the second run left in it)
+        self.outcomes: list[tuple[str, Any, Any]] = []
 
     @classmethod
-    def capture(cls, namespace: Optional[dict[str, Any]], roots: dict[str, Any], extra: Any = None,
+    def capture(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None,
                 budget: int = MAX_COPY_BYTES) -> "Replay":
-        """Copy the ``roots`` (name -> real object) and ``extra`` (a call's arguments) in one deep copy."""
+        """Copy the ``roots`` (label -> (slot, the real object)) and ``extra`` (a call's arguments) in one
+        deep copy; refuse (``refused``) what cannot be copied or replayed."""
+        slots = {label: slot for label, (slot, _) in roots.items()}
+        reals = {label: real for label, (_, real) in roots.items()}
         found: dict[int, tuple[Any, str]] = {}
-        for name, value in roots.items():
-            _walk(value, found, name)
+        for label, value in reals.items():
+            _walk(value, found, label)
         _walk(extra, found, "argument")
         tensors = [t for t, _ in found.values() if isinstance(t, torch.Tensor)]
         tensors += [t.grad for t in tensors if t.grad is not None]
+
+        def refuse(why: str) -> "Replay":
+            return cls(slots, reals, {}, None, why)
+
         size = sum(_nbytes(t) for t in tensors)
         if size > budget:
-            what = ", ".join(list(roots)[:3]) or "the arguments"
-            return cls(namespace, {}, {}, None, (
-                f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}), more than the "
-                f"{budget >> 20} MiB nbcompile copies to run it again without touching yours"))
+            what = ", ".join(list(reals)[:3]) or "the arguments"
+            return refuse(f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}), more than the "
+                          f"{budget >> 20} MiB nbcompile copies to run it again without touching yours")
+        history = next((label for t, label in found.values()
+                        if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf), None)
+        if history is not None:
+            return refuse(f"not compared: {history} carries autograd history (a tensor computed from tensors "
+                          "that require grad), which cannot be copied to run again without touching yours")
         memo: dict[int, Any] = {}
-        for t in tensors:
-            if t.requires_grad and not t.is_leaf:  # deepcopy refuses non-leaf tensors; a detached copy will do
-                memo[id(t)] = t.detach().clone().requires_grad_(True)
         try:
-            copied = copy.deepcopy((roots, extra), memo)
+            copied = copy.deepcopy((reals, extra), memo)
         except Exception as exc:  # a lock, a file, a generator: say so, repeat nothing
-            return cls(namespace, {}, {}, None, (
-                f"not compared: {_uncopyable(roots)} cannot be copied ({type(exc).__name__}: "
-                f"{(str(exc).splitlines() or [''])[0][:80]}), so the eager run could not be kept off your objects"))
-        replay = cls(namespace, dict(roots), copied[0], copied[1], None)
+            return refuse(f"not compared: {_uncopyable(reals)} cannot be copied ({type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:80]}), so the eager run could not be kept off your objects")
+        replay = cls(slots, reals, copied[0], copied[1], None)
         replay.memo = memo
         replay.labels = {k: label for k, (_, label) in found.items()}
         replay.optimizers = [(label, o, memo[id(o)]) for o, label in found.values()
@@ -196,29 +289,39 @@ class Replay:
                 if t.grad is not None and c.grad is None and c.is_leaf:
                     c.grad = t.grad.detach().clone()  # Parameter's deepcopy drops .grad
                 replay.pairs.append((t, c, torch_compat.tensor_version(t), torch_compat.tensor_version(c)))
+        replay._marks = replay._fingerprint()
         return replay
 
+    def _fingerprint(self) -> list[Any]:
+        marks: list[Any] = []
+        for _, twin, _, _ in self.pairs:
+            grad = twin.grad
+            marks.append((torch_compat.tensor_version(twin), id(grad), grad is not None and torch_compat.tensor_version(grad)))
+        for value in [*self.copies.values(), self.extra_copy]:
+            marks.append(len(value) if isinstance(value, (list, dict, set)) else None)
+        return marks
+
+    def touched(self) -> bool:
+        """Whether runs on the copies changed them (a training step, an append): their outputs then
+        differ from run to run by design."""
+        return self.refused is None and self._fingerprint() != getattr(self, "_marks", None)
+
     @contextlib.contextmanager
-    def swapped(self, also: Optional[dict[str, Any]] = None) -> Iterator[Any]:
-        """The copies (and ``also``: name -> object) bound in the namespace for the duration; yields the
-        copy of ``extra``. Each name gets back what it held, unless the run itself rebound it."""
-        ns = self.namespace
-        put: dict[str, Any] = {**(also or {}), **self.copies}
-        saved: list[tuple[str, Any]] = []
+    def swapped(self, also: Optional[dict[Slot, Any]] = None) -> Iterator[Any]:
+        """The copies (and ``also``: slot -> object) put in place of the real objects for the duration;
+        yields the copy of ``extra``. Each slot gets back what it held, unless the run itself rebound it."""
+        put: dict[Slot, Any] = {**(also or {}), **{self.slots[label]: c for label, c in self.copies.items()}}
+        saved: list[tuple[Slot, Any]] = []
         try:
-            if ns is not None:
-                for name, value in put.items():
-                    saved.append((name, ns.get(name, _ABSENT)))
-                    ns[name] = value
+            for slot, value in put.items():
+                saved.append((slot, slot.get()))
+                slot.set(value)
             yield self.extra_copy
         finally:
-            if ns is not None:
-                for name, before in reversed(saved):
-                    if ns.get(name, _ABSENT) is put[name]:
-                        if before is _ABSENT:
-                            ns.pop(name, None)
-                        else:
-                            ns[name] = before
+            labels = {slot: label for label, slot in self.slots.items()}
+            self.outcomes = [(labels[slot], before, slot.get()) for slot, before in saved if slot in labels]
+            for slot, before in reversed(saved):
+                slot.set(before)
 
     def counterpart(self, obj: Any) -> Any:
         """The copy of a real object (itself if it was not copied)."""
@@ -234,10 +337,8 @@ class Replay:
         return out
 
 
-_ABSENT = object()
-
-
 def _uncopyable(roots: dict[str, Any]) -> str:
+    """The first root that cannot be deep-copied, by label."""
     for name, value in roots.items():
         try:
             copy.deepcopy(value)

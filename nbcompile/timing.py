@@ -214,6 +214,8 @@ def _first_call(call: Callable[[], Any], device: torch.device) -> tuple[float, A
 def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig] = None) -> list[BenchConfig]:
     if configs is None:
         return [default or BenchConfig("default")]
+    if isinstance(configs, (str, dict, BenchConfig)):
+        configs = [configs]
     out = []
     for c in configs:
         if isinstance(c, BenchConfig):
@@ -224,6 +226,10 @@ def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig]
             out.append(BenchConfig(c, mode=PRESETS[c]))
         elif isinstance(c, dict):
             c = dict(c)
+            valid = [f.name for f in dataclasses.fields(BenchConfig)]
+            unknown = sorted(set(c) - set(valid))
+            if unknown:
+                raise NbcompileError(f"unknown config key {unknown[0]!r}; valid keys: {', '.join(valid)}")
             out.append(BenchConfig(c.pop("name", c.get("mode") or c.get("backend") or "config"), **c))
         else:
             raise NbcompileError(f"a config is a preset name, a dict or a BenchConfig, not {type(c).__name__}")
@@ -258,7 +264,7 @@ def measure(
 ) -> BenchRow:
     """One row: compile (cold, warm), check against eager, then time the steady state."""
     cold, warm, out = first_call()
-    comparison = check_ops.compare(out, expected)
+    comparison = check_ops.compare(out, expected) if expected is not _STATEFUL else check_ops.Comparison()
     if comparison.problems:
         return BenchRow(name, None, None, None, None, None, None,
                         "differs from eager, not timed: " + "; ".join(comparison.problems[:2]), timed=False)
@@ -267,10 +273,15 @@ def measure(
     return BenchRow(
         name, median, iqr, (eager_median / median) if eager_median else None,
         max(cold - median, 0.0), max(warm - median, 0.0), e2e,
+        "not compared: each run changes the state it runs on (a training step), so outputs differ by design"
+        if expected is _STATEFUL else
         f"matches eager (max abs diff {comparison.max_abs_diff:.3g})" if comparison.max_abs_diff is not None else "matches eager",
         True, gbps, (gbps * 1e9 / peak) if gbps and peak else None,
     )
 
+
+#: Stands for the expected output of a run that changes its own state (nothing to compare with).
+_STATEFUL = object()
 
 #: One configuration to time: its row name and a context that sets it up and yields
 #: (first_call, steady): first_call() -> (cold compile s, warm compile s, output); steady() runs it once.
@@ -278,9 +289,11 @@ Plan = tuple[str, Callable[[], Any]]
 
 
 def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device, min_run_time: float,
-              nbytes: Callable[[Any], int]) -> BenchResult:
+              nbytes: Callable[[Any], int], stateful: Callable[[], bool] = lambda: False) -> BenchResult:
     """The one bench path (``nbcompile.bench``, ``Session.bench``): eager first, then each plan.
 
+    ``stateful()`` says whether the first eager run changed the state it runs on (a training
+    step): then later runs' outputs differ by design and are not compared with the first.
     The random-number state is given back as it was: timing draws many times.
     """
     rng = check_ops.RngState()
@@ -288,6 +301,8 @@ def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device,
         peak = peak_bandwidth(device)
         with torch_compat.force_eager():  # once, outside the timed call
             expected = eager()
+            if stateful():
+                expected = _STATEFUL
             flops = _flops(eager)
             timing = time_call(eager, device, min_run_time)
         size = nbytes(expected)
@@ -351,4 +366,5 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
             return context
 
         return run_plans(lambda: target(*c_args, **c_kwargs), [(p.name, setup(p, e)) for p, e in zip(plans, engines)],
-                         device, min_run_time, lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out))
+                         device, min_run_time, lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out),
+                         stateful=replay.touched)

@@ -380,6 +380,9 @@ class Toggles:
             self._keepalive.append(copy)
             return copy
         # A class or a callable object cannot be copied: register it, counted, undone exactly.
+        if not hasattr(plain, "__name__"):
+            raise NbcompileError(f"allow_in_graph({name}): {type(plain).__name__} objects have no __name__, which "
+                                 "Dynamo needs to name the graph node; give the object a __name__, or use disable")
         self._registrations[f"allow:{name}"] = REGISTRY.acquire(plain, "allow", name)
         return plain
 

@@ -9,7 +9,7 @@ import torch
 
 import nbcompile
 from nbcompile import check as check_ops
-from nbcompile.state import Replay
+from nbcompile.state import Replay, Slot
 from nbhelpers import run_compile_cell
 
 # seed 003: the allow_in_graph workaround for torch.func transforms
@@ -146,7 +146,7 @@ def test_inspect_check_catches_the_seed_case_and_a_lost_mutation():
 def test_against_eager_reports_a_mutation_only_one_side_made():
     namespace = {"x": torch.ones(3)}
     x = namespace["x"]
-    state = Replay.capture(namespace, {"x": x})
+    state = Replay.capture({"x": (Slot(namespace, "x", "x"), x)})
     rng = check_ops.RngState()
     result = x * 2  # the "compiled" run: forgot the in-place update
     check = check_ops.against_eager(result, lambda _: namespace["x"].add_(1).mul(0).add(2), state, rng)
@@ -156,7 +156,7 @@ def test_against_eager_reports_a_mutation_only_one_side_made():
 
 
 def test_against_eager_reports_an_eager_failure():
-    state = Replay.capture(None, {})
+    state = Replay.capture({})
     check = check_ops.against_eager(1, lambda _: 1 / 0, state, check_ops.RngState())
     assert not check.ok and "ZeroDivisionError" in check.message
 

@@ -349,17 +349,40 @@ def test_session_bench_does_not_train_the_model(ip):
     _ok(ip.run_cell(TRAIN_SETUP.replace("OPT", "torch.optim.SGD(net.parameters(), lr=0.1)", 1)
                     .replace("OPT.__class__", "type(opt)").replace("KEYS", "('lr',)")))
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "train_step(data)"', TRAIN_CELL))
-    rng = torch.get_rng_state()
-    nbcompile.last().bench(min_run_time=0.05)
+    session = nbcompile.last()
+    rng, report = torch.get_rng_state(), session.report
+    result = session.bench(min_run_time=0.05)
     assert torch.equal(torch.get_rng_state(), rng)
-    # The bench timed hundreds of steps on copies; the real model took only the contract's re-run of
-    # --run after the bench (a fresh report): two steps in all, as two steps by hand give.
+    assert session.report is report and report.graph_count >= 1  # the session's view is as it was
+    assert all(row.timed for row in result.rows), [row.check for row in result.rows]
+    assert "not compared" in result.row("session").check  # a training step: outputs differ run to run
+    # The bench timed many steps on copies; the real model took only the cell's one step.
     ns = ip.user_ns
-    for _ in range(2):
-        ns["ref_net"](ns["data"]).pow(2).mean().backward()
-        ns["ref_opt"].step()
+    ns["ref_net"](ns["data"]).pow(2).mean().backward()
+    ns["ref_opt"].step()
     for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters()):
         torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_bench_times_a_function_that_changes_its_own_state():
+    state = torch.zeros(3)
+
+    def inc(x):
+        state.add_(x)
+        return state * 1
+
+    result = nbcompile.bench(inc, torch.ones(3), configs=[{"name": "e", "backend": "eager"}],
+                             min_run_time=0.05)
+    assert result.row("e").timed and "not compared" in result.row("e").check
+    assert torch.equal(state, torch.zeros(3))  # timed on a copy
+
+
+def test_bench_config_errors_are_one_line():
+    with pytest.raises(nbcompile.NbcompileError, match="valid keys"):
+        nbcompile.bench(noisy, torch.ones(2), configs=[{"bogus": 1}])
+    with pytest.raises(nbcompile.NbcompileError, match="valid names"):
+        nbcompile.bench(noisy, torch.ones(2), configs="fast")
 
 
 @pytest.mark.parametrize("changes", [{"dynamic": "yes"}, {"fullgraph": "no"}, {"backend": 3}, {"mode": "fast"}])
@@ -466,3 +489,79 @@ def test_the_compile_magic_documents_every_option(ip):
     for flag in ("--backend", "--mode", "--fullgraph", "--dynamic", "--no-dynamic", "--entry", "--disable",
                  "--allow", "--disallow", "--run", "--bench", "--no-check", "--no-panel"):
         assert flag in doc, flag
+
+
+# --- found by an adversarial pass --------------------------------------------------------------------------------
+
+def test_state_in_closures_class_attributes_and_private_globals_is_not_repeated(ip):
+    _ok(ip.run_cell(textwrap.dedent(
+        """\
+        import torch
+        class Counter:
+            n = 0
+        _private = []
+        def make_step(model, opt):
+            def step(x):
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                Counter.n += 1
+                _private.append(1)
+                return loss.detach()
+            return step
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 1)
+        w0 = lin.weight.detach().clone()
+        step = make_step(lin, torch.optim.SGD(lin.parameters(), lr=0.1))
+        """)))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry step --run "step(torch.ones(2, 3))"', "pass\n"))
+    check = nbcompile.last().report.check
+    assert check.ok and check.compared, check
+    ns = ip.user_ns
+    assert ns["Counter"].n == 1 and ns["_private"] == [1]
+    torch.testing.assert_close(ns["lin"].weight, ns["w0"] - 0.1 * 2)  # one step: d(sum)/dw = 2 per input column
+
+
+def test_a_global_with_autograd_history_is_not_compared(ip):
+    _ok(ip.run_cell("import torch\nW = torch.ones(3, requires_grad=True)\nH = W * 2"))
+    body = "def use(x):\n    loss = (H * x).sum()\n    loss.backward(retain_graph=True)\n    return loss.detach()\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "use(torch.ones(3))"', body))
+    check = nbcompile.last().report.check
+    assert check.ok and not check.compared and "autograd history" in check.message
+    torch.testing.assert_close(ip.user_ns["W"].grad, torch.full((3,), 2.0))  # backward ran once
+
+
+def test_cells_without_names_are_told_apart_by_their_source(ip):
+    _ok(ip.run_cell("import torch\nm1 = torch.nn.Linear(3, 3)\nm2 = torch.nn.Linear(3, 3)"))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry m1 --run "m1(torch.ones(3))"', "import torch\n"))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry m2 --run "m2(torch.ones(3))"', "import torch\n"))
+    assert len(nbcompile.sessions()) == 2
+    assert all(isinstance(ip.user_ns[n], torch._dynamo.eval_frame.OptimizedModule) for n in ("m1", "m2"))
+
+
+def test_a_walrus_in_run_keeps_the_compiled_value(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "(kept := caller(torch.ones(3)))"', HELPER_CELL))
+    assert ip.user_ns["kept"] is nbcompile.last().report.result
+
+
+def test_a_report_with_autograd_history_in_its_result_renders():
+    net = torch.nn.Linear(4, 2)
+    report = nbcompile.inspect(net, torch.randn(3, 4), backend="eager")
+    bundle = report._repr_mimebundle_()
+    assert "application/vnd.nbcompile.report+json" in bundle and "text/html" in bundle
+    assert report.result.requires_grad and report.check.ok
+
+
+def test_allow_in_graph_on_an_entry_is_refused(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    with pytest.raises(UsageError, match="is an entry"):
+        ip.run_line_magic("nbcompile", "set caller allow_in_graph")
+    assert nbcompile.last().toggles["caller"] == "compile"
+
+
+def test_status_of_a_stale_session_says_so(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    _ok(ip.run_cell("def helper(x):\n    return x"))
+    notes = ip.run_line_magic("nbcompile", "status").notes
+    assert notes[0].startswith("STALE: helper was redefined")
