@@ -329,6 +329,7 @@ def against_eager(
     for label, real, twin in replay.optimizers:
         compare(real.state_dict()["state"], twin.state_dict()["state"], f"{label} state", comparison)
     for label, compiled_left, eager_left in replay.outcomes:
+        compiled_left = torch_compat.unwrap_compiled(compiled_left)  # a module entry: its compiled wrapper
         if compiled_left is replay.reals.get(label) and isinstance(compiled_left, (torch.Tensor, torch.nn.Module,
                                                                                     torch.optim.Optimizer)):
             continue  # compared tensor by tensor above, skipping what neither run touched

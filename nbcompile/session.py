@@ -30,7 +30,7 @@ from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
 from .report import CompileError, LintWarning, Report
 from .state import Replay, Slot, reach
-from .toggles import Binding, StaleError, Toggles, binding_for, copy_function, is_torch_name, torch_name, validate_flags
+from .toggles import StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
 
 _SESSIONS: list["Session"] = []
 #: The live session of each cell, by cell identity.
@@ -287,9 +287,6 @@ class Session:
         return result
 
     def _bench(self, expr: Optional[str], min_run_time: float) -> Any:
-        """Each plan (the session's toggles; all at compile) runs on fresh compiled copies of the
-        entries (their own caches) and on copies of the state EXPR reaches: the session's compiled
-        code, its report and the user's objects are as they were."""
         from . import timing as bench_ops
 
         expr = expr or self.options.run
@@ -302,73 +299,7 @@ class Session:
         replay = self._replay(code)
         if replay.refused is not None:
             raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
-        saved = self.toggles
-        device = bench_ops._device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
-        run = lambda: eval(code, self.namespace, {})  # noqa: E731
-        options = self.options.compile_options()
-
-        def fresh_compile(name: str, obj: Any) -> Any:
-            if name not in self.entries:
-                return obj
-            target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
-            kwargs = options.torch_compile_kwargs()
-            if torch_compat.ISOLATE_RECOMPILES:
-                kwargs["isolate_recompiles"] = True
-            return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
-
-        def plan(modes: dict[str, str]) -> Callable[[], Any]:
-            @contextlib.contextmanager
-            def context() -> Iterator[Any]:
-                # The plan's toggles through the engine, on a scratch namespace of the originals; its
-                # objects are then put in the real slots for the duration.
-                scratch = {name: b.original for name, b in self.engine.bindings.items()}
-                engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=fresh_compile,
-                                 functions=self._tracked)
-                slots = {name: Slot(b.owner, b.attr, name) for name, b in self.engine.bindings.items()}
-                torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
-                before = {slot: slot.get() for slot in slots.values()}
-                try:
-                    for name in torch_names:  # the session's own registrations, as the plan says
-                        self.engine.apply(name, modes.get(name, "compile"))
-                    for name in self._tracked:
-                        engine.apply(name, modes.get(name, "compile"))
-                    engine.rebind()
-
-                    def bind() -> None:
-                        for name, slot in slots.items():
-                            slot.set(scratch[name])
-
-                    def first_call() -> tuple[float, float, Any]:
-                        bind()
-                        bench_ops._first_call(run, device)  # fills Inductor's caches
-                        engine.rebind()
-                        bind()
-                        with bench_ops._cold_caches():
-                            cold, _ = bench_ops._first_call(run, device)
-                        engine.rebind()
-                        bind()
-                        warm, out = bench_ops._first_call(run, device)
-                        return cold, warm, out
-
-                    yield first_call, run
-                finally:
-                    for slot, value in before.items():
-                        slot.set(value)
-                    engine.undo_all()
-                    for name in torch_names:
-                        self.engine.apply(name, saved.get(name, "compile"))
-            return context
-
-        plans = [("session", plan(saved))]
-        if any(mode != "compile" for mode in saved.values()):
-            plans.append(("all toggles compile", plan({})))
-        tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
-        scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
-        with replay.swapped(), HUB.active(scratch_recording):
-            self.last_bench = bench_ops.run_plans(
-                run, plans, device, min_run_time,
-                lambda out: bench_ops._tensor_bytes(out) + sum(bench_ops._tensor_bytes(v) for v in tensors),
-                stateful=replay.touched)
+        self.last_bench = bench_ops.bench_session(self, code, replay, min_run_time)
         return self.last_bench
 
     # -- display ---------------------------------------------------------------------------

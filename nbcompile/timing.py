@@ -368,3 +368,80 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         return run_plans(lambda: target(*c_args, **c_kwargs), [(p.name, setup(p, e)) for p, e in zip(plans, engines)],
                          device, min_run_time, lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out),
                          stateful=replay.touched)
+
+
+def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> BenchResult:
+    """``Session.bench``: the session's toggles, and (if any is set) all at compile, each on fresh
+    compiled copies of the entries (their own caches) and on the copies ``replay`` holds of the state
+    the expression reaches. The session's compiled code, its report and the user's objects stay as
+    they were; the plans' toggles go through the toggle engine, on a scratch namespace."""
+    from .capture import HUB, Recording
+    from .report import Report
+    from .state import Slot
+    from .toggles import Binding, Toggles, copy_function, is_torch_name
+
+    saved = session.toggles
+    device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
+    run = lambda: eval(code, session.namespace, {})  # noqa: E731
+    options = session.options.compile_options()
+    bindings = session.engine.bindings
+
+    def fresh_compile(name: str, obj: Any) -> Any:
+        if name not in session.entries:
+            return obj
+        target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
+        kwargs = options.torch_compile_kwargs()
+        if torch_compat.ISOLATE_RECOMPILES:
+            kwargs["isolate_recompiles"] = True
+        return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
+
+    def plan(modes: dict[str, str]) -> Callable[[], Any]:
+        @contextlib.contextmanager
+        def context() -> Any:
+            scratch = {name: b.original for name, b in bindings.items()}
+            engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=fresh_compile,
+                             functions=session.functions)
+            slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
+            torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
+            before = {slot: slot.get() for slot in slots.values()}
+
+            def bind() -> None:
+                for name, slot in slots.items():
+                    slot.set(scratch[name])
+
+            def first_call() -> tuple[float, float, Any]:
+                bind()
+                _first_call(run, device)  # fills Inductor's caches
+                engine.rebind()
+                bind()
+                with _cold_caches():
+                    cold, _ = _first_call(run, device)
+                engine.rebind()
+                bind()
+                warm, out = _first_call(run, device)
+                return cold, warm, out
+
+            try:
+                for name in torch_names:  # registrations on torch callables are process-wide: as the plan says
+                    session.engine.apply(name, modes.get(name, "compile"))
+                for name in session.functions:
+                    engine.apply(name, modes.get(name, "compile"))
+                engine.rebind()
+                yield first_call, run
+            finally:
+                for slot, value in before.items():
+                    slot.set(value)
+                engine.undo_all()
+                for name in torch_names:
+                    session.engine.apply(name, saved.get(name, "compile"))
+        return context
+
+    plans = [("session", plan(saved))]
+    if any(mode != "compile" for mode in saved.values()):
+        plans.append(("all toggles compile", plan({})))
+    tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
+    scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
+    with replay.swapped(), HUB.active(scratch_recording):
+        return run_plans(run, plans, device, min_run_time,
+                         lambda out: _tensor_bytes(out) + sum(_tensor_bytes(v) for v in tensors),
+                         stateful=replay.touched)
