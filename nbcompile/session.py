@@ -312,7 +312,11 @@ class Session:
             self.update_display()
 
     def redraw_if_changed(self) -> None:
-        if not self._closed and self._drawn_version != self.recording.version:
+        """After a cell: redraw if the report changed, or if the cell made the session stale."""
+        if self._closed:
+            return
+        was_stale = self._stale
+        if self._drawn_version != self.recording.version or (self.stale is not None and was_stale is None):
             self.redraw()
 
     def update_display(self) -> None:

@@ -565,3 +565,24 @@ def test_status_of_a_stale_session_says_so(ip):
     _ok(ip.run_cell("def helper(x):\n    return x"))
     notes = ip.run_line_magic("nbcompile", "status").notes
     assert notes[0].startswith("STALE: helper was redefined")
+
+
+def test_a_cell_id_from_run_cell_identifies_the_cell(ip):
+    first = '%%compile --backend eager --no-panel --run "fa(torch.ones(2))"\nimport torch\ndef fa(x):\n    return x + 1\n'
+    edited = '%%compile --backend eager --no-panel --run "fb(torch.ones(2))"\nimport torch\ndef fb(x):\n    return x + 2\n'
+    _ok(ip.run_cell(first, store_history=True, cell_id="cell-a"))
+    _ok(ip.run_cell(edited, store_history=True, cell_id="cell-a"))  # the same cell, edited: replaced
+    assert [s.functions for s in nbcompile.sessions()] == [["fb"]]
+    assert not hasattr(ip.user_ns["fa"], "_torchdynamo_orig_callable")  # the old session gave fa back
+    _ok(ip.run_cell(edited, store_history=True, cell_id="cell-b"))  # the same source in another cell
+    assert len(nbcompile.sessions()) == 2 and nbcompile.sessions()[0].stale
+
+
+def test_the_panel_of_a_session_made_stale_by_a_plain_cell_says_so(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    panel = nbcompile.last().panel()
+    _ok(ip.run_cell("def helper(x):\n    return x"))  # after this cell, the panel is redrawn
+    assert "helper was redefined" in panel.status.value
+    panel.function_rows["helper"].value = "disable"  # the old panel's toggle: refused, widget reverted
+    assert panel.function_rows["helper"].value == "compile" and "re-run" in panel.last_error
+    assert ip.user_ns["helper"](torch.ones(1)).item() == 1.0
