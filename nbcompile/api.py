@@ -68,6 +68,9 @@ def toggle_engine(fn: Any, toggles: dict[Any, str]) -> tuple[Toggles, dict[str, 
     Keys are names in ``fn.__globals__``, the objects bound there, or dotted torch
     names (or torch callables). Nothing is applied yet.
     """
+    if not isinstance(toggles, dict):
+        raise NbcompileError(f"toggles must be a dict of name or object -> mode, not {type(toggles).__name__} "
+                             "(e.g. toggles={'helper': 'disable', 'torch.sub': 'disallow_in_graph'})")
     namespace = _namespace(fn)
     label = getattr(fn, "__name__", type(fn).__name__)
     named: dict[str, str] = {}
@@ -157,7 +160,12 @@ def inspect(
         )
         with applied(engine, named), HUB.active(recording):
             recording.advise = _advisor(fn, named, engine.disallowed())
-            report.result = compiled(*args, **kwargs)
+            try:
+                report.result = compiled(*args, **kwargs)
+            except torch_compat.DYNAMO_ERRORS as exc:  # fullgraph=True on a break, a backend failure
+                from .session import describe_failure
+
+                raise NbcompileError(f"inspect({name}) failed to compile ({describe_failure(exc)})") from exc
     finally:
         HUB.release()
     if replay is not None and rng is not None:

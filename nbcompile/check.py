@@ -21,11 +21,15 @@ is not shown.
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import dataclasses
 import io
 import math
+import os
 import random
+import sys
+import threading
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -86,6 +90,12 @@ def compare(compiled: Any, eager: Any, path: str = "result", into: Optional[Comp
 
 def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0) -> None:
     if depth > 12:
+        return
+    a, b = torch_compat.unwrap_compiled(a), torch_compat.unwrap_compiled(b)  # a module entry returned as is
+    if _is_numpy(a) or _is_numpy(b):
+        a, b = _from_numpy(a), _from_numpy(b)
+    if isinstance(a, collections.abc.Iterator) or isinstance(b, collections.abc.Iterator):
+        out.skipped.append(f"{path} (an iterator: comparing would consume it)")
         return
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         _compare_tensors(a, b, path, out)
@@ -256,8 +266,21 @@ def _kind(value: Any) -> str:
     return _short(value)
 
 
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype")
+
+
+def _from_numpy(value: Any) -> Any:
+    if not _is_numpy(value):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, RuntimeError):  # object arrays, strings: compared with ==
+        return value
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = " ".join(repr(value).split())
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -314,8 +337,11 @@ def against_eager(
     rng_after = RngState()
     rng_before.restore()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), torch_compat.force_eager(), replay.swapped(bind) as extra:
+        with _quiet(), torch_compat.force_eager(), replay.swapped(bind) as extra, _no_outside_effects():
             expected = run_eager(extra)
+    except OutsideEffect as exc:
+        return Check(True, None, f"not compared: the run {exc} outside Python, which the check will not do a "
+                                 "second time", compared=False)
     except Exception as exc:
         return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {_one_line(str(exc))}")
     finally:
@@ -335,6 +361,62 @@ def against_eager(
             continue  # compared tensor by tensor above, skipping what neither run touched
         compare(compiled_left, eager_left, f"{label} (after the run)", comparison)
     return _verdict(comparison, random_ops, backend)
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """What the eager run prints or logs is not shown: the user sees one run."""
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(before)
+
+
+class OutsideEffect(Exception):
+    """The eager run tried to change something outside the process's Python objects."""
+
+
+_GUARD = threading.local()
+_HOOKED = False
+#: Audit events that reach outside Python objects (files, processes, the network).
+_OUTSIDE = {"os.remove": "removes a file", "os.rename": "renames a file", "os.rmdir": "removes a directory",
+            "os.mkdir": "makes a directory", "os.system": "runs a shell command", "subprocess.Popen": "starts a process",
+            "socket.connect": "opens a connection", "socket.sendto": "sends over the network",
+            "shutil.rmtree": "removes a directory", "os.truncate": "truncates a file"}
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if not getattr(_GUARD, "on", False):
+        return
+    if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
+        _GUARD.on = False
+        raise OutsideEffect(f"writes to a file ({args[0]!s:.60})")
+    if event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None and args[2] & (os.O_WRONLY | os.O_RDWR):
+        _GUARD.on = False
+        raise OutsideEffect(f"writes to a file ({args[0]!s:.60})")
+    if event in _OUTSIDE:
+        _GUARD.on = False
+        raise OutsideEffect(_OUTSIDE[event])
+
+
+@contextlib.contextmanager
+def _no_outside_effects() -> Any:
+    """The eager run may not write files, start processes or use the network: an audit hook stops the
+    first attempt (before it happens), and the check says it could not compare."""
+    global _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
+        _HOOKED = True
+    _GUARD.on = True
+    try:
+        yield
+    finally:
+        _GUARD.on = False
 
 
 def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:

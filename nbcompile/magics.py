@@ -16,7 +16,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .options import MODES, CellOptions, NbcompileError
-from .session import Session, create_session, last, sessions
+from . import torch_compat
+from .session import Session, create_session, describe_failure, last, sessions
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
 
@@ -127,8 +128,14 @@ class NbcompileMagics(Magics):
         session.source = "\n" + cell  # shown and exported as the user wrote it
         try:
             result = session.run() if options.run is not None else None
-        finally:  # a run that raises still shows the report, with its error
+        except torch_compat.DYNAMO_ERRORS as exc:  # the user's code did not compile: one line, the report above
             _display(session)
+            raise UsageError(f"%%compile: --run failed to compile ({describe_failure(exc)}); "
+                             "the report shows what was compiled") from None
+        except BaseException:  # a run that raises still shows the report, with its error
+            _display(session)
+            raise
+        _display(session)
         if options.bench:
             _bench(session, None)
         return result
@@ -294,6 +301,10 @@ class StatusTable:
 def status_table(session: Session) -> StatusTable:
     report = session.report
     rows = []
+    for name in session.entries:
+        if name not in session.functions:  # an nn.Module instance or a function from another cell
+            rows.append((name, "-", "yes", len(report.frames), len(report.graphs), len(report.breaks),
+                         len(report.recompiles)))
     for name in session.functions:
         part = session.function_report(name)
         rows.append((

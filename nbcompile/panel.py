@@ -242,15 +242,17 @@ class Panel(widgets.VBox):
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
-        for control in [*self.function_rows.values(), *self.op_rows.values(),
-                        self.backend, self.mode, self.fullgraph, self.dynamic]:
+        for control in [*self.function_rows.values(), *self.op_rows.values(), self.backend, self.mode,
+                        self.fullgraph, self.dynamic, self.bench_button, self.guard_filter, self.export_style]:
             control.disabled = True
         self.status.value = "<span style='color:#888'>session reset; run its %%compile cell again</span>"
 
     # -- drawing ------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Redraw every view from the session's current report."""
-        session = self.session
+        """Redraw every view from the session's current report (nothing once the session is gone)."""
+        session = self._session_ref()
+        if session is None or session._closed:
+            return
         report = session.report
         self.title.value = f"<b>{_e(report.title)}</b>"
         self._sync_controls(session)

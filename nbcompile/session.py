@@ -61,7 +61,11 @@ def _root_cause(exc: BaseException) -> BaseException:
 def describe_failure(exc: BaseException) -> str:
     """``ValueError: boom`` (the cause), with Dynamo's wrapper named when it differs."""
     cause = _root_cause(exc)
-    first = (str(cause).strip().splitlines() or [""])[0][:200]
+    lines = [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
+    first = lines[0][:200] if lines else ""
+    explanation = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Explanation:")), "")
+    if explanation:  # Dynamo's graph-break text: the explanation says what it could not trace
+        first += f": {explanation[:200]}"
     text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
     if cause is not exc:
         text += f", raised as {type(exc).__name__}"
@@ -133,7 +137,11 @@ class Session:
         if text is None:
             return None
         if self._compiled_run[0] != text:
-            self._compiled_run = (text, compile(text, "<--run>", "eval"))
+            import linecache
+
+            filename = f"<--run {self.label}>".replace(" >", ">")
+            linecache.cache[filename] = (len(text), None, [text + "\n"], filename)  # tracebacks show it
+            self._compiled_run = (text, compile(text, filename, "eval"))
         return self._compiled_run[1]
 
     @property
@@ -148,9 +156,13 @@ class Session:
         return self._stale
 
     def _mark_stale(self, what: str) -> None:
+        """Stale from now on; its registrations on torch callables are let go at once, so they cannot
+        act, unseen, on the code that took its place."""
         if self._stale is None:
             cell = f"%%compile cell {self.label}".strip()
             self._stale = f"{what}; this session no longer writes its names: re-run the {cell} to compile it again"
+            for name in [n for n in self.engine.modes if is_torch_name(n)]:
+                self.engine.apply(name, "compile")
 
     def run(self) -> Any:
         """Evaluate the `--run` expression again; its value is returned and kept in the report."""
@@ -379,7 +391,7 @@ class Session:
         state = "reset" if self._closed else f"{self.report.graph_count} graphs, {self.report.break_count} breaks"
         if self._stale and not self._closed:
             state += ", stale"
-        return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions)} ({state})>"
+        return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions or self.entries)} ({state})>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self.report._repr_mimebundle_(include, exclude)
@@ -416,8 +428,11 @@ class Session:
         return torch_name(plain)
 
     def _wrap(self, name: str, obj: Any) -> Any:
-        """What an entry's name is bound to: its compiled form; other names as they are."""
-        return self._compile(obj) if name in self.entries else obj
+        """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
+        other names as they are."""
+        if name in self.entries and self.engine.mode(name) != "disable":
+            return self._compile(obj)
+        return obj
 
     def _after_toggle(self) -> None:
         self.report.warnings = self._current_warnings()

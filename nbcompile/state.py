@@ -177,11 +177,6 @@ def reach(namespace: dict[str, Any], code: Optional[types.CodeType], functions: 
     return dict(sorted(slots.items()))
 
 
-def reached_names(namespace: dict[str, Any], code: Optional[types.CodeType], functions: Iterable[Any] = ()) -> list[str]:
-    """The namespace names among ``reach``'s slots."""
-    return [s.key for s in reach(namespace, code, functions).values() if s.owner is namespace]
-
-
 def _walk(value: Any, found: dict[int, tuple[Any, str]], label: str, depth: int = 0) -> None:
     """Every object (tensors and their grads included) reachable from ``value``: id -> (object, path)."""
     if depth > _WALK_DEPTH or id(value) in found or isinstance(value, _ATOMIC):

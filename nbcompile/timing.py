@@ -136,6 +136,8 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
     if device.type != "cuda":
         from torch.utils.benchmark import Timer
 
+        for _ in range(3):  # warm-up: a first call that still compiles is not steady state
+            call()
         # torch.utils.benchmark times with one thread unless told otherwise; the user's code runs with all.
         m = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()).blocked_autorange(
             min_run_time=min_run_time)

@@ -121,7 +121,13 @@ def validate(name: str, mode: str, functions: Collection[str], *, where: str = "
                     if mode == "allow_in_graph" else "")
             raise NbcompileError(
                 f"unknown mode {mode!r} for {name}; valid for torch callables: {', '.join(TORCH_MODES)}{hint}")
-        resolve_torch_callable(name)
+        obj = resolve_torch_callable(name)
+        if mode == "disallow_in_graph" and name.startswith("torch.Tensor."):
+            raise NbcompileError(f"{name} is a tensor method, which Dynamo traces itself: disallow_in_graph has no "
+                                 f"effect on it; give the function form (torch.{name.rsplit('.', 1)[1]})")
+        if mode == "disallow_in_graph" and isinstance(obj, type):
+            raise NbcompileError(f"{name} is a class; disallow_in_graph takes torch functions "
+                                 "(torch.sub, torch.nn.functional.gelu)")
         return
     valid = ", ".join(sorted(functions)) or "(none)"
     raise NbcompileError(

@@ -59,6 +59,10 @@ if not ISOLATE_RECOMPILES:
     )
 
 
+#: What torch.compile raises when compiling fails (a break under fullgraph=True, a backend error).
+DYNAMO_ERRORS: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
+
+
 def current_compile_id() -> str | None:
     """The compile id ('3/1') of the frame Dynamo is compiling right now."""
     cid = torch._guards.CompileContext.current_compile_id()

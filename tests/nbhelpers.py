@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 
 def run_compile_cell(shell, line: str, body: str):
     """Run a real cell `%%compile LINE` + body the way a notebook does; return the ExecutionResult."""
@@ -20,3 +23,20 @@ def fn(a):
     x = torch.add(x, 1)
     return x
 """
+
+
+@contextlib.contextmanager
+def real_kernel():
+    """A real ipykernel (its native spec: this very interpreter) and a client on its channels."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

@@ -586,3 +586,93 @@ def test_the_panel_of_a_session_made_stale_by_a_plain_cell_says_so(ip):
     panel.function_rows["helper"].value = "disable"  # the old panel's toggle: refused, widget reverted
     assert panel.function_rows["helper"].value == "compile" and "re-run" in panel.last_error
     assert ip.user_ns["helper"](torch.ones(1)).item() == 1.0
+
+
+# --- found by a second adversarial pass ----------------------------------------------------------------------------
+
+def test_a_session_taken_over_lets_go_of_its_registrations(ip):
+    body = "import torch\ndef f(x):\n    return torch.sub(x, 1) * 2\n"
+    _ok(ip.run_cell('%%compile --backend eager --no-panel --disallow torch.sub --run "f(torch.ones(3))"\n' + body,
+                    store_history=True, cell_id="A"))
+    _ok(ip.run_cell('%%compile --backend eager --no-panel --run "f(torch.ones(3))"\n' + body,
+                    store_history=True, cell_id="B"))
+    assert nbcompile.sessions()[0].stale
+    assert id(torch.sub) not in REGISTRY.held()
+    assert nbcompile.last().report.break_count == 0
+
+
+def test_disable_on_an_entry_runs_it_eagerly(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"',
+                         "import torch\ndef f(x):\n    return x.sin() + 1\n"))
+    ip.run_line_magic("nbcompile", "set f disable")
+    assert nbcompile.last().report.frame_count == 0
+    ip.run_line_magic("nbcompile", "set f compile")
+    assert nbcompile.last().report.graph_count == 1
+
+
+def test_the_check_does_not_repeat_logging_stderr_or_file_writes(ip, tmp_path, capfd):
+    path = tmp_path / "log.txt"
+    _ok(ip.run_cell(f"import logging, sys, torch\nLOG = logging.getLogger('nbc-habit')\nPATH = {str(path)!r}"))
+    body = textwrap.dedent(
+        """\
+        def f(x):
+            LOG.warning("once")
+            print("to stderr", file=sys.stderr)
+            with open(PATH, "a") as fh:
+                fh.write("line\\n")
+            return x + 1
+        """
+    )
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(2))"', body))
+    assert path.read_text() == "line\n"
+    err = capfd.readouterr().err
+    assert err.count("to stderr") == 1 and err.count("once") == 1
+    check = nbcompile.last().report.check
+    assert check.ok and not check.compared and "writes to a file" in check.message
+
+
+def test_results_holding_the_model_iterators_and_numpy_compare_honestly(ip):
+    _ok(ip.run_cell("import torch, numpy as np\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x.sin()\nnet = Net()"))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry net --run "(net(torch.ones(2)), net)"', "pass\n"))
+    assert nbcompile.last().report.check.ok, nbcompile.last().report.check
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "g(torch.ones(2))"',
+                         "def g(x):\n    return x.cos().numpy(), (x for _ in range(2))\n"))
+    check = nbcompile.last().report.check
+    assert check.ok and check.compared and "iterator" in check.message, check
+
+
+def test_fullgraph_failures_and_bad_toggle_arguments_are_one_line(ip):
+    result = run_compile_cell(ip, '--backend eager --fullgraph --no-panel --run "fg(torch.ones(2))"',
+                              "import torch\ndef fg(x):\n    y = x.sin()\n    print('no')\n    return y\n")
+    message = str(result.error_in_exec)
+    assert "failed to compile" in message and "\n" not in message
+    with pytest.raises(nbcompile.NbcompileError) as info:
+        nbcompile.inspect(with_break, torch.ones(2), backend="eager", fullgraph=True)
+    assert "\n" not in str(info.value)
+    with pytest.raises(nbcompile.NbcompileError, match="must be a dict"):
+        nbcompile.inspect(uses_doubler, torch.ones(2), backend="eager", toggles=["DOUBLER"])
+    for line, says in (("--disallow torch.Tensor.cos", "tensor method"), ("--disallow torch.nn.Linear", "is a class")):
+        result = run_compile_cell(ip, f"--backend eager --no-panel {line}", HELPER_CELL + "RAN_BODY = True\n")
+        assert says in str(result.error_in_exec) and "RAN_BODY" not in ip.user_ns
+
+
+def with_break(x):
+    y = x.sin()
+    print("break")
+    return y
+
+
+def test_an_old_panel_goes_quiet(ip):
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    old = nbcompile.last().panel()
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL))
+    assert old.bench_button.disabled and old.guard_filter.disabled and old.export_style.disabled
+    old.refresh()  # nothing to draw, and no error
+
+
+def test_status_lists_an_entry_from_another_cell(ip):
+    _ok(ip.run_cell("import torch\nlin = torch.nn.Linear(2, 2)"))
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry lin --run "lin(torch.ones(2))"', "import torch\n"))
+    rows = ip.run_line_magic("nbcompile", "status").rows
+    assert rows and rows[0][0] == "lin" and rows[0][4] == 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
+
+from nbhelpers import real_kernel
 
 MIME = "application/vnd.nbcompile.report+json"
 
@@ -31,19 +32,10 @@ def _run(kc, code: str) -> tuple[list[str], list[dict], dict]:
 
 @pytest.fixture(scope="module")
 def kernel():
-    from jupyter_client.manager import KernelManager
-
-    # ipykernel's native spec runs the kernel on this very interpreter.
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=120)
-    out, _, _ = _run(kc, "import sys; print(sys.prefix)")
-    assert "".join(out).strip() == sys.prefix
-    yield kc
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
+    with real_kernel() as (_, kc):
+        out, _, _ = _run(kc, "import sys; print(sys.prefix)")
+        assert "".join(out).strip() == sys.prefix  # the kernel runs on this very interpreter
+        yield kc
 
 
 def test_cell_lines_under_ipykernel_filenames(kernel):
