@@ -42,7 +42,7 @@ test: test-deps
 
 lab: venv
 	$(PIP) install "jupyterlab>=4.0,<4.6"
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 schema: $(PY)
 	$(PY) -c "from nbcompile.report import write_schema; write_schema()"

@@ -176,7 +176,11 @@ def _compare_contents(a: Any, b: Any, path: str, out: Comparison, depth: int) ->
         if a is not b and out.pairs.get(id(a)) is not b:
             out.skipped.append(path)
         return
-    _compare(state_a, state_b, path, out, depth + 1)
+    if list(state_a) != list(state_b):
+        out.problems.append(f"{path}: compiled has attributes {_short(list(state_a))}, eager has {_short(list(state_b))}")
+        return
+    for name in state_a:
+        _compare(state_a[name], state_b[name], f"{path}.{name}", out, depth + 1)
 
 
 def _contents(value: Any) -> Optional[dict[str, Any]]:

@@ -170,7 +170,10 @@ class NbcompileMagics(Magics):
                 session.set(args[0], args[1])
             except NbcompileError as exc:
                 raise UsageError(f"%nbcompile set: {exc}") from None
-            _display(session)
+            if widgets_supported():  # the panel and the report shown by the cell are redrawn in place
+                print(f"{args[0]} -> {args[1]}: {session.report.summary()}")
+            else:
+                _display(session)
             return None
         if command == "bench":
             _bench(session, " ".join(args) or None)

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import function_label
+from .render import function_label, plural
 from .report import Report
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -36,6 +36,12 @@ _PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
+def _construction(name: str) -> bool:
+    """``Net.__init__`` and other dunders (``__call__`` aside) never run compiled: no toggle row."""
+    attr = name.rsplit(".", 1)[-1]
+    return attr.startswith("__") and attr.endswith("__") and attr != "__call__"
 
 
 def _dynamic_label(value: Optional[bool]) -> str:
@@ -136,7 +142,8 @@ class Panel(widgets.VBox):
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
         self.op_rows: dict[str, widgets.ToggleButtons] = {}
-        self.functions_box = widgets.VBox([self._function_row(name) for name in session.functions])
+        self.functions_box = widgets.VBox([self._function_row(name) for name in session.functions
+                                           if not _construction(name)])
         self.ops_box = widgets.VBox()
         self.controls = self._controls(session)
         self.figure_output = widgets.Output(layout=widgets.Layout(width="60%"))
@@ -180,7 +187,7 @@ class Panel(widgets.VBox):
 
     def _function_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=FUNCTION_MODES, value=self.session.toggles.get(name, "compile"),
-                                       style={"button_width": "105px"})
+                                       style={"button_width": "125px"})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         counts = widgets.HTML()
         self.function_rows[name] = toggle
@@ -200,7 +207,10 @@ class Panel(widgets.VBox):
         from . import torch_compat
 
         opts = session.options
-        self.backend = widgets.Dropdown(options=torch_compat.list_backends(), value=opts.backend, description="backend")
+        backends = torch_compat.list_backends(user_facing=True)
+        if opts.backend not in backends:
+            backends.append(opts.backend)
+        self.backend = widgets.Dropdown(options=backends, value=opts.backend, description="backend")
         self.mode = widgets.Dropdown(options=MODES, value=opts.mode or "default", description="mode")
         self.fullgraph = widgets.Checkbox(value=opts.fullgraph, description="fullgraph", indent=False)
         self.dynamic = widgets.Dropdown(options=list(_DYNAMIC), value=_dynamic_label(opts.dynamic), description="dynamic")
@@ -327,8 +337,8 @@ class Panel(widgets.VBox):
     def _draw_counts(self, report: Report) -> None:
         for name, counts in self.function_counts.items():
             part = self.session.function_report(name)
-            counts.value = (f"<span style='color:#555'>{len(part.frames)} frames, {len(part.breaks)} breaks, "
-                            f"{len(part.recompiles)} recompiles</span>")
+            counts.value = (f"<span style='color:#555'>{plural(len(part.frames), 'frame')}, "
+                            f"{plural(len(part.breaks), 'break')}, {plural(len(part.recompiles), 'recompile')}</span>")
 
     def _draw_ops(self, session: Any, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]
@@ -338,7 +348,8 @@ class Panel(widgets.VBox):
     def _draw_status(self) -> None:
         session = self.session
         report = session.report
-        parts = [f"{report.graph_count} graphs, {report.break_count} breaks, {report.recompile_count} recompiles",
+        parts = [f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')}, "
+                 f"{plural(report.recompile_count, 'recompile')}",
                  f"compile {report.compile_time_s:.2f} s"]
         check = report.check
         if check is None:

@@ -21,12 +21,17 @@ def function_label(name: str) -> str:
     return f"{m.group('fn')} (resumed at line {m.group('line')})" if m else name
 
 
+def plural(n: int, word: str) -> str:
+    """``1 break``, ``2 breaks``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith(("sh", "ch")) else f"{n} {word}s"
+
+
 def summary_line(report: Report) -> str:
     parts = [
-        f"{report.frame_count} frames",
-        f"{report.graph_count} graphs",
-        f"{report.break_count} graph breaks",
-        f"{report.recompile_count} recompiles",
+        plural(report.frame_count, "frame"),
+        plural(report.graph_count, "graph"),
+        plural(report.break_count, "graph break"),
+        plural(report.recompile_count, "recompile"),
         f"compile {report.compile_time_s:.2f} s",
     ]
     if report.errors:

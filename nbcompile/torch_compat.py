@@ -28,9 +28,10 @@ def trace_logger() -> logging.Logger:
 
 # --- backends ---------------------------------------------------------------
 
-def list_backends() -> list[str]:
-    """Backend names `%%compile` accepts: the registry plus eager and aot_eager."""
-    names = set(torch._dynamo.list_backends(exclude_tags=()))
+def list_backends(user_facing: bool = False) -> list[str]:
+    """Backend names `%%compile` accepts: the registry plus eager and aot_eager; with
+    ``user_facing``, without torch's debug and experimental ones (what the panel offers)."""
+    names = set(torch._dynamo.list_backends() if user_facing else torch._dynamo.list_backends(exclude_tags=()))
     names.update({"eager", "aot_eager", "inductor"})
     return sorted(names)
 

@@ -163,7 +163,7 @@ def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab, lab_withou
         # 2. the panel's toggle: disable the helper; the break count and the marker follow
         row = page.locator(".widget-hbox", has=page.locator("code", has_text="helper")).first
         row.locator("button", has_text="disable").click()
-        page.wait_for_selector("text=2 graphs, 1 breaks")
+        page.wait_for_selector("text=2 graphs, 1 break")
         page.wait_for_function("() => [...document.querySelectorAll('.nbcompile-marker-break')]"
                                ".map(e => e.dataset.line).join() === '7'")
         page.screenshot(path=str(SHOTS / "after_disable.png"), full_page=True)
@@ -175,7 +175,7 @@ def test_gutter_markers_panel_toggle_and_report_without_a_kernel(lab, lab_withou
         page.goto(f"{nokernel}/lab/tree/breaks.ipynb?token={TOKEN}")
         page.wait_for_selector(".nbcompile-report")
         summary = page.inner_text(".nbcompile-report .nbcompile-summary")
-        assert "2 graphs, 1 graph breaks" in summary
+        assert "2 graphs, 1 graph break" in summary
         assert _marker_lines(page) == ["7"]  # markers come back from the saved report
         assert _kernels(nokernel) == []  # rendered with no kernel running
         with urllib.request.urlopen(f"{nokernel}/api/kernelspecs?token={TOKEN}") as response:

@@ -51,7 +51,7 @@ def test_a_function_toggle_reruns_and_redraws(panel):
     panel.function_rows["helper"].value = "disable"
     assert session.toggles["helper"] == "disable"
     assert session.report.break_count == 1
-    assert "1 breaks" in panel.status.value
+    assert "1 break," in panel.status.value
     assert panel.figure_dict != before and len(panel.figure.data[1].x) == 1
     assert "helper = torch.compiler.disable(helper)" in panel.snippet
     panel.function_rows["helper"].value = "allow_in_graph"

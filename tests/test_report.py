@@ -67,7 +67,7 @@ def test_mimebundle_and_text_views():
     assert set(bundle) == {MIME_TYPE, "text/html", "text/plain"}
     assert bundle[MIME_TYPE] == report.to_json()
     text = to_text(report)
-    assert "2 graphs, 1 graph breaks" in text
+    assert "2 graphs, 1 graph break," in text
     assert "hint:" in text and str(report.breaks[0].lineno) in text
 
 
