@@ -19,16 +19,18 @@ def bench_figure(result: Any) -> Any:
         panels.append("fraction of peak bandwidth")
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
     names = [r.config for r in rows]
-    speedups = [r.speedup for r in rows]
+    # A noisy ratio is never plotted as a bar: it is named, with why, and left out of the axis.
+    trusted = [r for r in rows if not r.noisy or r.config == "eager"]
+    speedups = [r.speedup for r in trusted]
     up, down = [], []
-    for r in rows:  # speedup = eager / t: the IQR of t maps to an asymmetric interval
+    for r in trusted:  # speedup = eager / t: the IQR of t maps to an asymmetric interval
         base = eager.median_s if eager else r.median_s
         lo, hi = max(r.median_s - r.iqr_s / 2, 1e-12), r.median_s + r.iqr_s / 2
         up.append(base / lo - r.speedup)
         down.append(r.speedup - base / hi)
-    fig.add_trace(go.Bar(x=names, y=speedups, name="speedup",
+    fig.add_trace(go.Bar(x=[r.config for r in trusted], y=speedups, name="speedup",
                          error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
-                         hovertext=[f"{r.median_s * 1e6:.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)" for r in rows]),
+                         hovertext=[f"{r.median_s * 1e6:.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)" for r in trusted]),
                   row=1, col=1)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888", row=1, col=1)
     fig.add_trace(go.Bar(x=[r.config for r in compiled], y=[r.compile_s for r in compiled], name="cold cache"),
@@ -40,8 +42,16 @@ def bench_figure(result: Any) -> Any:
                              hovertext=[f"{r.gbps:.1f} GB/s of {result.peak_gbps:.1f}" for r in rows]),
                       row=1, col=3)
         fig.update_yaxes(range=[0, 1.05], row=1, col=3)
+    noisy = [r for r in rows if r.noisy and r.config != "eager"]
+    if noisy:
+        fig.add_trace(go.Scatter(x=[r.config for r in noisy], y=[1.0] * len(noisy), mode="markers+text",
+                                 marker={"symbol": "x", "size": 12, "color": "#b00"}, text=["noisy"] * len(noisy),
+                                 textposition="top center", name="noisy (not plotted)",
+                                 hovertext=[f"not plotted: {r.noisy}" for r in noisy]), row=1, col=1)
     skipped = [r.config for r in result.rows if not r.timed]
     title = f"{result.device} ({result.timer})" + (f"; not timed (differ from eager): {', '.join(skipped)}" if skipped else "")
+    if any(r.noisy for r in rows):
+        title += "; noisy timings are marked, not plotted" + (" (eager itself is noisy)" if eager and eager.noisy else "")
     fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
                       margin={"l": 40, "r": 10, "t": 60, "b": 40})
     return fig

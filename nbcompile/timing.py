@@ -29,6 +29,11 @@ from . import check as check_ops
 from . import torch_compat
 from .options import MODES, CompileOptions, NbcompileError
 
+#: IQR over median above which a timing is re-measured once, and then called noisy (a spread this
+#: wide makes any ratio built on the median indefensible; 10-30% is common for small calls on a busy CPU).
+NOISE_SPREAD = 0.5
+#: Eager timed again after the plans: outside this ratio of its first time, every row is noisy.
+EAGER_DRIFT = (0.67, 1.5)
 #: FLOPs per byte below which a call counts as memory-bound (elementwise work, norms, softmax).
 MEMORY_BOUND_FLOPS_PER_BYTE = 4.0
 L2_FLUSH_BYTES = 256 * 2**20
@@ -63,6 +68,8 @@ class BenchRow:
     timed: bool = True
     gbps: Optional[float] = None
     peak_fraction: Optional[float] = None
+    #: Why the timing cannot be trusted (spread too wide after a re-measure, threads changed); "" if fine.
+    noisy: str = ""
 
 
 @dataclass
@@ -99,7 +106,10 @@ class BenchResult:
                 lines.append(f"  {r.config:<22} not timed: {r.check}")
                 continue
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
-            comp = f", compile {r.compile_s:.2f} s cold / {r.compile_warm_s:.2f} s warm" if r.compile_s is not None else ""
+            if r.noisy:
+                speed = f"(noisy: {r.noisy})"
+            comp = (f", compile {r.compile_s:.2f} s cold" + (f" / {r.compile_warm_s:.2f} s warm" if r.compile_warm_s is not None else "")
+                    if r.compile_s is not None else "")
             bw = f", {r.peak_fraction * 100:.0f}% of peak bandwidth" if r.peak_fraction is not None and self.memory_bound else ""
             lines.append(f"  {r.config:<22} {r.median_s * 1e6:10.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)  {speed}{comp}{bw}")
         return "\n".join(lines)
@@ -164,6 +174,25 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
         call()
     _sync(device)
     return statistics.median(times), q[2] - q[0], (time.perf_counter() - t0) / n
+
+
+def steady_time(call: Callable[[], Any], device: torch.device, min_run_time: float,
+                timer: Optional[Callable[..., tuple[float, float, float]]] = None) -> tuple[float, float, float, str]:
+    """(median, IQR, end-to-end, noisy): ``time_call`` (or ``timer``), measured again for longer when
+    its spread (IQR over median) is wide; ``noisy`` says why the figure is not to be trusted, or is empty."""
+    timer = timer or time_call
+    threads = torch.get_num_threads()
+    timing = timer(call, device, min_run_time)
+    if timing[1] > NOISE_SPREAD * timing[0]:
+        again = timer(call, device, 2 * min_run_time)
+        timing = min(timing, again, key=lambda t: t[1] / t[0] if t[0] else float("inf"))
+    noisy = ""
+    if torch.get_num_threads() != threads:
+        noisy = f"the thread count changed from {threads} to {torch.get_num_threads()} while timing"
+    elif timing[1] > NOISE_SPREAD * timing[0]:
+        noisy = (f"IQR {timing[1] / timing[0]:.0%} of the median after a second, longer measurement "
+                 "(the machine is busy, or the call is not in a steady state)")
+    return timing[0], timing[1], timing[2], noisy
 
 
 def peak_bandwidth(device: torch.device, nbytes: int = 128 * 2**20) -> float:
@@ -240,11 +269,12 @@ def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig]
     return out
 
 
-def eager_row(timing: tuple[float, float, float], nbytes: int, peak: float) -> BenchRow:
-    """The reference row: eager's (median, IQR, end-to-end) time per call."""
-    median, iqr, e2e = timing
+def eager_row(timing: tuple[float, ...], nbytes: int, peak: float) -> BenchRow:
+    """The reference row: eager's (median, IQR, end-to-end[, noisy]) time per call."""
+    median, iqr, e2e = timing[:3]
+    noisy = str(timing[3]) if len(timing) > 3 else ""
     return BenchRow("eager", median, iqr, 1.0, None, None, e2e, "reference", True,
-                    nbytes / median / 1e9 if nbytes else None, nbytes / median / peak if nbytes else None)
+                    nbytes / median / 1e9 if nbytes else None, nbytes / median / peak if nbytes else None, noisy)
 
 
 def result(rows: list[BenchRow], device: torch.device, peak: float, nbytes: int, flops: int) -> BenchResult:
@@ -263,14 +293,18 @@ def measure(
     min_run_time: float,
     nbytes: int,
     peak: Optional[float],
+    eager_noisy: str = "",
 ) -> BenchRow:
-    """One row: compile (cold, warm), check against eager, then time the steady state."""
+    """One row: compile (cold, warm), check against eager, then time the steady state (re-measured,
+    or marked noisy, when its spread is wide or eager's was)."""
     cold, warm, out = first_call()
     comparison = check_ops.compare(out, expected) if expected is not _STATEFUL else check_ops.Comparison()
     if comparison.problems:
         return BenchRow(name, None, None, None, None, None, None,
                         "differs from eager, not timed: " + "; ".join(comparison.problems[:2]), timed=False)
-    median, iqr, e2e = time_call(steady, device, min_run_time)
+    median, iqr, e2e, noisy = steady_time(steady, device, min_run_time)
+    if not noisy and eager_noisy:
+        noisy = f"the eager reference is noisy ({eager_noisy})"
     gbps = nbytes / median / 1e9 if nbytes else None
     return BenchRow(
         name, median, iqr, (eager_median / median) if eager_median else None,
@@ -278,7 +312,7 @@ def measure(
         "not compared: each run changes the state it runs on (a training step), so outputs differ by design"
         if expected is _STATEFUL else
         f"matches eager (max abs diff {comparison.max_abs_diff:.3g})" if comparison.max_abs_diff is not None else "matches eager",
-        True, gbps, (gbps * 1e9 / peak) if gbps and peak else None,
+        True, gbps, (gbps * 1e9 / peak) if gbps and peak else None, noisy,
     )
 
 
@@ -306,12 +340,21 @@ def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device,
             if stateful():
                 expected = _STATEFUL
             flops = _flops(eager)
-            timing = time_call(eager, device, min_run_time)
+            timing = steady_time(eager, device, min_run_time)
         size = nbytes(expected)
         rows = [eager_row(timing, size, peak)]
         for name, setup in plans:
             with setup() as (first_call, steady):
-                rows.append(measure(name, first_call, steady, expected, timing[0], device, min_run_time, size, peak))
+                rows.append(measure(name, first_call, steady, expected, timing[0], device, min_run_time, size, peak,
+                                    eager_noisy=timing[3]))
+        with torch_compat.force_eager():  # eager once more: did the machine change under the bench?
+            after = time_call(eager, device, min_run_time / 2)[0]
+        drift = after / timing[0] if timing[0] else 1.0
+        if not EAGER_DRIFT[0] <= drift <= EAGER_DRIFT[1]:
+            why = (f"eager's own time moved from {timing[0] * 1e6:.1f} to {after * 1e6:.1f} us during the bench "
+                   "(other work on the machine, or thread pools fighting)")
+            for row in rows:
+                row.noisy = row.noisy or why
         return result(rows, device, peak, size, flops)
     finally:
         rng.restore()

@@ -92,3 +92,48 @@ def test_panel_rough_edges(ip):
     assert "1 graph," in panel.status.value
     testing_only = set(nbcompile.torch_compat.list_backends()) - set(panel.backend.options)
     assert "inductor" in panel.backend.options and testing_only
+
+
+def test_a_timing_that_is_not_steady_is_marked_noisy_and_not_plotted():
+    from nbcompile.timing import BenchResult, BenchRow, steady_time
+
+    asked = []
+
+    def wild_timer(call, device, min_run_time):  # what a loaded machine gave: IQR as large as the median
+        asked.append(min_run_time)
+        return (1e-3, 1.2e-3, 1e-3)
+
+    median, iqr, _, noisy = steady_time(lambda: None, torch.device("cpu"), 0.05, timer=wild_timer)
+    assert asked == [0.05, 0.1]  # measured again, for longer, before giving up
+    assert noisy and "IQR 120%" in noisy
+    steady = steady_time(lambda: None, torch.device("cpu"), 0.05, timer=lambda *a: (1e-3, 1e-5, 1e-3))
+    assert steady[3] == ""
+    rows = [BenchRow("eager", 1e-3, 1e-5, 1.0, None), BenchRow("default", 2e-6, 1e-6, 500.0, 1.0, noisy=noisy)]
+    result = BenchResult(rows, "cpu", "torch.utils.benchmark", None, 0, 0)
+    figure = result.figure()
+    bars = [t for t in figure.data if t.type == "bar" and t.name == "speedup"]
+    assert list(bars[0].x) == ["eager"]  # the 500x that cannot be defended is not a bar
+    assert any(t.type == "scatter" and "noisy" in t.name for t in figure.data)
+    assert "noisy" in str(result)
+
+
+def test_when_eager_itself_moves_during_the_bench_every_row_is_noisy():
+    import contextlib
+    import time
+
+    from nbcompile.timing import run_plans
+
+    slow = [False]
+
+    def eager():
+        time.sleep(0.004 if slow[0] else 0.0005)
+
+    @contextlib.contextmanager
+    def plan():
+        def first_call():
+            slow[0] = True  # something else on the machine starts here
+            return 0.0, 0.0, None
+        yield first_call, lambda: None
+
+    result = run_plans(eager, [("p", plan)], torch.device("cpu"), 0.05, lambda out: 0)
+    assert all("eager's own time moved" in row.noisy for row in result.rows)
