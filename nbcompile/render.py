@@ -112,11 +112,38 @@ def _break_detail(b: Any) -> str:
     )
 
 
+def split_bar(report: Report) -> str:
+    """The graph splits as plain HTML (no script, so it shows offline and in a saved notebook): each
+    graph a segment sized by its op count, each break a red mark between them, reasons on hover."""
+    frames: dict[str, tuple[list[Any], list[Any]]] = {}
+    for g in report.graphs:
+        frames.setdefault(g.compile_id, ([], []))[0].append(g)
+    for b in report.breaks:
+        frames.setdefault(b.compile_id, ([], []))[1].append(b)
+    cells = []
+    for i, (graphs, breaks) in enumerate(frames.values()):
+        for g in graphs:
+            ops = ", ".join(g.ops[:12]) + (", ..." if len(g.ops) > 12 else "")
+            color = "#4C78A8" if len(cells) % 2 == 0 else "#72B7B2"
+            cells.append(f"<div title='{_e(function_label(g.function))}: {g.op_count} ops: {_e(ops)}' style='flex:"
+                         f"{max(g.op_count, 1)} 1 0;background:{color};color:#fff;font-size:11px;padding:2px 4px;"
+                         f"overflow:hidden;white-space:nowrap'>{g.op_count} ops</div>")
+        for b in breaks:
+            where = f"line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
+            cells.append(f"<div title='break at {_e(where)}: {_e(b.gb_type or b.reason)}' "
+                         "style='flex:0 0 6px;background:#d62728'></div>")
+    if not cells:
+        return ""
+    return ("<div class='nbcompile-splits' style='display:flex;gap:2px;width:100%;max-width:720px;margin:4px 0'>"
+            + "".join(cells) + "</div>")
+
+
 def to_html(report: Report) -> str:
     parts = [
         "<div class='nbcompile-report'>",
         f"<h4>{_e(report.title or 'nbcompile report')} <small>[{_e(_options(report))}]</small></h4>",
         f"<p>{_e(summary_line(report))}</p>",
+        split_bar(report),
     ]
     if report.check is not None and not report.check.ok:
         parts.append(f"<p style='color:#b00'><b>Check failed:</b> {_e(report.check.message)}</p>")

@@ -114,15 +114,38 @@ class BenchResult:
             lines.append(f"  {r.config:<22} {r.median_s * 1e6:10.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)  {speed}{comp}{bw}")
         return "\n".join(lines)
 
+    def _html_bars(self) -> str:
+        """Speedups as HTML bars, no script: what an exported notebook shows with no network."""
+        import html
+
+        timed = [r for r in self.rows if r.timed and r.speedup is not None and not (r.noisy and r.config != "eager")]
+        top = max([r.speedup for r in timed] + [1.0])
+        lines = []
+        for r in self.rows:
+            label = html.escape(r.config)
+            if not r.timed:
+                lines.append(f"<tr><td>{label}</td><td colspan=2>not timed: {html.escape(r.check)}</td></tr>")
+            elif r.noisy and r.config != "eager":
+                lines.append(f"<tr><td>{label}</td><td colspan=2 style='color:#b00'>noisy, not shown: "
+                             f"{html.escape(r.noisy)}</td></tr>")
+            elif r.speedup is not None:
+                width = max(1, int(300 * r.speedup / top))
+                lines.append(f"<tr><td>{label}</td><td><div style='width:{width}px;height:12px;background:#4C78A8'>"
+                             f"</div></td><td>{r.speedup:.2f}x ({r.median_s * 1e6:.1f} us)</td></tr>")
+        return (f"<div class='nbcompile-bench'><b>speedup over eager</b> <small>{html.escape(self.device)}, "
+                f"{html.escape(self.timer)}</small><table>{''.join(lines)}</table></div>")
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"application/vnd.nbcompile.bench+json": self.to_json()}
         try:
             figure = self.figure()
             bundle.update(figure._repr_mimebundle_(include, exclude))
-            # frontends without a plotly renderer (nbconvert's HTML, classic viewers) take this one
-            bundle["text/html"] = figure.to_html(include_plotlyjs="cdn", full_html=False)
+            # Frontends without a plotly renderer (nbconvert's HTML, classic viewers) take this one: the
+            # bars in plain HTML first (they show offline), then the interactive figure (plotly.js from
+            # its CDN; `python -m nbcompile run --html` puts plotly.js inline instead).
+            bundle["text/html"] = self._html_bars() + figure.to_html(include_plotlyjs="cdn", full_html=False)
         except Exception:  # a plot must never hide the figures
-            pass
+            bundle["text/html"] = self._html_bars()
         bundle["text/plain"] = str(self)
         return bundle
 

@@ -137,3 +137,26 @@ def test_when_eager_itself_moves_during_the_bench_every_row_is_noisy():
 
     result = run_plans(eager, [("p", plan)], torch.device("cpu"), 0.05, lambda out: 0)
     assert all("eager's own time moved" in row.noisy for row in result.rows)
+
+
+def test_exported_html_needs_no_network_for_the_figures():
+    from nbcompile.runner import inline_plotly
+    from nbcompile.timing import BenchResult, BenchRow
+
+    rows = [BenchRow("eager", 1e-3, 1e-5, 1.0, None), BenchRow("default", 5e-4, 1e-5, 2.0, 1.0, 0.5)]
+    bundle = BenchResult(rows, "cpu", "torch.utils.benchmark", None, 0, 0)._repr_mimebundle_()
+    html = bundle["text/html"]
+    assert "nbcompile-bench" in html and "2.00x" in html  # the bars, no script needed
+    page = inline_plotly(f"<html><body>{html}{html}</body></html>")
+    assert 'src="https://cdn.plot.ly' not in page and page.count("<script>") >= 1 and len(page) > 1_000_000
+
+
+def test_the_report_html_draws_the_splits_without_script():
+    def split(x):
+        y = x.sin()
+        print("break")
+        return y.cos()
+
+    html = nbcompile.inspect(split, torch.ones(3), backend="eager")._repr_mimebundle_()["text/html"]
+    assert "nbcompile-splits" in html and "<script" not in html
+    assert html.count("ops</div>") == 2 and "background:#d62728" in html
