@@ -175,4 +175,6 @@ def inspect(
         )
         if not report.check.ok:
             report.add("errors", CompileError(name, "", "check", report.check.message))
+        elif report.frame_count == 0 and not report.errors:
+            report.check = check_ops.nothing_compiled(f"{name} ran without reaching compiled code")
     return report

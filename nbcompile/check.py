@@ -367,6 +367,11 @@ def against_eager(
     return _verdict(comparison, random_ops, backend)
 
 
+def nothing_compiled(why: str) -> Check:
+    """A run in which no compiled code ran: eager against eager says nothing."""
+    return Check(True, None, f"not compared: nothing was compiled in this run: {why}", compared=False)
+
+
 @contextlib.contextmanager
 def _quiet() -> Any:
     """What the eager run prints or logs is not shown: the user sees one run."""

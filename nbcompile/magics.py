@@ -108,6 +108,7 @@ def _cell_id(cell: str) -> Optional[str]:
 class NbcompileMagics(Magics):
     @cell_magic("compile")
     def compile_cell(self, line: str, cell: str) -> Any:
+        __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
         options = parse_cell_line(line)
         shell = self.shell
         count = shell.execution_count
@@ -160,9 +161,10 @@ class NbcompileMagics(Magics):
         if command == "report":
             if not args:
                 return session.report
-            if len(args) != 1 or args[0] not in session.functions:
-                raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(session.functions)}")
-            return session.function_report(args[0])
+            valid = [*session.functions, *(e for e in session.entries if e not in session.functions)]
+            if len(args) != 1 or args[0] not in valid:
+                raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(valid)}")
+            return session.function_report(args[0]) if args[0] in session.functions else session.report
         if command == "set":
             if len(args) != 2:
                 raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, allow_in_graph; torch callables: compile, disallow_in_graph)")

@@ -35,7 +35,7 @@ def summary_line(report: Report) -> str:
         f"compile {report.compile_time_s:.2f} s",
     ]
     if report.errors:
-        parts.append(f"{len(report.errors)} errors")
+        parts.append(plural(len(report.errors), "error"))
     if report.check is not None:
         parts.append("check ok" if report.check.ok else "CHECK FAILED")
     return ", ".join(parts)

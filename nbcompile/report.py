@@ -204,23 +204,24 @@ class Report:
                 return
         items.append(item)
 
-    def for_function(self, name: str, span: Optional[tuple[str, int, int]] = None) -> "Report":
+    def for_function(self, name: str, span: Any = None) -> "Report":
         """The part of this report about one function (its frames, resumed frames included).
 
-        With ``span`` (filename, first line, last line of the function's code)
-        items join by code identity: two methods named ``forward`` in one cell
-        are told apart. Without it, by the function's short name.
+        With ``span`` (filename, first line, last line of the function's code;
+        or a list of them) items join by code identity: two methods named
+        ``forward`` in one cell are told apart. Without it, by the function's
+        short name.
         """
         short = name.split(".")[-1]
         if span is not None:
-            filename, first, last = span
+            spans = span if isinstance(span, list) else [span]
 
-            def mine_frame(f: Frame) -> bool:
-                return f.filename == filename and first <= f.firstlineno <= last
+            def within(filename: str, line: int) -> bool:
+                return any(filename == f and a <= line <= b for f, a, b in spans)
 
-            frames = [f for f in self.frames if mine_frame(f)]
+            frames = [f for f in self.frames if within(f.filename, f.firstlineno)]
             ids = {f.compile_id for f in frames}
-            breaks = [b for b in self.breaks if b.filename == filename and first <= b.lineno <= last]
+            breaks = [b for b in self.breaks if within(b.filename, b.lineno)]
 
             def mine(item: Any) -> bool:
                 return item.compile_id in ids

@@ -166,6 +166,7 @@ class Session:
 
     def run(self) -> Any:
         """Evaluate the `--run` expression again; its value is returned and kept in the report."""
+        __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
         if self._run_code is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
@@ -187,6 +188,10 @@ class Session:
             )
             if not self.report.check.ok:
                 self.report.add("errors", CompileError("--run", "", "check", self.report.check.message))
+            elif self.report.frame_count == 0 and not self.report.errors:
+                self.report.check = check_ops.nothing_compiled(
+                    "the expression never reached a compiled entry (model.generate, for one, calls the module's "
+                    "original forward); compile a function that makes the call, with --entry")
         self.recording.notify()
         return result
 
@@ -268,12 +273,11 @@ class Session:
         old_report = self.report
         try:
             self.options = updated
-            self.engine.rebind()
             self._restart()
         except BaseException as exc:
             def undo() -> None:
                 self.options = previous
-                self.engine.rebind()
+                self.engine.rebind(self.entries)
             self._roll_back(undo, old_report)
             if isinstance(exc, StaleError):
                 self._mark_stale(f"{exc} outside this %%compile cell")
@@ -366,7 +370,12 @@ class Session:
         if code is None:
             return self.report.for_function(name)
         lines = [line for _, _, line in code.co_lines() if line]
-        return self.report.for_function(name, (code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno)))
+        spans = [(code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno))]
+        original = self._tracked[name]
+        if name in self.entries and _unwrap(original) is not original:
+            # torch.compile of a decorated entry (@torch.no_grad()) compiles a frame torch adds around it
+            spans.append(torch_compat.WRAPPER_FRAME_SPAN)
+        return self.report.for_function(name, spans)
 
     def reset(self) -> None:
         """Undo every registration, give back every name still holding what the session put there,
@@ -444,6 +453,9 @@ class Session:
 
     def _restart(self) -> None:
         self._drop_compiled_code()
+        # Entries compiled anew: a fresh cache region, so library frames are compiled (and captured)
+        # again as well, and setting a toggle back gives the same graphs.
+        self.engine.rebind(self.entries)
         self.recording.report = self._new_report()
         if self._run_code is not None:
             self.run()
@@ -472,8 +484,13 @@ class Session:
             return ""
 
     def _compile(self, obj: Any) -> Any:
+        """``torch.compile`` behind a recording backend, in a cache region of its own where torch has them
+        (``isolate_recompiles``): frames of library code the entry calls (a model's ``forward`` after a
+        break) get entries in this region only, so a re-run or a toggle, which compiles anew, neither
+        recompiles against an old session's entries nor fills their recompile limit."""
         backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)
-        return torch.compile(obj, backend=backend, **self.options.compile_options().torch_compile_kwargs())
+        extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+        return torch.compile(obj, backend=backend, **self.options.compile_options().torch_compile_kwargs(), **extra)
 
     def _start(self) -> None:
         """Rebind the entries to their compiled form and start capturing."""

@@ -29,6 +29,8 @@ from . import check as check_ops
 from . import torch_compat
 from .options import MODES, CompileOptions, NbcompileError
 
+#: Fewest timed samples a median and an IQR are given from.
+MIN_SAMPLES = 5
 #: IQR over median above which a timing is re-measured once, and then called noisy (a spread this
 #: wide makes any ratio built on the median indefensible; 10-30% is common for small calls on a busy CPU).
 NOISE_SPREAD = 0.5
@@ -174,7 +176,15 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
         # torch.utils.benchmark times with one thread unless told otherwise; the user's code runs with all.
         m = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()).blocked_autorange(
             min_run_time=min_run_time)
-        return m.median, m.iqr, m.median
+        times = [t for t in m.times]
+        while len(times) < MIN_SAMPLES:  # a slow call fills min_run_time in one block: no spread to judge by
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        if len(times) == len(m.times):
+            return m.median, m.iqr, m.median
+        q = statistics.quantiles(times, n=4)
+        return statistics.median(times), q[2] - q[0], statistics.median(times)
     for _ in range(3):
         call()
     _sync(device)

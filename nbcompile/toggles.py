@@ -372,11 +372,11 @@ class Toggles:
         if old_allow is not None:
             self._release_allow(name, old_allow)
 
-    def rebind(self) -> None:
-        """Bind every name again under its mode (after the options behind ``wrap`` changed)."""
-        for name, binding in self.bindings.items():
-            if binding.expected is not binding.original or self.wrap(name, binding.original) is not binding.original:
-                binding.write(self.wrap(name, self.toggled(name)))
+    def rebind(self, names: Optional[Iterable[str]] = None) -> None:
+        """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a
+        fresh compiled wrapper)."""
+        for name in self.bindings if names is None else names:
+            self.bindings[name].write(self.wrap(name, self.toggled(name)))
 
     def _allow_object(self, name: str, original: Any) -> Any:
         plain = torch_compat.unwrap_compiled(original)

@@ -64,6 +64,21 @@ if not ISOLATE_RECOMPILES:
 DYNAMO_ERRORS: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
 
 
+def _wrapper_frame_span() -> tuple[str, int, int]:
+    """Where the frame torch.compile adds around a callable it cannot start tracing at lives
+    (``external_utils.wrap_inline``): a decorated entry's graphs are compiled in it."""
+    try:
+        from torch._dynamo import external_utils
+
+        code = external_utils.wrap_inline(lambda: None).__code__
+        return (code.co_filename, code.co_firstlineno, code.co_firstlineno)
+    except (ImportError, AttributeError):  # pragma: no cover - older torch
+        return ("", 0, -1)
+
+
+WRAPPER_FRAME_SPAN = _wrapper_frame_span()
+
+
 def current_compile_id() -> str | None:
     """The compile id ('3/1') of the frame Dynamo is compiling right now."""
     cid = torch._guards.CompileContext.current_compile_id()

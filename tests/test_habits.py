@@ -676,3 +676,74 @@ def test_status_lists_an_entry_from_another_cell(ip):
     _ok(run_compile_cell(ip, '--backend eager --no-panel --entry lin --run "lin(torch.ones(2))"', "import torch\n"))
     rows = ip.run_line_magic("nbcompile", "status").rows
     assert rows and rows[0][0] == "lin" and rows[0][4] == 1
+
+
+# --- found on real models (a third pass) ------------------------------------------------------------------------
+
+class Inner(torch.nn.Module):  # library code: its file is not the cell's
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x).relu()
+        torch._dynamo.graph_break()
+        return y * 2
+
+
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+
+    def forward(self, x):
+        return self.inner(x.sin()) + 1
+
+
+def test_rerunning_a_module_entry_cell_never_recompiles_against_old_sessions(ip):
+    ip.user_ns["Outer"] = Outer
+    counts = []
+    for _ in range(10):  # past torch's recompile_limit of 8
+        _ok(run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(torch.ones(2, 4))"',
+                             "import torch\nmodel = Outer()\n"))
+        report = nbcompile.last().report
+        counts.append((report.graph_count, report.recompile_count, report.check.compared))
+    assert counts == [counts[0]] * 10 and counts[0][1] == 0 and counts[0][0] >= 2, counts
+    assert not nbcompile.last().report.fallbacks if hasattr(nbcompile.last().report, "fallbacks") else True
+
+
+def test_setting_a_toggle_back_gives_the_library_frames_again(ip):
+    ip.user_ns["Outer"] = Outer
+    body = "import torch\nmodel = Outer()\ndef helper(x):\n    return x.cos()\ndef step(x):\n    return model(helper(x))\n"
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry step --run "step(torch.ones(2, 4))"', body))
+    session = nbcompile.last()
+    before = sorted(len(g.ops) for g in session.report.graphs)
+    session.set("helper", "disable")
+    session.set("helper", "compile")
+    assert sorted(len(g.ops) for g in session.report.graphs) == before
+
+
+def test_a_run_that_never_reaches_compiled_code_is_not_called_compared(ip):
+    ip.user_ns["Outer"] = Outer
+    # like model.generate, which calls the module's original forward, not the compiled one
+    ip.user_ns["call_original"] = lambda m, x: torch_compat.unwrap_compiled(m)(x)
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry model --run "call_original(model, torch.ones(2, 4))"',
+                         "import torch\nmodel = Outer()\n"))
+    check = nbcompile.last().report.check
+    assert check.ok and not check.compared and "nothing was compiled" in check.message
+
+
+def test_a_user_error_in_run_shows_the_users_frames(ip, capsys):
+    result = run_compile_cell(ip, '--backend eager --no-panel --run "caller(undefined_name)"', HELPER_CELL)
+    assert isinstance(result.error_in_exec, NameError)
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert "undefined_name" in text and "caller(undefined_name)" in text
+    assert "session.py" not in text and "magics.py" not in text, text
+
+
+def test_report_and_status_name_a_module_entry(ip):
+    ip.user_ns["Outer"] = Outer
+    _ok(run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(torch.ones(2, 4))"',
+                         "import torch\nmodel = Outer()\n"))
+    assert ip.run_line_magic("nbcompile", "report model").graph_count >= 2

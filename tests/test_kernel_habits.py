@@ -98,7 +98,7 @@ def test_a_plain_cell_redefinition_is_kept_and_the_session_says_stale(kernel):
     _run(kc, "def helper(x):\n    return x * 10\nmine = helper")
     out, reply = _run(kc, "%nbcompile set helper disable")
     assert reply["status"] == "error" and "helper was redefined" in reply["evalue"]
-    facts = _json(kc, "print(json.dumps([helper is mine, float(caller(torch.zeros(1))[0])]))")
+    facts = _json(kc, "import json, torch\nprint(json.dumps([helper is mine, float(caller(torch.zeros(1))[0])]))")
     assert facts == [True, 1.0]  # caller computes with the user's helper: 0 * 10 + 1
     _run(kc, "%nbcompile reset")
     assert _json(kc, "print(json.dumps(helper is mine))") is True
@@ -121,13 +121,14 @@ def test_an_interrupted_toggle_rerun_is_rolled_back(kernel):
     )
     _, reply = _run(kc, cell, cell_id="cell-interrupt")
     assert reply["status"] == "ok"
-    _run(kc, "SLOW[0] = True\nbefore = nbcompile.last().report\noriginal_helper = helper")
+    _, reply = _run(kc, "import nbcompile\nSLOW[0] = True\nbefore = nbcompile.last().report\noriginal_helper = helper")
+    assert reply["status"] == "ok", reply
     msg_id = _send(kc, "%nbcompile set helper disable")
     time.sleep(3)
     km.interrupt_kernel()
     _, reply = _wait(kc, msg_id)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
-    facts = _json(kc, "SLOW[0] = False\ns = nbcompile.last()\n"
+    facts = _json(kc, "import json, nbcompile\nSLOW[0] = False\ns = nbcompile.last()\n"
                       "print(json.dumps([s.toggles['helper'], helper is original_helper, s.report is before]))")
     assert facts == ["compile", True, True]
     _run(kc, "%nbcompile reset")
@@ -153,7 +154,7 @@ def test_decorated_defs_are_tracked_and_compiled(kernel):
     )
     _, reply = _run(kc, cell, cell_id="cell-decorated")
     assert reply["status"] == "ok", reply
-    facts = _json(kc, "s = nbcompile.last()\nr1 = s.report\ns.set('helper', 'disable')\nr2 = s.report\n"
+    facts = _json(kc, "import json, nbcompile\ns = nbcompile.last()\nr1 = s.report\ns.set('helper', 'disable')\nr2 = s.report\n"
                       "s.set('helper', 'compile')\n"
                       "print(json.dumps([sorted(s.functions), r1.graph_count, len(s.function_report('infer').graphs), "
                       "r1.break_count, r2.break_count, s.report.break_count]))")
