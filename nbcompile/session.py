@@ -15,8 +15,7 @@ import contextlib
 import dataclasses
 import inspect as _inspect
 import types
-import weakref
-from typing import Any, Callable, Hashable, Iterable, Iterator, Optional
+from typing import Any, Callable, Hashable, Iterable, Optional
 
 import torch
 
