@@ -277,7 +277,8 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             report.add("kernels", Kernel(name, language, kernel_code, compile_id))
 
     fail_type = metrics.get("fail_type")
-    if fail_type:
+    deliberate = "skip_frame()" in str(metrics.get("fail_reason") or "")  # torch._dynamo.skip_frame(): asked for
+    if fail_type and not deliberate:
         report.add(
             "errors",
             CompileError(function, compile_id, str(fail_type), str(metrics.get("fail_reason") or "")),

@@ -86,7 +86,7 @@ def split_figure(report: Report) -> dict[str, Any]:
         for brk in breaks:
             where = f"cell line {brk.cell_line}" if brk.cell_line is not None else f"{brk.filename}:{brk.lineno}"
             bx.append(position)
-            bhover.append(f"break in {_e(brk.function)} at {where}<br>{_e(brk.source_line)}<br>{_e(brk.gb_type)}")
+            bhover.append(f"break in {_e(function_label(brk.function))} at {where}<br>{_e(brk.source_line)}<br>{_e(brk.gb_type)}")
     return {
         "data": [
             {"type": "bar", "orientation": "h", "y": ["graphs"] * len(x), "x": x, "base": base,
@@ -142,8 +142,9 @@ class Panel(widgets.VBox):
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
         self.op_rows: dict[str, widgets.ToggleButtons] = {}
-        self.functions_box = widgets.VBox([self._function_row(name) for name in session.functions
-                                           if not _construction(name)])
+        self.functions_box = widgets.VBox(
+            [self._entry_row(name) for name in session.entries if name not in session.functions]
+            + [self._function_row(name) for name in session.functions if not _construction(name)])
         self.ops_box = widgets.VBox()
         self.controls = self._controls(session)
         self.figure_output = widgets.Output(layout=widgets.Layout(width="60%"))
@@ -195,6 +196,15 @@ class Panel(widgets.VBox):
         label = widgets.HTML(f"<code>{_e(name)}</code>" + (" <i>(entry)</i>" if name in self.session.entries else ""),
                              layout=widgets.Layout(width="180px"))
         return widgets.HBox([label, toggle, counts])
+
+    def _entry_row(self, name: str) -> widgets.HBox:
+        """An entry that is not a function of the cell (an nn.Module instance): counts, no toggle."""
+        counts = widgets.HTML()
+        self.function_counts[name] = counts
+        kind = "nn.Module" if "." not in name else "function"
+        label = widgets.HTML(f"<code>{_e(name)}</code> <i>(entry, {kind})</i>", layout=widgets.Layout(width="180px"))
+        return widgets.HBox([label, widgets.HTML("<span style='color:#888'>compiled whole</span>",
+                                                 layout=widgets.Layout(width="380px")), counts])
 
     def _op_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),

@@ -58,7 +58,7 @@ def to_text(report: Report) -> str:
         lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}")
     for b in report.breaks:
         where = f"cell line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
-        lines.append(f"  break in {b.function} at {where}: {b.source_line}")
+        lines.append(f"  break in {function_label(b.function)} at {where}: {b.source_line}")
         lines.append(f"    {b.gb_type}{f' ({b.gb_id})' if b.gb_id else ''}: {b.explanation or b.reason}")
         for hint in b.hints:
             lines.append(f"    hint: {hint}")
@@ -67,7 +67,7 @@ def to_text(report: Report) -> str:
     for r in report.recompiles:
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {r.reason}")
     for e in report.errors:
-        lines.append(f"  error in {e.function} [{e.compile_id}] {e.fail_type}: {e.message}")
+        lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
     if report.check is not None:
         lines.append(f"  check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
     for w in report.warnings:
@@ -156,7 +156,7 @@ def to_html(report: Report) -> str:
                               w.message) for w in report.warnings]))
     if report.errors:
         parts.append(_table(["function", "compile id", "error", "message"],
-                            [(e.function, e.compile_id, e.fail_type, e.message) for e in report.errors]))
+                            [(function_label(e.function), e.compile_id, e.fail_type, e.message) for e in report.errors]))
     if report.graphs:
         parts.append("<h5>Graphs</h5>")
         parts.append(_table(["#", "compile id", "function", "ops", "op names"],
@@ -165,7 +165,7 @@ def to_html(report: Report) -> str:
     if report.breaks:
         parts.append("<h5>Graph breaks</h5>")
         parts.append(_table(["function", "line", "source", "reason"],
-                            [(b.function, b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
+                            [(function_label(b.function), b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
                               b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")

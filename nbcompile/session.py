@@ -364,7 +364,10 @@ class Session:
         )
 
     def function_report(self, name: str) -> Report:
-        """The part of the report about one tracked function, joined by its code (not its short name)."""
+        """The part of the report about one tracked function, joined by its code (not its short name);
+        for an entry that is not a function of the cell (an nn.Module instance), the whole report."""
+        if name not in self._tracked and name in self.entries:
+            return self.report
         code = _code_of(self._tracked.get(name))
         if code is None:
             return self.report.for_function(name)

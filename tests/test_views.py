@@ -160,3 +160,28 @@ def test_the_report_html_draws_the_splits_without_script():
     html = nbcompile.inspect(split, torch.ones(3), backend="eager")._repr_mimebundle_()["text/html"]
     assert "nbcompile-splits" in html and "<script" not in html
     assert html.count("ops</div>") == 2 and "background:#d62728" in html
+
+
+def skips_itself(x):
+    torch._dynamo.skip_frame()
+    return x + 1
+
+
+def resumes(x):
+    y = x.sin()
+    print("break")
+    return y.cos()
+
+
+def test_a_deliberate_skip_frame_is_not_an_error_and_resume_frames_read_as_their_function():
+    assert nbcompile.inspect(skips_itself, torch.ones(2), backend="eager").errors == []
+    text = str(nbcompile.inspect(resumes, torch.ones(2), backend="eager"))
+    assert "resumes (resumed at line" in text and "torch_dynamo_resume_in" not in text
+
+
+def test_a_module_entry_has_a_row_in_the_panel(ip):
+    ip.run_cell("import torch\nlin = torch.nn.Linear(2, 2)")
+    result = run_compile_cell(ip, '--backend eager --no-panel --entry lin --run "lin(torch.ones(2))"', "import torch\n")
+    assert result.success, result.error_in_exec
+    panel = nbcompile.last().panel()
+    assert "1 frame," in panel.function_counts["lin"].value
