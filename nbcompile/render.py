@@ -121,7 +121,7 @@ def split_bar(report: Report) -> str:
     for b in report.breaks:
         frames.setdefault(b.compile_id, ([], []))[1].append(b)
     cells = []
-    for i, (graphs, breaks) in enumerate(frames.values()):
+    for graphs, breaks in frames.values():
         for g in graphs:
             ops = ", ".join(g.ops[:12]) + (", ..." if len(g.ops) > 12 else "")
             color = "#4C78A8" if len(cells) % 2 == 0 else "#72B7B2"

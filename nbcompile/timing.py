@@ -387,7 +387,7 @@ def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device,
             why = (f"eager's own time moved from {timing[0] * 1e6:.1f} to {after * 1e6:.1f} us during the bench "
                    "(other work on the machine, or thread pools fighting)")
             for row in rows:
-                row.noisy = row.noisy or why
+                row.noisy = f"{row.noisy}; {why}" if row.noisy else why
         return result(rows, device, peak, size, flops)
     finally:
         rng.restore()

@@ -365,12 +365,12 @@ class Toggles:
             self.modes[name] = previous
             new = self._allow.pop(name, None)
             if new is not None:
-                self._release_allow(name, new)
+                self._release_allow(name)
             if old_allow is not None:
                 self._allow[name] = old_allow
             raise
         if old_allow is not None:
-            self._release_allow(name, old_allow)
+            self._release_allow(name)
 
     def rebind(self, names: Optional[Iterable[str]] = None) -> None:
         """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a
@@ -392,7 +392,7 @@ class Toggles:
         self._registrations[f"allow:{name}"] = REGISTRY.acquire(plain, "allow", name)
         return plain
 
-    def _release_allow(self, name: str, _obj: Any) -> None:
+    def _release_allow(self, name: str) -> None:
         registration = self._registrations.pop(f"allow:{name}", None)
         if registration is not None:
             registration.undo()
