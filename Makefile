@@ -44,8 +44,10 @@ lab: venv
 	$(PIP) install "jupyterlab>=4.0,<4.6"
 	$(VENV)/bin/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
+# The JSON schema from the dataclasses, then the extension's TypeScript types from the schema.
 schema: $(PY)
 	$(PY) -c "from nbcompile.report import write_schema; write_schema()"
+	cd labextension && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent schema-types
 
 bench: venv
 	$(PY) benchmarks/overhead.py

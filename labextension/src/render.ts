@@ -1,5 +1,5 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
-import { IReport, summary } from './report';
+import { IReport, plural, summary } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
   const node = document.createElement(tag);
@@ -30,8 +30,8 @@ function table(headers: string[], rows: (string | HTMLElement)[][]): HTMLElement
   return t;
 }
 
-function section(title: string, body: HTMLElement, open = true): HTMLElement {
-  const d = el('details', undefined, 'nbcompile-section') as HTMLDetailsElement;
+function section(title: string, body: HTMLElement, open = true, cls = ''): HTMLElement {
+  const d = el('details', undefined, `nbcompile-section ${cls}`.trim()) as HTMLDetailsElement;
   d.open = open;
   d.appendChild(el('summary', title));
   d.appendChild(body);
@@ -44,6 +44,14 @@ export function renderReport(report: IReport): HTMLElement {
   root.appendChild(el('div', summary(report), 'nbcompile-summary'));
   if (report.check && !report.check.ok) {
     root.appendChild(el('div', `Check failed: ${report.check.message}`, 'nbcompile-error'));
+  } else if (report.check) {
+    root.appendChild(el('div', `Check: ${report.check.message}`, 'nbcompile-check'));
+  }
+  if (report.warnings.length) {
+    root.appendChild(section(`allow_in_graph lint (${plural(report.warnings.length, 'warning')})`, table(
+      ['function', 'rule', 'variable', 'line', 'warning'],
+      report.warnings.map(w => [w.function, w.rule, w.variable, String(w.cell_line ?? w.lineno), w.message])
+    ), true, 'nbcompile-lint'));
   }
   for (const e of report.errors) {
     root.appendChild(el('div', `${e.function} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
@@ -72,7 +80,7 @@ export function renderReport(report: IReport): HTMLElement {
           const ul = reason.appendChild(el('ul'));
           b.hints.forEach(h => ul.appendChild(el('li', h)));
         }
-        for (const f of b.fixes || []) {
+        for (const f of b.fixes) {
           reason.appendChild(el('div', f.command ? `fix: ${f.command}  (${f.why})` : `fix: ${f.why}`, 'nbcompile-fix'));
         }
         return [b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];

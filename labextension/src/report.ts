@@ -3,41 +3,17 @@
  * frontend reads from it. Pure functions: no DOM, no JupyterLab, so they are unit-tested alone.
  */
 
+import { GraphBreak, LintWarning, NbcompileReport } from './report-schema';
+
 export const MIME_TYPE = 'application/vnd.nbcompile.report+json';
 
-export interface IGraphBreak {
-  function: string;
-  filename: string;
-  lineno: number;
-  cell_line: number | null;
-  source_line: string;
-  reason: string;
-  gb_type: string;
-  gb_id: string | null;
-  explanation: string;
-  hints: string[];
-  doc_url: string | null;
-  fixes?: { command: string; why: string }[];
-}
-
-export interface IReport {
-  title: string;
-  backend: string;
-  graph_count: number;
-  break_count: number;
-  recompile_count: number;
-  frame_count: number;
-  compile_time_s: number;
-  graphs: { compile_id: string; op_count: number; ops: string[]; function: string }[];
-  breaks: IGraphBreak[];
-  frames: { compile_id: string; function: string; guards: string[]; guard_count: number; compile_time_s: number }[];
-  recompiles: { function: string; compile_id: string; reason: string }[];
-  kernels: { name: string; language: string; code: string; compile_id: string }[];
-  errors: { function: string; compile_id: string; fail_type: string; message: string }[];
-  warnings?: { function: string; rule: string; variable: string; cell_line: number | null; message: string }[];
-  check: { ok: boolean; max_abs_diff: number | null; message: string } | null;
-  snippet?: string;
-}
+/**
+ * The report JSON, generated from the schema (`npm run schema-types`): never written by hand, so
+ * it cannot drift from what the kernel sends.
+ */
+export type IReport = NbcompileReport;
+export type IGraphBreak = GraphBreak;
+export type ILintWarning = LintWarning;
 
 /** One gutter marker: the line (1-based, as displayed) and what its tooltip says. */
 export interface IMarker {
@@ -132,14 +108,23 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** `1 graph break`, `2 graph breaks` (as nbcompile/render.py's plural). */
+export function plural(n: number, word: string): string {
+  return n === 1 ? `${n} ${word}` : /(sh|ch)$/.test(word) ? `${n} ${word}es` : `${n} ${word}s`;
+}
+
+/** The report in one line, as nbcompile/render.py's summary_line. */
 export function summary(report: IReport): string {
   const parts = [
-    `${report.frame_count} frames`,
-    `${report.graph_count} graphs`,
-    `${report.break_count} graph breaks`,
-    `${report.recompile_count} recompiles`,
+    plural(report.frame_count, 'frame'),
+    plural(report.graph_count, 'graph'),
+    plural(report.break_count, 'graph break'),
+    plural(report.recompile_count, 'recompile'),
     `compile ${report.compile_time_s.toFixed(2)} s`
   ];
+  if (report.errors.length) {
+    parts.push(plural(report.errors.length, 'error'));
+  }
   if (report.check) {
     parts.push(report.check.ok ? 'check ok' : 'CHECK FAILED');
   }

@@ -1,16 +1,17 @@
-import { isCompileCell, latestReport, markers, MIME_TYPE, recompileLines, IReport } from '../src/report';
+import { isCompileCell, latestReport, markers, MIME_TYPE, recompileLines, IReport, summary } from '../src/report';
 import { renderReport } from '../src/render';
 
 function report(extra: Partial<IReport> = {}): IReport {
   return {
-    title: '%%compile [3]: outer', backend: 'eager', graph_count: 2, break_count: 2, recompile_count: 0,
-    frame_count: 2, compile_time_s: 0.1, graphs: [], frames: [], recompiles: [], kernels: [], errors: [],
-    check: { ok: true, max_abs_diff: 0, message: 'matches eager' },
+    title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, schema_version: 1,
+    graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
+    graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {},
+    check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true },
     breaks: [1, 2].map(() => ({
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
       reason: 'r', gb_type: 'Failed to trace builtin operator', gb_id: 'GB0059', explanation: 'no print',
-      hints: ['Avoid print'], doc_url: 'https://example.org/gb0059',
-      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly' }]
+      hints: ['Avoid print'], doc_url: 'https://example.org/gb0059', compile_id: '0/0',
+      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly', warnings: [] }]
     })),
     ...extra
   };
@@ -68,4 +69,26 @@ test('the rendered report escapes every text it shows', () => {
   expect(node.textContent).toContain('<script>alert(1)</script>');
   expect(node.querySelector('.nbcompile-summary')?.textContent).toBe('2 frames, 2 graphs, 2 graph breaks, 0 recompiles, compile 0.10 s, check ok');
   expect(node.querySelector('a')?.getAttribute('href')).toBe('https://example.org/gb0059');
+});
+
+test('allow_in_graph lint warnings are rendered, with their line and message', () => {
+  const r = report({
+    warnings: [{
+      function: 'helper', rule: 'captured-tensor', variable: 'W', lineno: 12, cell_line: 5,
+      message: 'helper reads the global tensor W: <b>captured</b>'
+    }]
+  });
+  const lint = renderReport(r).querySelector('.nbcompile-lint');
+  expect(lint?.querySelector('summary')?.textContent).toBe('allow_in_graph lint (1 warning)');
+  const cells = [...(lint?.querySelectorAll('td') ?? [])].map(td => td.textContent);
+  expect(cells).toEqual(['helper', 'captured-tensor', 'W', '5', 'helper reads the global tensor W: <b>captured</b>']);
+  expect(lint?.querySelector('b')).toBeNull();
+});
+
+test('the summary counts as the Python one does: plurals and errors', () => {
+  const r = report({
+    frame_count: 1, graph_count: 1, break_count: 1,
+    errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }]
+  });
+  expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 recompiles, compile 0.10 s, 1 error, check ok');
 });

@@ -1,0 +1,100 @@
+/**
+ * Generated from nbcompile/schema/report.schema.json by `npm run schema-types` (`make schema`).
+ * Do not edit: change the dataclasses in nbcompile/report.py and regenerate.
+ */
+
+export interface NbcompileReport {
+  title: string;
+  backend: string;
+  mode: string | null;
+  fullgraph: boolean;
+  dynamic: boolean | null;
+  graphs: Graph[];
+  breaks: GraphBreak[];
+  frames: Frame[];
+  recompiles: Recompile[];
+  kernels: Kernel[];
+  errors: CompileError[];
+  warnings: LintWarning[];
+  check: Check | null;
+  snippet: string;
+  dropped: {
+    [k: string]: number;
+  };
+  schema_version: number;
+  graph_count: number;
+  break_count: number;
+  recompile_count: number;
+  frame_count: number;
+  compile_time_s: number;
+  result: string | null;
+}
+export interface Graph {
+  compile_id: string;
+  op_count: number;
+  ops: string[];
+  function: string;
+  torch_callables: string[];
+}
+export interface GraphBreak {
+  function: string;
+  filename: string;
+  lineno: number;
+  cell_line: number | null;
+  source_line: string;
+  reason: string;
+  gb_type: string;
+  gb_id: string | null;
+  explanation: string;
+  hints: string[];
+  doc_url: string | null;
+  compile_id: string;
+  fixes: Fix[];
+}
+export interface Fix {
+  command: string;
+  why: string;
+  warnings: string[];
+}
+export interface Frame {
+  compile_id: string;
+  function: string;
+  guards: string[];
+  guard_count: number;
+  compile_time_s: number;
+  filename: string;
+  firstlineno: number;
+  graph_count: number;
+  trace_overhead_s: number;
+}
+export interface Recompile {
+  function: string;
+  compile_id: string;
+  reason: string;
+}
+export interface Kernel {
+  name: string;
+  language: string;
+  code: string;
+  compile_id: string;
+}
+export interface CompileError {
+  function: string;
+  compile_id: string;
+  fail_type: string;
+  message: string;
+}
+export interface LintWarning {
+  function: string;
+  rule: string;
+  variable: string;
+  lineno: number;
+  cell_line: number | null;
+  message: string;
+}
+export interface Check {
+  ok: boolean;
+  max_abs_diff: number | null;
+  message: string;
+  compared: boolean;
+}
