@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from . import check as check_ops
-from . import suggest, torch_compat
+from . import suggest, torch_compat, trial
 from .capture import HUB, Recording, RecordingBackend
 from .lint import lint_allow_in_graph
 from .options import CompileOptions, NbcompileError
@@ -177,4 +177,35 @@ def inspect(
             report.add("errors", CompileError(name, "", "check", report.check.message))
         elif report.frame_count == 0 and not report.errors:
             report.check = check_ops.nothing_compiled(f"{name} ran without reaching compiled code")
+    try:
+        trial.verify(report, named, _inspect_spec(fn, args, kwargs, options) if check else None,
+                     why_not="not tried: inspect(check=False) makes no copies to try it on")
+    except Exception as exc:  # proving advice must never cost the report
+        for brk in report.breaks:
+            for fix in brk.fixes:
+                if fix.toggles and not fix.effect:
+                    fix.effect = f"not tried ({type(exc).__name__}: {exc})"
     return report
+
+
+def _inspect_spec(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], options: CompileOptions) -> trial.Spec:
+    """Scratch runs of ``fn(*args, **kwargs)``: a fresh compiled copy of the (copied) callable per trial."""
+    backend = trial.trial_backend(options.backend)
+
+    @contextlib.contextmanager
+    def compiled(modes: dict[str, str], replay: Replay, recording: Recording) -> Iterator[Callable[[Any], Any]]:
+        engine, named = toggle_engine(fn, modes)
+        extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+        compiled_fn = torch.compile(_fresh_copy(replay.extra_copy[0]),  # the copied callable (a module's copy)
+                                    backend=RecordingBackend(backend, options.mode, options.dynamic, recording),
+                                    **options.torch_compile_kwargs(), **extra)
+
+        def call(copied: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:
+            _, c_args, c_kwargs = copied
+            return compiled_fn(*c_args, **c_kwargs)
+
+        with applied(engine, named):
+            yield call
+
+    return trial.Spec(capture=lambda: replay_for(fn, args, kwargs), compiled=compiled, eager=_call, originals={},
+                      backend=backend)

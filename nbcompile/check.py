@@ -402,30 +402,47 @@ _OUTSIDE = {"os.remove": "removes a file", "os.rename": "renames a file", "os.rm
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if not getattr(_GUARD, "on", False):
         return
+    what = None
     if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
-        _GUARD.on = False
-        raise OutsideEffect(f"writes to a file ({args[0]!s:.60})")
-    if event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None and args[2] & (os.O_WRONLY | os.O_RDWR):
-        _GUARD.on = False
-        raise OutsideEffect(f"writes to a file ({args[0]!s:.60})")
-    if event in _OUTSIDE:
-        _GUARD.on = False
-        raise OutsideEffect(_OUTSIDE[event])
+        what = f"writes to a file ({args[0]!s:.60})"
+    elif event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None and args[2] & (os.O_WRONLY | os.O_RDWR):
+        what = f"writes to a file ({args[0]!s:.60})"
+    elif event in _OUTSIDE:
+        what = _OUTSIDE[event]
+    if what is None or (getattr(_GUARD, "compiler_may", False) and _compiling()):
+        return
+    _GUARD.on = False
+    raise OutsideEffect(what)
+
+
+def _compiling() -> bool:
+    """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
+    not from the user's code running."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_CONVERT_FRAME):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
 
 
 @contextlib.contextmanager
-def _no_outside_effects() -> Any:
+def _no_outside_effects(compiler_may: bool = False) -> Any:
     """The eager run may not write files, start processes or use the network: an audit hook stops the
-    first attempt (before it happens), and the check says it could not compare."""
+    first attempt (before it happens), and the check says it could not compare. ``compiler_may``: a
+    compiled run, in which torch.compile itself may write its caches while it compiles."""
     global _HOOKED
     if not _HOOKED:
         sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
         _HOOKED = True
-    _GUARD.on = True
+    _GUARD.on, _GUARD.compiler_may = True, compiler_may
     try:
         yield
     finally:
-        _GUARD.on = False
+        _GUARD.on, _GUARD.compiler_may = False, False
 
 
 def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:

@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .options import MODES, CellOptions, NbcompileError
+from .render import fix_proof
 from . import torch_compat
 from .session import Session, create_session, describe_failure, last, sessions
 
@@ -258,8 +259,13 @@ def _display(session: Session, force_panel: bool = False) -> None:
     if in_kernel:
         import uuid
 
+        from .report import MIME_TYPE
+
         session.display_id = session.display_id or f"nbcompile-{uuid.uuid4().hex}"
-        display(session.report, display_id=session.display_id)
+        # The id in the output's metadata too: it is saved with the notebook, so after a page reload
+        # (which loses the transient id) the extension still finds the output an update is for.
+        display(session.report, display_id=session.display_id,
+                metadata={MIME_TYPE: {"display_id": session.display_id}})
     else:
         display(session.report)
     session._drawn_version = session.recording.version
@@ -326,10 +332,11 @@ def status_table(session: Session) -> StatusTable:
     seen = set()
     for b in report.breaks:
         for fix in b.fixes:
-            if fix.command and (b.cell_line, fix.command) not in seen:
+            if fix.command and fix.verified is not False and (b.cell_line, fix.command) not in seen:
                 seen.add((b.cell_line, fix.command))
                 where = f"line {b.cell_line}" if b.cell_line is not None else b.function
-                notes.append(f"break at {where} ({b.gb_type}): {fix.command}")
+                proof = f" ({fix_proof(fix)})" if fix_proof(fix) else ""
+                notes.append(f"break at {where} ({b.gb_type}): {fix.command}{proof}")
     return StatusTable(rows, notes)
 
 

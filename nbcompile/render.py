@@ -63,7 +63,8 @@ def to_text(report: Report) -> str:
         for hint in b.hints:
             lines.append(f"    hint: {hint}")
         for fix in b.fixes:
-            lines.append(f"    fix: {fix.command}  # {fix.why}" if fix.command else f"    fix: {fix.why}")
+            proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
+            lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
     for r in report.recompiles:
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {r.reason}")
     for e in report.errors:
@@ -95,6 +96,18 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tupl
     return f"<table class='nbcompile-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+_PROOF_CLASS = {True: "proven", False: "unhelpful", None: "untried"}
+
+
+def fix_proof(fix: Any) -> str:
+    """What trying the fix showed: ``proven: breaks 2 -> 1, graphs 3 -> 2, check ok``."""
+    if fix.verified is True:
+        return f"proven: {fix.effect}"
+    if fix.verified is False:
+        return f"tried, did not help: {fix.effect}"
+    return fix.effect
+
+
 def _break_detail(b: Any) -> str:
     hints = "".join(f"<li>{_e(h)}</li>" for h in b.hints)
     link = (
@@ -103,7 +116,9 @@ def _break_detail(b: Any) -> str:
         else ""
     )
     fixes = "".join(
-        f"<li><code>{_e(f.command)}</code> {_e(f.why)}</li>" if f.command else f"<li>{_e(f.why)}</li>" for f in b.fixes
+        f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'><code>{_e(f.command)}</code> {_e(f.why)}"
+        + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
+        if f.command else f"<li>{_e(f.why)}</li>" for f in b.fixes
     )
     return (
         f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}"

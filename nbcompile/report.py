@@ -142,6 +142,13 @@ class Fix:
     why: str
     #: Lint warnings the toggle would bring (allow_in_graph), by ``rule: variable``.
     warnings: list[str] = field(default_factory=list)
+    #: True: applied on a scratch run and seen to help; False: tried and it did not help (never the
+    #: first fix offered); None: not tried (a code change, no run to try it on, over the budget).
+    verified: Optional[bool] = None
+    #: What the trial showed ("breaks 2 -> 1, graphs 3 -> 2, check ok"), or why it was not tried.
+    effect: str = ""
+    #: The toggles the command sets (name -> mode); empty for a code change.
+    toggles: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

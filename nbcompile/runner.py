@@ -9,6 +9,7 @@ The kernel's peak resident memory is measured at the end.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import re
@@ -60,14 +61,14 @@ def summary(nb: Any) -> dict[str, Any]:
         if reports and cell.source.lstrip().startswith("%%compile"):
             r = reports[-1]
             functions = sorted({g["function"] for g in r["graphs"]} | {f["function"] for f in r["frames"]})
-            cells.append({"cell": index, "title": r["title"], "frames": r["frame_count"], "graphs": r["graph_count"],
+            cells.append({"cell": index + 1, "execution_count": cell.get("execution_count"), "title": r["title"], "frames": r["frame_count"], "graphs": r["graph_count"],
                           "breaks": r["break_count"], "recompiles": r["recompile_count"],
                           "check": None if r["check"] is None else r["check"]["ok"], "functions": functions})
         for o in cell.get("outputs", []):
             if BENCH_MIME in o.get("data", {}):
                 for row in o["data"][BENCH_MIME]["rows"]:
                     if row["config"] != "eager" and row["speedup"] is not None:
-                        speedups.append({"cell": index, "config": row["config"], "speedup": row["speedup"]})
+                        speedups.append({"cell": index + 1, "config": row["config"], "speedup": row["speedup"]})
     return {"compile_cells": cells, "speedups": speedups}
 
 
@@ -106,7 +107,8 @@ def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> Non
           f"{facts['peak_rss_mib']:.0f} MiB" if facts["peak_rss_mib"] else f"{name}: ran in {facts['seconds']:.1f} s")
     for c in data["compile_cells"]:
         check = {None: "check off", True: "check ok", False: "CHECK FAILED"}[c["check"]]
-        print(f"  cell {c['cell']}: {c['title']}: {c['graphs']} graphs, {c['breaks']} graph breaks, "
+        run = f" (In [{c['execution_count']}])" if c.get("execution_count") else ""
+        print(f"  cell {c['cell']}{run}: {c['title']}: {c['graphs']} graphs, {c['breaks']} graph breaks, "
               f"{c['recompiles']} recompiles, {c['frames']} frames, {check}")
     for s in data["speedups"]:
         print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
@@ -123,6 +125,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.notebook.exists():
         parser.error(f"no such notebook: {args.notebook}")
+    missing = [name for name in ("nbclient", "nbconvert", "nbformat") if importlib.util.find_spec(name) is None]
+    if missing:
+        parser.error(f"`run` needs {', '.join(missing)}: pip install 'nbcompile[run]'")
     from nbclient.exceptions import CellExecutionError
 
     try:

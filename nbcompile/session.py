@@ -22,7 +22,7 @@ import torch
 from . import check as check_ops
 from . import snippet as export_ops
 from . import suggest
-from . import torch_compat
+from . import torch_compat, trial
 from .capture import HUB, Recording, RecordingBackend
 from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
@@ -114,6 +114,8 @@ class Session:
         #: The id of the report output this session displayed (updated in place as it changes).
         self.display_id: Optional[str] = None
         self._closed = False
+        #: Scratch-run outcomes by toggles, for proving fixes (cleared when the options change).
+        self._trials: dict[Any, trial.Outcome] = {}
 
     # -- public surface ------------------------------------------------------------------
     @property
@@ -191,8 +193,25 @@ class Session:
                 self.report.check = check_ops.nothing_compiled(
                     "the expression never reached a compiled entry (model.generate, for one, calls the module's "
                     "original forward); compile a function that makes the call, with --entry")
+        self.verify_fixes()
         self.recording.notify()
         return result
+
+    def verify_fixes(self, budget_s: float = trial.VERIFY_BUDGET_S) -> Report:
+        """Try each toggle the report's breaks suggest on a scratch run (copies of the state, fresh
+        compiled copies of the entries, torch as before) and mark each fix ``verified`` with its
+        ``effect``; proven fixes come first. Trials already run for the same toggles are reused."""
+        self._check_open()
+        spec = trial.session_spec(self, self._run_code) if self._run_code is not None else None
+        try:
+            trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
+                         why_not="not tried: the session has no --run expression to try it on")
+        except Exception as exc:  # proving advice must never cost the run
+            for brk in self.report.breaks:
+                for fix in brk.fixes:
+                    if fix.toggles and fix.verified is None and not fix.effect:
+                        fix.effect = f"not tried ({type(exc).__name__}: {exc})"
+        return self.report
 
     def _replay(self, code: types.CodeType) -> Replay:
         """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
@@ -272,6 +291,7 @@ class Session:
         old_report = self.report
         try:
             self.options = updated
+            self._trials.clear()
             self._restart()
         except BaseException as exc:
             def undo() -> None:
@@ -340,7 +360,10 @@ class Session:
             return
         from IPython.display import update_display
 
-        update_display(self.report, display_id=self.display_id)
+        from .report import MIME_TYPE
+
+        # the metadata as first displayed (magics._display): an update replaces the output whole
+        update_display(self.report, display_id=self.display_id, metadata={MIME_TYPE: {"display_id": self.display_id}})
 
     def panel(self) -> Any:
         """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""

@@ -74,14 +74,14 @@ class Advisor:
         if "disable" in gb:
             for name in self.called(brk):
                 if self.toggles.get(name) == "disable":
-                    fixes.append(Fix(self.command(name, "compile"),
-                                     f"{name} is disabled by this session; compiling it lets Dynamo trace it inline"))
+                    fixes.append(self._toggle(name, "compile",
+                                              f"{name} is disabled by this session; compiling it lets Dynamo trace it inline"))
                     fixes.append(self._allow(name, f"{name} goes into the graph whole, untraced by Dynamo"))
         for dotted, obj in self.disallowed.items():
             short = getattr(obj, "__name__", dotted.rsplit(".", 1)[-1])
             if "skip" in gb and (re.search(rf"\b{re.escape(short)}\b", text) or f"{dotted}(" in brk.source_line):
-                fixes.append(Fix(self.command(dotted, "compile"),
-                                 f"{dotted} is disallowed by this session; allowing it back puts it in the graph"))
+                fixes.append(self._toggle(dotted, "compile",
+                                          f"{dotted} is disallowed by this session; allowing it back puts it in the graph"))
         if fixes:
             return fixes
 
@@ -95,16 +95,17 @@ class Advisor:
 
         if holder is not None and holder not in self.entries and self.toggles.get(holder, "compile") == "compile":
             if side_effect:
-                fixes.append(Fix(self.command(holder, "disable"),
-                                 f"{holder} runs eagerly, so its {brk.source_line.strip()[:40] or 'side effect'} runs at every call; "
-                                 "the call to it stays one break and the caller's ops stay in graphs"))
+                fixes.append(self._toggle(holder, "disable",
+                                          f"{holder} runs eagerly, so its {brk.source_line.strip()[:40] or 'side effect'} runs at every call; "
+                                          "the call to it stays one break and the caller's ops stay in graphs"))
                 fixes.append(Fix("", f"move `{brk.source_line.strip()[:60] or 'the side effect'}` out of {holder} ({line}), "
                                      "after the compiled call"))
             else:
-                allow = self._allow(holder, f"{holder} goes into the caller's graph whole, untraced by Dynamo: "
-                                            "the break goes away")
-                disable = Fix(self.command(holder, "disable"),
-                              f"{holder} runs eagerly: one break at its call instead of breaks inside it")
+                allow = self._allow(holder, f"{holder} goes into the caller's graph whole, as one node Dynamo "
+                                            "does not trace into")
+                disable = self._toggle(holder, "disable",
+                                       f"{holder} runs eagerly: its call becomes one break, in place of the breaks "
+                                       "inside it")
                 fixes.extend([allow, disable] if not (data_dependent and allow.warnings) else [disable, allow])
         elif holder is not None and holder in self.entries and side_effect:
             fixes.append(Fix("", f"move `{brk.source_line.strip()[:60]}` out of {holder} ({line}), or into a helper "
@@ -131,7 +132,10 @@ class Advisor:
             why += f"; the allow_in_graph lint warns: {'; '.join(warnings[:3])}" + ("..." if len(warnings) > 3 else "")
         else:
             why += "; the allow_in_graph lint finds nothing against it"
-        return Fix(self.command(name, "allow_in_graph"), why, warnings)
+        return self._toggle(name, "allow_in_graph", why, warnings)
+
+    def _toggle(self, name: str, mode: str, why: str, warnings: Optional[list[str]] = None) -> Fix:
+        return Fix(self.command(name, mode), why, warnings or [], toggles={name: mode})
 
 
 def session_command(name: str, mode: str) -> str:

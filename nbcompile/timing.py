@@ -455,14 +455,13 @@ def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> 
     they were; the plans' toggles go through the toggle engine, on a scratch namespace."""
     from .capture import HUB, Recording
     from .report import Report
-    from .state import Slot
-    from .toggles import Binding, Toggles, copy_function, is_torch_name
+    from .toggles import copy_function
+    from .trial import session_scratch
 
     saved = session.toggles
     device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
     run = lambda: eval(code, session.namespace, {})  # noqa: E731
     options = session.options.compile_options()
-    bindings = session.engine.bindings
 
     def fresh_compile(name: str, obj: Any) -> Any:
         if name not in session.entries:
@@ -476,42 +475,20 @@ def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> 
     def plan(modes: dict[str, str]) -> Callable[[], Any]:
         @contextlib.contextmanager
         def context() -> Any:
-            scratch = {name: b.original for name, b in bindings.items()}
-            engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=fresh_compile,
-                             functions=session.functions)
-            slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
-            torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
-            before = {slot: slot.get() for slot in slots.values()}
+            with session_scratch(session, modes, fresh_compile) as (engine, bind):
+                def first_call() -> tuple[float, float, Any]:
+                    bind()
+                    _first_call(run, device)  # fills Inductor's caches
+                    engine.rebind()
+                    bind()
+                    with _cold_caches():
+                        cold, _ = _first_call(run, device)
+                    engine.rebind()
+                    bind()
+                    warm, out = _first_call(run, device)
+                    return cold, warm, out
 
-            def bind() -> None:
-                for name, slot in slots.items():
-                    slot.set(scratch[name])
-
-            def first_call() -> tuple[float, float, Any]:
-                bind()
-                _first_call(run, device)  # fills Inductor's caches
-                engine.rebind()
-                bind()
-                with _cold_caches():
-                    cold, _ = _first_call(run, device)
-                engine.rebind()
-                bind()
-                warm, out = _first_call(run, device)
-                return cold, warm, out
-
-            try:
-                for name in torch_names:  # registrations on torch callables are process-wide: as the plan says
-                    session.engine.apply(name, modes.get(name, "compile"))
-                for name in session.functions:
-                    engine.apply(name, modes.get(name, "compile"))
-                engine.rebind()
                 yield first_call, run
-            finally:
-                for slot, value in before.items():
-                    slot.set(value)
-                engine.undo_all()
-                for name in torch_names:
-                    session.engine.apply(name, saved.get(name, "compile"))
         return context
 
     plans = [("session", plan(saved))]

@@ -1,0 +1,288 @@
+"""Scratch runs: a set of toggles tried without touching the user's objects or compiled code.
+
+A trial runs the session's ``--run`` expression (or an ``inspect`` call) twice, each on its own
+copy of the state the run reaches: once on fresh compiled copies of the entries with the
+trial's toggles (their own Dynamo caches, a recording of their own), once eagerly. It counts the
+graphs, breaks and recompiles of the compiled run and compares the two runs' results and the
+state each left. The user's names, objects, random-number state and the session's compiled code
+and report are as before; torch registrations (``disallow_in_graph``) made for the trial are
+undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix.verified``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable, ContextManager, Iterator, Optional
+
+import torch
+
+from . import check as check_ops
+from . import torch_compat
+from .report import Check, Fix, Report
+from .state import Replay, Slot
+
+#: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
+VERIFY_BUDGET_S = 8.0
+#: allow_in_graph lint rules under which a fix that removes breaks is still not proven: what they
+#: change (a tensor baked in, a mutation or a print run once at trace time) a single run cannot show.
+UNSAFE_LINT = ("captured-tensor", "mutation", "side-effect")
+#: Dynamo's view is what a trial counts: Inductor's code generation is left out (AOTAutograd stays,
+#: so what allow_in_graph bakes into a graph is the same).
+TRIAL_BACKENDS = {"inductor": "aot_eager"}
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one scratch run gave."""
+
+    modes: dict[str, str]
+    graphs: int = 0
+    breaks: int = 0
+    recompiles: int = 0
+    #: The compiled trial run against the eager one; None when it could not be compared.
+    check: Optional[Check] = None
+    #: Why the trial failed (a compile error), or why it was not run; None when it ran.
+    error: Optional[str] = None
+    seconds: float = 0.0
+    #: Where the breaks were: (filename, lineno, gb_type).
+    sites: list[tuple[str, int, str]] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def of(cls, report: Report, modes: dict[str, str]) -> "Outcome":
+        return cls(dict(modes), report.graph_count, report.break_count, report.recompile_count, report.check,
+                   sites=[(b.filename, b.lineno, b.gb_type) for b in report.breaks])
+
+
+@dataclasses.dataclass
+class Spec:
+    """How to run one workload on scratch copies.
+
+    ``capture()`` copies the state the run reaches; ``compiled(modes, replay, recording)`` is a
+    context in which the toggles are applied on fresh compiled copies (of ``replay``'s objects where
+    an entry is a module, behind a backend that records into ``recording``) and yields ``call(extra) -> result``; ``eager(extra)`` runs the original code, with
+    ``originals`` (slot -> original function) bound in place of what the session rebound."""
+
+    capture: Callable[[], Replay]
+    compiled: Callable[[dict[str, str], Replay, Any], ContextManager[Callable[[Any], Any]]]
+    eager: Callable[[Any], Any]
+    originals: dict[Slot, Any]
+    backend: str
+
+
+def trial_backend(backend: str) -> str:
+    return TRIAL_BACKENDS.get(backend, backend)
+
+
+def run(spec: Spec, modes: dict[str, str]) -> Outcome:
+    """One scratch run with ``modes``, compared with an eager run on a second copy of the state."""
+    from .capture import HUB, Recording
+    from .session import describe_failure
+
+    start = time.perf_counter()
+    outcome = Outcome(dict(modes))
+    compiled_copy, eager_copy = spec.capture(), spec.capture()
+    if compiled_copy.refused is not None:
+        outcome.error = f"not tried: {compiled_copy.refused.removeprefix('not compared: ')}"
+        return outcome
+    recording = Recording(Report(title="trial", backend=spec.backend))
+    rng = check_ops.RngState()
+    result: Any = None
+    HUB.acquire()
+    try:
+        with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording) as call, \
+                HUB.active(recording), check_ops._quiet(), check_ops._no_outside_effects(compiler_may=True):
+            result = call(extra)
+    except check_ops.OutsideEffect as exc:
+        outcome.error = f"not tried: the run {exc}, which a trial will not do again"
+    except torch_compat.DYNAMO_ERRORS as exc:
+        outcome.error = f"fails to compile ({describe_failure(exc)})"
+    except Exception as exc:
+        outcome.error = f"the run raised {type(exc).__name__}: {check_ops._one_line(str(exc))}"
+    finally:
+        HUB.release()
+        rng.restore()
+    report = recording.report
+    outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
+    outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
+    if outcome.error is None:
+        outcome.check = _compare(result, compiled_copy, eager_copy, spec,
+                                 [op for g in report.graphs for op in g.ops])
+        rng.restore()
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec, random_ops: list[str]) -> Check:
+    """The eager run on the second copy, and every value the two runs returned or left compared."""
+    try:
+        with check_ops._quiet(), torch_compat.force_eager(), eager_copy.swapped(spec.originals) as extra, \
+                check_ops._no_outside_effects():
+            expected = spec.eager(extra)
+    except check_ops.OutsideEffect as exc:
+        return Check(True, None, f"not compared: the run {exc}", compared=False)
+    except Exception as exc:
+        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: "
+                                  f"{check_ops._one_line(str(exc))}")
+    # The two copies were taken from the same objects: copy A's object and copy B's are one object.
+    pairs = {id(a): eager_copy.memo[real_id] for real_id, a in compiled_copy.memo.items() if real_id in eager_copy.memo}
+    comparison = check_ops.Comparison(pairs=pairs)
+    check_ops.compare(result, expected, into=comparison)
+    twins = {id(real): twin for real, twin, _, _ in eager_copy.pairs}
+    for real, mine, _, _ in compiled_copy.pairs:
+        theirs = twins.get(id(real))
+        label = compiled_copy.labels.get(id(real), "a tensor")
+        if theirs is None:
+            continue
+        if not torch.equal(mine.detach(), theirs.detach()) if mine.shape == theirs.shape else True:
+            check_ops.compare(mine, theirs, f"{label} (after the run)", comparison)
+        if mine.grad is not None or theirs.grad is not None:
+            check_ops.compare(mine.grad, theirs.grad, f"{label}.grad", comparison)
+    theirs_opt = {label: opt for label, _, opt in eager_copy.optimizers}
+    for label, _, opt in compiled_copy.optimizers:
+        if label in theirs_opt:
+            check_ops.compare(opt.state_dict()["state"], theirs_opt[label].state_dict()["state"], f"{label} state",
+                              comparison)
+    left = {label: value for label, _, value in eager_copy.outcomes}
+    for label, _, value in compiled_copy.outcomes:
+        if label in left and not isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
+            check_ops.compare(value, left[label], f"{label} (after the run)", comparison)
+    return check_ops._verdict(comparison, random_ops, spec.backend)
+
+
+# --- proving the suggested fixes ------------------------------------------------------------
+
+def helped(base: Outcome, after: Outcome) -> bool:
+    """A fix helps when the trial compiled, its check did not fail, something is still compiled,
+    and it removed a break (or, breaks unchanged, fused graphs)."""
+    if after.error is not None or (after.check is not None and not after.check.ok) or after.graphs == 0:
+        return False
+    return after.breaks < base.breaks or (after.breaks == base.breaks and after.graphs < base.graphs)
+
+
+def effect(base: Outcome, after: Outcome) -> str:
+    """``"breaks 2 -> 1, graphs 3 -> 2, check ok"``: what the fix changed, in the trial."""
+    if after.error is not None:
+        return after.error
+    parts = [f"breaks {base.breaks} -> {after.breaks}", f"graphs {base.graphs} -> {after.graphs}"]
+    if after.recompiles != base.recompiles:
+        parts.append(f"recompiles {base.recompiles} -> {after.recompiles}")
+    if after.graphs == 0:
+        parts.append("nothing left compiled")
+    if after.check is None:
+        parts.append("check off")
+    elif not after.check.compared:
+        parts.append("check not compared")
+    elif after.check.ok:
+        parts.append("check ok")
+    else:
+        parts.append(f"check FAILED ({after.check.message[:80]})")
+    return ", ".join(parts)
+
+
+def verify(report: Report, base_modes: dict[str, str], spec: Optional[Spec], *,
+           budget_s: float = VERIFY_BUDGET_S, cache: Optional[dict[Any, Outcome]] = None,
+           why_not: str = "") -> None:
+    """Try each toggle the report's breaks suggest on a scratch run; fill ``verified`` and ``effect``,
+    and put the proven fixes first (a fix that did not help is never first). Within ``budget_s``; the
+    fixes left over stay ``verified=None`` with the reason. ``spec`` None: nothing can be tried."""
+    fixes = [f for b in report.breaks for f in b.fixes if f.toggles]
+    if not fixes:
+        return
+    cache = {} if cache is None else cache
+    base = Outcome.of(report, base_modes)
+    deadline = time.perf_counter() + budget_s
+    for fix in fixes:
+        modes = {**base_modes, **fix.toggles}
+        key = tuple(sorted(modes.items()))
+        outcome = cache.get(key)
+        if outcome is None:
+            if spec is None:
+                fix.verified, fix.effect = None, why_not or "not tried"
+                continue
+            if time.perf_counter() > deadline:
+                fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
+                continue
+            outcome = run(spec, modes)
+            if not outcome.error or not outcome.error.startswith("not tried"):
+                cache[key] = outcome
+        if outcome.error is not None and outcome.error.startswith("not tried"):
+            fix.verified, fix.effect = None, outcome.error
+            continue
+        fix.verified, fix.effect = helped(base, outcome), effect(base, outcome)
+        unsafe = [w for w in fix.warnings if w.split(":")[0] in UNSAFE_LINT]
+        if fix.verified and unsafe:
+            fix.verified = False
+            fix.effect += f"; but the allow_in_graph lint warns {unsafe[0]}: the check cannot see that change"
+    for brk in report.breaks:
+        rank = {True: 0, None: 1, False: 2}
+        brk.fixes.sort(key=lambda f: rank[f.verified])
+
+
+# --- the session's workload -------------------------------------------------------------------
+
+@contextlib.contextmanager
+def session_scratch(session: Any, modes: dict[str, str], compile_entry: Callable[[str, Any], Any]) -> Iterator[
+        tuple[Any, Callable[[], None]]]:
+    """The session's names bound, for the duration, to what ``modes`` makes of their originals on a
+    scratch engine (entries through ``compile_entry``: fresh compiled copies). Yields the engine and
+    ``bind()``, which puts the scratch values in the user's slots (again, after a rebind). Torch
+    callables are set as ``modes`` says (process-wide) and put back as the session had them."""
+    from .toggles import Binding, Toggles, is_torch_name
+
+    saved = session.toggles
+    bindings = session.engine.bindings
+    scratch = {name: b.original for name, b in bindings.items()}
+    engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=session.functions)
+    slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
+    torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
+    before = {slot: slot.get() for slot in slots.values()}
+
+    def bind() -> None:
+        for name, slot in slots.items():
+            slot.set(scratch[name])
+
+    try:
+        for name in torch_names:
+            session.engine.apply(name, modes.get(name, "compile"))
+        for name in session.functions:
+            engine.apply(name, modes.get(name, "compile"))
+        engine.rebind()
+        yield engine, bind
+    finally:
+        for slot, value in before.items():
+            slot.set(value)
+        engine.undo_all()
+        for name in torch_names:
+            session.engine.apply(name, saved.get(name, "compile"))
+
+
+def session_spec(session: Any, code: Any) -> Spec:
+    """Scratch runs of a session's ``--run`` expression (``code``)."""
+    from .capture import RecordingBackend
+    from .toggles import copy_function
+
+    backend = trial_backend(session.options.backend)
+
+    @contextlib.contextmanager
+    def compiled(modes: dict[str, str], replay: Replay, recording: Any) -> Iterator[Callable[[Any], Any]]:
+        def compile_entry(name: str, obj: Any) -> Any:
+            if name not in session.entries:
+                return obj
+            target = replay.counterpart(torch_compat.unwrap_compiled(obj))
+            kwargs: dict[str, Any] = dict(session.options.torch_compile_kwargs())
+            if torch_compat.ISOLATE_RECOMPILES:
+                kwargs["isolate_recompiles"] = True
+            rec_backend = RecordingBackend(backend, session.options.mode, session.options.dynamic, recording)
+            return torch.compile(copy_function(target), backend=rec_backend, **kwargs)
+
+        with session_scratch(session, modes, compile_entry) as (_, bind):
+            def call(_extra: Any) -> Any:
+                bind()
+                return eval(code, session.namespace, {})
+            yield call
+
+    return Spec(capture=lambda: session._replay(code), compiled=compiled,
+                eager=lambda _extra: eval(code, session.namespace, {}), originals=session._originals(),
+                backend=backend)
