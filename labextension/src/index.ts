@@ -2,15 +2,20 @@
  * nbcompile for JupyterLab: gutter markers in %%compile cells, driven by the latest report in
  * the cell's outputs (the kernel replaces it in place as the panel re-runs), and the
  * "nbcompile: Copy annotation snippet" command (palette and cell toolbar).
+ *
+ * The kernel replaces a report with update_display under a display id. JupyterLab routes such
+ * updates only to outputs it saw displayed in this page; after a reload (kernel still running)
+ * it drops them. So the extension routes them too, by the id the report output carries in its
+ * metadata, which the notebook file keeps.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Clipboard, ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { Cell, CodeCell } from '@jupyterlab/cells';
+import { Cell, CodeCell, ICodeCellModel } from '@jupyterlab/cells';
 import { CodeMirrorEditor } from '@jupyterlab/codemirror';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { markerGutter, setMarkers } from './gutter';
-import { IReport, isCompileCell, latestReport, markers } from './report';
+import { IDisplayContent, IOutputJSON, IReport, isCompileCell, latestReport, markers, outputsToReplace } from './report';
 
 export const COPY_COMMAND = 'nbcompile:copy-snippet';
 
@@ -51,7 +56,37 @@ function watchCell(cell: Cell): void {
   });
 }
 
+/** Replace the report outputs of the notebook that a kernel display message is for (see above). */
+function followDisplays(panel: NotebookPanel, content: IDisplayContent): void {
+  const cells = panel.content.model?.cells;
+  if (!cells) {
+    return;
+  }
+  for (let c = 0; c < cells.length; c++) {
+    const cell = cells.get(c);
+    if (cell.type !== 'code') {
+      continue;
+    }
+    const outputs = (cell as ICodeCellModel).outputs;
+    const current: IOutputJSON[] = [];
+    for (let i = 0; i < outputs.length; i++) {
+      current.push(outputs.get(i).toJSON() as IOutputJSON);
+    }
+    const output = { output_type: 'display_data', data: content.data, metadata: content.metadata } as
+      Parameters<typeof outputs.set>[1];
+    for (const i of outputsToReplace(current, content)) {
+      outputs.set(i, output);
+    }
+  }
+}
+
 function watchNotebook(panel: NotebookPanel): void {
+  panel.sessionContext.iopubMessage.connect((_, msg) => {
+    const type = msg.header.msg_type;
+    if (type === 'update_display_data' || type === 'display_data') {
+      followDisplays(panel, msg.content as unknown as IDisplayContent);
+    }
+  });
   void panel.revealed.then(() => {
     panel.content.widgets.forEach(watchCell);
     panel.content.model?.cells.changed.connect((_, change) => {

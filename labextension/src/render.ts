@@ -1,5 +1,5 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
-import { IReport, plural, summary } from './report';
+import { IReport, fixProof, plural, summary } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
   const node = document.createElement(tag);
@@ -81,7 +81,10 @@ export function renderReport(report: IReport): HTMLElement {
           b.hints.forEach(h => ul.appendChild(el('li', h)));
         }
         for (const f of b.fixes) {
-          reason.appendChild(el('div', f.command ? `fix: ${f.command}  (${f.why})` : `fix: ${f.why}`, 'nbcompile-fix'));
+          const proof = fixProof(f);
+          const text = f.command ? `fix: ${f.command}  (${f.why})${proof ? ` [${proof}]` : ''}` : `fix: ${f.why}`;
+          const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
+          reason.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
         }
         return [b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];
       })

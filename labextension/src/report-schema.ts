@@ -55,6 +55,11 @@ export interface Fix {
   command: string;
   why: string;
   warnings: string[];
+  verified: boolean | null;
+  effect: string;
+  toggles: {
+    [k: string]: string;
+  };
 }
 export interface Frame {
   compile_id: string;

@@ -3,7 +3,7 @@
  * frontend reads from it. Pure functions: no DOM, no JupyterLab, so they are unit-tested alone.
  */
 
-import { GraphBreak, LintWarning, NbcompileReport } from './report-schema';
+import { Fix, GraphBreak, LintWarning, NbcompileReport } from './report-schema';
 
 export const MIME_TYPE = 'application/vnd.nbcompile.report+json';
 
@@ -39,6 +39,60 @@ export function latestReport(outputs: { data?: Record<string, unknown> }[]): IRe
   return null;
 }
 
+/** An output as nbformat saves it (the fields this extension reads). */
+export interface IOutputJSON {
+  output_type?: string;
+  data?: Record<string, unknown>;
+  metadata?: Record<string, unknown>;
+}
+
+/** The content of an iopub display_data or update_display_data message. */
+export interface IDisplayContent {
+  data: Record<string, unknown>;
+  metadata: Record<string, unknown>;
+  transient?: { display_id?: string };
+}
+
+/**
+ * The display id a report output carries in its metadata (the kernel puts it there as well as in
+ * the message's transient part, which a saved notebook loses).
+ */
+export function reportDisplayId(output: IOutputJSON): string | null {
+  const meta = output.metadata?.[MIME_TYPE] as { display_id?: unknown } | undefined;
+  return meta && typeof meta.display_id === 'string' ? meta.display_id : null;
+}
+
+/**
+ * The indices of the outputs a display message replaces: those that carry its display id in their
+ * metadata and differ from it (JupyterLab already replaced the others itself while it still knew
+ * the transient id, i.e. before a page reload).
+ */
+export function outputsToReplace(outputs: IOutputJSON[], content: IDisplayContent): number[] {
+  const id = content.transient?.display_id;
+  if (!id || !content.data?.[MIME_TYPE]) {
+    return [];
+  }
+  const wanted = JSON.stringify([content.data, content.metadata ?? {}]);
+  const found: number[] = [];
+  outputs.forEach((output, i) => {
+    if (reportDisplayId(output) === id && JSON.stringify([output.data ?? {}, output.metadata ?? {}]) !== wanted) {
+      found.push(i);
+    }
+  });
+  return found;
+}
+
+/** What trying a fix showed (as nbcompile/render.py's fix_proof): `proven: breaks 2 -> 1, check ok`. */
+export function fixProof(fix: Fix): string {
+  if (fix.verified === true) {
+    return `proven: ${fix.effect}`;
+  }
+  if (fix.verified === false) {
+    return `tried, did not help: ${fix.effect}`;
+  }
+  return fix.effect;
+}
+
 function safeUrl(url: string | null): string | null {
   return url && /^https?:\/\//.test(url) ? url : null;
 }
@@ -61,9 +115,10 @@ export function markers(report: IReport, source: string): IMarker[] {
       for (const hint of b.hints.slice(0, 2)) {
         m.lines.push(`hint: ${hint}`);
       }
-      const fix = (b.fixes || []).find(f => f.command);
+      const fix = b.fixes.find(f => f.command && f.verified !== false);
       if (fix) {
-        m.lines.push(`fix: ${fix.command}`);
+        const proof = fixProof(fix);
+        m.lines.push(`fix: ${fix.command}${proof ? ` (${proof})` : ''}`);
       }
       const href = safeUrl(b.doc_url);
       if (href) {

@@ -1,4 +1,6 @@
-import { isCompileCell, latestReport, markers, MIME_TYPE, recompileLines, IReport, summary } from '../src/report';
+import {
+  isCompileCell, latestReport, markers, MIME_TYPE, outputsToReplace, recompileLines, IReport, reportDisplayId, summary
+} from '../src/report';
 import { renderReport } from '../src/render';
 
 function report(extra: Partial<IReport> = {}): IReport {
@@ -11,7 +13,7 @@ function report(extra: Partial<IReport> = {}): IReport {
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
       reason: 'r', gb_type: 'Failed to trace builtin operator', gb_id: 'GB0059', explanation: 'no print',
       hints: ['Avoid print'], doc_url: 'https://example.org/gb0059', compile_id: '0/0',
-      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly', warnings: [] }]
+      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly', warnings: [], verified: null, effect: '', toggles: { helper: 'disable' } }]
     })),
     ...extra
   };
@@ -91,4 +93,37 @@ test('the summary counts as the Python one does: plurals and errors', () => {
     errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }]
   });
   expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 recompiles, compile 0.10 s, 1 error, check ok');
+});
+
+test('a display message replaces the saved report outputs that carry its display id, and only those', () => {
+  const meta = (id: string) => ({ [MIME_TYPE]: { display_id: id } });
+  const saved = [
+    { output_type: 'display_data', data: { 'application/vnd.jupyter.widget-view+json': {} }, metadata: {} },
+    { output_type: 'display_data', data: { [MIME_TYPE]: report({ title: 'old' }) }, metadata: meta('nbcompile-a') },
+    { output_type: 'display_data', data: { [MIME_TYPE]: report({ title: 'other' }) }, metadata: meta('nbcompile-b') }
+  ];
+  expect(saved.map(reportDisplayId)).toEqual([null, 'nbcompile-a', 'nbcompile-b']);
+  const update = { data: { [MIME_TYPE]: report({ title: 'new' }) }, metadata: meta('nbcompile-a'), transient: { display_id: 'nbcompile-a' } };
+  expect(outputsToReplace(saved, update)).toEqual([1]);
+  // already replaced (JupyterLab routed it itself, before any reload): nothing to do
+  expect(outputsToReplace([saved[0], { output_type: 'display_data', data: update.data, metadata: update.metadata }], update)).toEqual([]);
+  // no transient id, or a display that is not a report: not ours
+  expect(outputsToReplace(saved, { ...update, transient: {} })).toEqual([]);
+  expect(outputsToReplace(saved, { ...update, data: { 'text/plain': 'x' } })).toEqual([]);
+});
+
+test('a fix that was tried and did not help is not offered in the gutter; a proven one says so', () => {
+  const r = report();
+  const fix = (command: string, verified: boolean | null, effect: string) =>
+    ({ command, why: 'w', warnings: [], verified, effect, toggles: {} });
+  r.breaks[0].fixes = [fix('%nbcompile set outer disable', false, 'breaks 2 -> 2'),
+    fix('%nbcompile set helper disable', true, 'breaks 2 -> 1, check ok')];
+  expect(markers(r, SOURCE)[0].lines).toContain('fix: %nbcompile set helper disable (proven: breaks 2 -> 1, check ok)');
+  expect(markers(r, SOURCE)[0].lines.join('\n')).not.toContain('set outer disable');
+  const shown = [...renderReport(r).querySelectorAll('.nbcompile-fix')].map(d => [d.className, d.textContent]);
+  expect(shown).toEqual([
+    ['nbcompile-fix nbcompile-fix-failed', 'fix: %nbcompile set outer disable  (w) [tried, did not help: breaks 2 -> 2]'],
+    ['nbcompile-fix nbcompile-fix-proven', 'fix: %nbcompile set helper disable  (w) [proven: breaks 2 -> 1, check ok]'],
+    ['nbcompile-fix nbcompile-fix-untried', 'fix: %nbcompile set helper disable  (runs eagerly)']
+  ]);
 });
