@@ -17,7 +17,7 @@ $(PY):
 # A torch already in the venv is kept; otherwise the pinned CPU build is installed.
 venv: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==$(TORCH_TEST_VERSION)
-	$(PIP) install -e .
+	$(PIP) install -e ".[run]"
 
 # Tests pin torch. Installing the package builds the JupyterLab extension (npm, from the registry).
 test-deps: $(PY) chromium

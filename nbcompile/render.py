@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .report import MIME_TYPE, Report
 
@@ -54,6 +55,8 @@ def _options(report: Report) -> str:
 
 def to_text(report: Report) -> str:
     lines = [f"{report.title or 'nbcompile report'} [{_options(report)}]", summary_line(report)]
+    if report.notice:
+        lines.insert(1, f"  {report.notice}")
     for i, g in enumerate(report.graphs):
         lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}")
     for b in report.breaks:
@@ -160,6 +163,8 @@ def to_html(report: Report) -> str:
         f"<p>{_e(summary_line(report))}</p>",
         split_bar(report),
     ]
+    if report.notice:
+        parts.insert(2, f"<p class='nbcompile-notice' style='color:#b00'><b>{_e(report.notice)}</b></p>")
     if report.check is not None and not report.check.ok:
         parts.append(f"<p style='color:#b00'><b>Check failed:</b> {_e(report.check.message)}</p>")
     elif report.check is not None:

@@ -13,9 +13,10 @@ import dataclasses
 import json
 import pathlib
 import sys
+import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 SCHEMA_VERSION = 1
 MIME_TYPE = "application/vnd.nbcompile.report+json"
@@ -46,14 +47,14 @@ class GraphBreak:
     function: str
     filename: str
     lineno: int
-    cell_line: Optional[int]
+    cell_line: int | None
     source_line: str
     reason: str
     gb_type: str
-    gb_id: Optional[str]
+    gb_id: str | None
     explanation: str
     hints: list[str]
-    doc_url: Optional[str]
+    doc_url: str | None
     compile_id: str = ""
     #: Toggles or code changes that would remove this break, best first.
     fixes: list[Fix] = field(default_factory=list)
@@ -105,7 +106,7 @@ class Check:
     """
 
     ok: bool
-    max_abs_diff: Optional[float]
+    max_abs_diff: float | None
     message: str
     compared: bool = True
 
@@ -129,7 +130,7 @@ class LintWarning:
     rule: str
     variable: str
     lineno: int
-    cell_line: Optional[int]
+    cell_line: int | None
     message: str
 
 
@@ -144,7 +145,7 @@ class Fix:
     warnings: list[str] = field(default_factory=list)
     #: True: applied on a scratch run and seen to help; False: tried and it did not help (never the
     #: first fix offered); None: not tried (a code change, no run to try it on, over the budget).
-    verified: Optional[bool] = None
+    verified: bool | None = None
     #: What the trial showed ("breaks 2 -> 1, graphs 3 -> 2, check ok"), or why it was not tried.
     effect: str = ""
     #: The toggles the command sets (name -> mode); empty for a code change.
@@ -157,9 +158,9 @@ class Report:
 
     title: str = ""
     backend: str = "inductor"
-    mode: Optional[str] = None
+    mode: str | None = None
     fullgraph: bool = False
-    dynamic: Optional[bool] = None
+    dynamic: bool | None = None
     graphs: list[Graph] = field(default_factory=list)
     breaks: list[GraphBreak] = field(default_factory=list)
     frames: list[Frame] = field(default_factory=list)
@@ -168,11 +169,13 @@ class Report:
     errors: list[CompileError] = field(default_factory=list)
     #: allow_in_graph lint warnings, for the functions under allow_in_graph.
     warnings: list[LintWarning] = field(default_factory=list)
-    check: Optional[Check] = None
+    check: Check | None = None
     #: The toggles as an annotation snippet (``calls`` style), for frontends' copy command.
     snippet: str = ""
     #: Items past MAX_ITEMS that were counted but not kept, by list name.
     dropped: dict[str, int] = field(default_factory=dict)
+    #: Set on the kept report when a later change failed: that change, why, and what was kept.
+    notice: str = ""
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
     result: Any = field(default=None, repr=False, compare=False)
 
@@ -211,7 +214,7 @@ class Report:
                 return
         items.append(item)
 
-    def for_function(self, name: str, span: Any = None) -> "Report":
+    def for_function(self, name: str, span: Any = None) -> Report:
         """The part of this report about one function (its frames, resumed frames included).
 
         With ``span`` (filename, first line, last line of the function's code;
@@ -289,7 +292,7 @@ class Report:
         printer.text(str(self))
 
 
-def _describe_result(value: Any) -> Optional[str]:
+def _describe_result(value: Any) -> str | None:
     """A short, JSON-safe description of a run's value (tensors by shape and dtype)."""
     if value is None:
         return None
@@ -320,7 +323,7 @@ _DERIVED = {
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X] and X | None
         inner = [a for a in args if a is not type(None)]
         schema = _type_schema(inner[0], defs)
         if "type" in schema:

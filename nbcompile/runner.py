@@ -9,7 +9,7 @@ The kernel's peak resident memory is measured at the end.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import pathlib
 import re
@@ -114,6 +114,14 @@ def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> Non
         print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
 
 
+def _importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nbcompile", description="nbcompile command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,7 +133,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.notebook.exists():
         parser.error(f"no such notebook: {args.notebook}")
-    missing = [name for name in ("nbclient", "nbconvert", "nbformat") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("nbclient", "nbconvert", "nbformat") if not _importable(name)]
     if missing:
         parser.error(f"`run` needs {', '.join(missing)}: pip install 'nbcompile[run]'")
     from nbclient.exceptions import CellExecutionError

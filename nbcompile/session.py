@@ -258,10 +258,18 @@ class Session:
             lint = ""
             if mode == "allow_in_graph" and name in self._tracked and self.lint(name):
                 lint = "; the allow_in_graph lint says: " + "; ".join(w.message for w in self.lint(name)[:3])
-            raise NbcompileError(
+            raise self._failed(
                 f"{name} -> {mode} failed ({describe_failure(exc)}); kept {name} -> {previous}{lint}") from exc
         self.redraw()
         return self.report
+
+    def _failed(self, message: str) -> NbcompileError:
+        """The error for a change that failed and was rolled back; the kept report says so too (the
+        displayed report and the gutter stay on the last good view, with the failure beside it)."""
+        self.report.notice = f"The last change failed and was rolled back: {message}"
+        self.recording.notify()
+        self.redraw()
+        return NbcompileError(message)
 
     def _roll_back(self, undo: Callable[[], None], old_report: Report) -> None:
         try:
@@ -304,7 +312,7 @@ class Session:
             if not isinstance(exc, Exception):
                 raise
             said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-            raise NbcompileError(f"{said} failed ({describe_failure(exc)}); kept the previous options") from exc
+            raise self._failed(f"{said} failed ({describe_failure(exc)}); kept the previous options") from exc
         self.redraw()
         return self.report
 

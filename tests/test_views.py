@@ -44,6 +44,13 @@ def test_a_failed_toggle_keeps_the_last_good_view_everywhere(ip):
     assert {name: html.value for name, html in panel.function_counts.items()} == counts
     assert "ValueError: boom" in panel.status.value  # the error beside the kept view
     assert status.split(" · ")[0] in panel.status.value  # the same counts as before
+    # the report (and so the gutter, which reads it) is the last good one, saying what failed
+    assert report.notice.startswith("The last change failed and was rolled back: scale -> allow_in_graph failed")
+    bundle = report._repr_mimebundle_()
+    assert "ValueError: boom" in bundle["text/html"] and bundle["application/vnd.nbcompile.report+json"]["notice"]
+    assert bundle["application/vnd.nbcompile.report+json"]["breaks"] == report.to_json()["breaks"] != []
+    ip.run_cell("%nbcompile set scale disable")  # the next good change: a fresh report, no notice
+    assert nbcompile.last().report is not report and nbcompile.last().report.notice == ""
 
 
 @dataclasses.dataclass
