@@ -128,6 +128,22 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
     return "<pre style='font-size:12px;line-height:1.35;margin:0'>" + "".join(rows) + "</pre>"
 
 
+#: Wide enough for the longest mode in JupyterLab's 13px UI font with the buttons' padding
+#: ("allow_in_graph", "disallow_in_graph"): never cut to "allow_in_gr…".
+FUNCTION_BUTTON_WIDTH = "150px"
+TORCH_BUTTON_WIDTH = "165px"
+LABEL_WIDTH = "220px"
+
+
+def _label(name: str, note: str = "") -> widgets.HTML:
+    """A row's name in a fixed column: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
+    in an ellipsis, with the whole name on hover, instead of running under the buttons."""
+    return widgets.HTML(
+        f"<div title='{_e(name)}' style='white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>"
+        f"<code>{_e(name)}</code>{note}</div>",
+        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, overflow="hidden"))
+
+
 class Panel(widgets.VBox):
     """The live panel of one session (``Session.panel()``)."""
 
@@ -188,13 +204,12 @@ class Panel(widgets.VBox):
 
     def _function_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=FUNCTION_MODES, value=self.session.toggles.get(name, "compile"),
-                                       style={"button_width": "125px"})
+                                       style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         counts = widgets.HTML()
         self.function_rows[name] = toggle
         self.function_counts[name] = counts
-        label = widgets.HTML(f"<code>{_e(name)}</code>" + (" <i>(entry)</i>" if name in self.session.entries else ""),
-                             layout=widgets.Layout(width="180px"))
+        label = _label(name, " <i>(entry)</i>" if name in self.session.entries else "")
         return widgets.HBox([label, toggle, counts])
 
     def _entry_row(self, name: str) -> widgets.HBox:
@@ -202,16 +217,16 @@ class Panel(widgets.VBox):
         counts = widgets.HTML()
         self.function_counts[name] = counts
         kind = "nn.Module" if "." not in name else "function"
-        label = widgets.HTML(f"<code>{_e(name)}</code> <i>(entry, {kind})</i>", layout=widgets.Layout(width="180px"))
+        label = _label(name, f" <i>(entry, {kind})</i>")
         return widgets.HBox([label, widgets.HTML("<span style='color:#888'>compiled whole</span>",
                                                  layout=widgets.Layout(width="380px")), counts])
 
     def _op_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
-                                       style={"button_width": "130px"})
+                                       style={"button_width": TORCH_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         self.op_rows[name] = toggle
-        return widgets.HBox([widgets.HTML(f"<code>{_e(name)}</code>", layout=widgets.Layout(width="180px")), toggle])
+        return widgets.HBox([_label(name), toggle])
 
     def _controls(self, session: Any) -> widgets.HBox:
         from . import torch_compat

@@ -192,3 +192,20 @@ def test_a_module_entry_has_a_row_in_the_panel(ip):
     assert result.success, result.error_in_exec
     panel = nbcompile.last().panel()
     assert "1 frame," in panel.function_counts["lin"].value
+
+
+def test_rows_never_cut_a_mode_nor_run_a_long_name_under_the_buttons(ip):
+    from nbcompile import panel as panel_ops
+
+    body = "import torch\ndef f(x):\n    return torch.nn.functional.scaled_dot_product_attention(x, x, x) + 1\n"
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(1, 2, 4))"', body)
+    panel = nbcompile.last().panel()
+    assert panel.function_rows["f"].style.button_width == panel_ops.FUNCTION_BUTTON_WIDTH
+    # 14 and 17 characters at 7.5 px in the 13 px UI font, plus 2 x 12 px of padding
+    assert int(panel_ops.FUNCTION_BUTTON_WIDTH[:-2]) >= 14 * 7.5 + 24
+    assert int(panel_ops.TORCH_BUTTON_WIDTH[:-2]) >= 17 * 7.5 + 24
+    (name,) = [n for n in panel.op_rows if "scaled_dot_product_attention" in n]
+    row = next(r for r in panel.ops_box.children if panel.op_rows[name] in r.children)
+    html = row.children[0].value
+    assert "text-overflow:ellipsis" in html and f"title='{name}'" in html
+    assert row.children[0].layout.width == panel_ops.LABEL_WIDTH
