@@ -209,3 +209,58 @@ def test_rows_never_cut_a_mode_nor_run_a_long_name_under_the_buttons(ip):
     html = row.children[0].value
     assert "text-overflow:ellipsis" in html and f"title='{name}'" in html
     assert row.children[0].layout.width == panel_ops.LABEL_WIDTH
+
+
+SUBMODULE_DISABLED = textwrap.dedent(
+    """\
+    import torch
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pre = torch.nn.Linear(4, 4)
+            self.layer0 = torch.nn.Linear(4, 4)
+            self.layer1 = torch.nn.Linear(4, 4)
+        def forward(self, x):
+            x = torch.relu(self.pre(x))
+            x = self.layer0(x)
+            return self.layer1(x) * 2
+    model = Net()
+    model.layer0 = torch._dynamo.disable(model.layer0)
+    """
+)
+
+
+def test_a_module_entry_leaves_the_submodules_the_user_disabled_eager(ip):
+    from torch._dynamo.testing import CompileCounter
+
+    run_compile_cell(ip, '--backend eager --entry model --no-panel --run "model(torch.ones(3, 4))"', SUBMODULE_DISABLED)
+    session = nbcompile.last()
+    ns: dict = {}
+    exec(SUBMODULE_DISABLED, ns)
+    counter = CompileCounter()
+    torch.compile(ns["model"], backend=counter)(torch.ones(3, 4))
+    assert counter.frame_count == 2  # plain torch.compile(model): before and after the disabled layer
+    assert (session.report.graph_count, session.report.break_count) == (counter.frame_count, 1)
+    assert not any("layer0" in g.function or "Linear" in g.function for g in session.report.graphs)
+    exec(SUBMODULE_DISABLED, ns)
+    assert nbcompile.inspect(ns["model"], torch.ones(3, 4), backend="eager").graph_count == counter.frame_count
+
+
+def test_the_run_summary_numbers_cells_as_a_user_counts_them(capsys):
+    import nbformat
+
+    from nbcompile import runner
+    from nbcompile.report import MIME_TYPE, Report
+
+    data = Report(title="%%compile [3]: f").to_json()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("import torch", execution_count=1),
+        nbformat.v4.new_code_cell("%%compile\ndef f(x):\n    return x", execution_count=3, outputs=[
+            nbformat.v4.new_output("display_data", data={MIME_TYPE: data})]),
+    ])
+    summary = runner.summary(nb)
+    (cell,) = summary["compile_cells"]
+    assert (cell["cell"], cell["execution_count"]) == (3, 3)  # the third cell of the notebook, In [3]
+    runner.print_summary("nb.ipynb", {"seconds": 1.0, "peak_rss_mib": None}, summary)
+    assert "cell 3 (In [3]): %%compile [3]: f" in capsys.readouterr().out
