@@ -71,7 +71,8 @@ def main() -> None:
     for name, r in cases.items():
         print(f"{name}: {r['functions']} functions, {r['graphs']} graphs, {r['breaks']} breaks: panel built in "
               f"{r['median_s_build'] * 1e3:.0f} ms, redrawn in {r['median_s_redraw'] * 1e3:.0f} ms (target < 1 s)")
-    write("panel_scale", {"cases": cases, "target_s": 1.0, "meets_targets": all(r["meets_target"] for r in cases.values())},
+    write("panel_scale",
+          {"cases": cases, "target_s": 1.0, "meets_targets": all(r["meets_target"] for r in cases.values())},
           args.out)
 
 

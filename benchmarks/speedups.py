@@ -31,11 +31,14 @@ from _common import RESULTS, environment, write  # noqa: E402
 
 CASES = {
     # memory-bound cases are sized past the CPU's caches, so the copy's peak is the right yardstick
-    "softmax": ("def softmax(x):\n    return torch.softmax(x * 0.5, dim=-1)\n", "softmax", lambda d: [torch.randn(2048, 4096, device=d)]),
+    "softmax": ("def softmax(x):\n    return torch.softmax(x * 0.5, dim=-1)\n",
+                "softmax", lambda d: [torch.randn(2048, 4096, device=d)]),
     "layernorm": ("def layernorm(x, w, b):\n    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)\n",
-                  "layernorm", lambda d: [torch.randn(2048, 4096, device=d), torch.randn(4096, device=d), torch.randn(4096, device=d)]),
+                  "layernorm", lambda d: [torch.randn(2048, 4096, device=d), torch.randn(4096, device=d),
+                                          torch.randn(4096, device=d)]),
     "gelu_mlp": ("def gelu_mlp(x, w1, w2):\n    return torch.nn.functional.gelu(x @ w1) @ w2\n",
-                 "gelu_mlp", lambda d: [torch.randn(256, 512, device=d), torch.randn(512, 1024, device=d) / 20, torch.randn(1024, 512, device=d) / 30]),
+                 "gelu_mlp", lambda d: [torch.randn(256, 512, device=d), torch.randn(512, 1024, device=d) / 20,
+                                        torch.randn(1024, 512, device=d) / 30]),
     "transformer_block": (
         "import torch.nn.functional as F\n"
         "def transformer_block(x, wq, wk, wv, wo, w1, w2):\n"
@@ -49,7 +52,8 @@ CASES = {
         + [torch.randn(256, 1024, device=d) / 16, torch.randn(1024, 256, device=d) / 32]),
     "graph_breaks": (
         "def scale_shift(x):\n    x = x * 1.5\n    torch._dynamo.graph_break()\n    return x - 0.25\n"
-        "def with_breaks(x):\n    for _ in range(4):\n        x = torch.tanh(scale_shift(x)) + x.mean()\n    return x\n",
+        "def with_breaks(x):\n    for _ in range(4):\n        x = torch.tanh(scale_shift(x)) + x.mean()\n"
+        "    return x\n",
         "with_breaks", lambda d: [torch.randn(1024, 1024, device=d)]),
 }
 
@@ -81,8 +85,6 @@ def _independent(fn, args, device) -> float:
 
 def _session_vs_plain(shell, source: str, entry: str, args, rounds: int) -> dict:
     """%%compile's compiled entry against plain torch.compile of its own copy: interleaved rounds."""
-    import nbcompile
-
     shell.user_ns["_bench_args"] = args
     with contextlib.redirect_stdout(io.StringIO()):
         shell.run_cell_magic("compile", "--no-panel --no-check", "import torch\n" + source)
@@ -119,9 +121,11 @@ def main() -> None:
     parser.add_argument("--min-run-time", type=float, default=0.5)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".inductor-cache"))
-    import nbcompile
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          str(pathlib.Path(__file__).resolve().parents[1] / ".inductor-cache"))
     from IPython.core.interactiveshell import InteractiveShell
+
+    import nbcompile
     from nbcompile.timing import time_call
 
     shell = InteractiveShell.instance()
@@ -135,7 +139,8 @@ def main() -> None:
         inputs = make(device)
         plans = list(configs)
         if name == "graph_breaks":  # before and after the fix: the helper allowed into the graph
-            plans = ["default", {"name": "default + allow_in_graph(scale_shift)", "toggles": {"scale_shift": "allow_in_graph"}}]
+            plans = ["default", {"name": "default + allow_in_graph(scale_shift)",
+                                 "toggles": {"scale_shift": "allow_in_graph"}}]
         bench = nbcompile.bench(ns[entry], *inputs, configs=plans, min_run_time=args.min_run_time)
         default = bench.row("default")
         plain_default = torch.compile(_namespace(source)[entry])
@@ -144,7 +149,7 @@ def main() -> None:
         # so this noisy shared machine drifts the same way for both
         pairs = []
         for _ in range(5):
-            ours = time_call(lambda: plain_default(*inputs), device, args.min_run_time)[0]
+            ours = time_call(lambda: plain_default(*inputs), device, args.min_run_time)[0]  # noqa: B023 (called here)
             pairs.append((ours, _independent(plain_default, inputs, device)))
         fidelity = statistics.median(o / i for o, i in pairs)
         independent = statistics.median(i for _, i in pairs)

@@ -135,7 +135,8 @@ def main() -> None:
     parser.add_argument("--backends", default="eager,inductor")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".inductor-cache"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          str(pathlib.Path(__file__).resolve().parents[1] / ".inductor-cache"))
     results = {}
     for backend in args.backends.split(","):
         r = _bench(backend, args.rounds)

@@ -7,12 +7,12 @@ and the IPython extension hooks (``%load_ext nbcompile``).
 from __future__ import annotations
 
 from .api import inspect
-from .timing import BenchConfig, BenchResult, BenchRow, bench
-from .snippet import export
 from .magics import load_ipython_extension, unload_ipython_extension
 from .options import NbcompileError
 from .report import Check, CompileError, Fix, Frame, Graph, GraphBreak, Kernel, LintWarning, Recompile, Report
 from .session import Session, last, sessions
+from .snippet import export
+from .timing import BenchConfig, BenchResult, BenchRow, bench
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import types
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -59,7 +60,9 @@ def _advisor(fn: Any, toggles: dict[str, str], disallowed: dict[str, Any]) -> su
             lints[name] = lint_allow_in_graph(tracked[name], name) if name in tracked else []
         return lints[name]
 
-    return suggest.Advisor(tracked, toggles, [getattr(target, "__name__", "")], suggest.inspect_command, lint, disallowed)
+    return suggest.Advisor(
+        tracked, toggles, [getattr(target, "__name__", "")], suggest.inspect_command, lint, disallowed
+    )
 
 
 def toggle_engine(fn: Any, toggles: dict[Any, str]) -> tuple[Toggles, dict[str, str]]:
@@ -121,11 +124,11 @@ def _call(extra: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:
 def inspect(
     fn: Callable[..., Any],
     *args: Any,
-    toggles: Optional[dict[Any, str]] = None,
+    toggles: dict[Any, str] | None = None,
     backend: str = "inductor",
-    mode: Optional[str] = None,
+    mode: str | None = None,
     fullgraph: bool = False,
-    dynamic: Optional[bool] = None,
+    dynamic: bool | None = None,
     check: bool = True,
     **kwargs: Any,
 ) -> Report:

@@ -26,8 +26,9 @@ import json
 import logging
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from . import torch_compat
 from .cell import cell_line_of
@@ -49,7 +50,7 @@ class Recording:
         #: Bumped by every change; views compare it with the version they drew (they never draw here).
         self.version = 0
         #: Suggests fixes for each break as it is recorded (set by the session or inspect).
-        self.advise: Optional[Callable[[GraphBreak], list[Fix]]] = None
+        self.advise: Callable[[GraphBreak], list[Fix]] | None = None
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
@@ -59,7 +60,7 @@ class Recording:
             return True
         return any(f == filename and a <= lineno <= b for f, a, b in self.spans)
 
-    def cell_line(self, filename: str, lineno: int) -> Optional[int]:
+    def cell_line(self, filename: str, lineno: int) -> int | None:
         # Cell bodies are compiled with the magic line kept as a blank first
         # line, so a line number in a cell file is the line as displayed.
         if filename in self.cell_files:
@@ -79,8 +80,8 @@ class _Pending:
     filename: str = ""
     lineno: int = 0
     function: str = ""
-    active: Optional[weakref.ref[Recording]] = None
-    backend_owner: Optional[weakref.ref[Recording]] = None
+    active: weakref.ref[Recording] | None = None
+    backend_owner: weakref.ref[Recording] | None = None
     graphs: list[Graph] = field(default_factory=list)
     breaks: list[str] = field(default_factory=list)
     guards: str = ""
@@ -155,7 +156,7 @@ class Hub:
         return self._local.stack
 
     # -- events ----------------------------------------------------------------------
-    def on_graph(self, compile_id: Optional[str], graph: Graph, owner: Optional[Recording]) -> None:
+    def on_graph(self, compile_id: str | None, graph: Graph, owner: Recording | None) -> None:
         if compile_id is None:
             return
         with self._lock:
@@ -215,7 +216,7 @@ class Hub:
         if active:
             pending.active = weakref.ref(active[-1])
 
-    def _owner_for(self, pending: _Pending, metrics: dict[str, Any]) -> Optional[Recording]:
+    def _owner_for(self, pending: _Pending, metrics: dict[str, Any]) -> Recording | None:
         for ref in (pending.backend_owner, pending.active):
             owner = ref() if ref is not None else None
             if owner is not None:
@@ -323,7 +324,7 @@ def graph_ops(gm: Any) -> list[str]:
     return ops
 
 
-_TORCH_NAMES: dict[int, Optional[str]] = {}
+_TORCH_NAMES: dict[int, str | None] = {}
 
 
 def torch_callables(gm: Any) -> list[str]:
@@ -359,7 +360,7 @@ class RecordingBackend:
     ``torch.compile``; only the compile path gains one pass over the nodes.
     """
 
-    def __init__(self, name: str, mode: Optional[str], dynamic: Optional[bool], owner: Recording):
+    def __init__(self, name: str, mode: str | None, dynamic: bool | None, owner: Recording):
         self.name = name
         self.inner = torch_compat.make_backend(name, mode, dynamic)
         self.compiler_name = name
@@ -369,7 +370,8 @@ class RecordingBackend:
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         ops = graph_ops(gm)
         compile_id = torch_compat.current_compile_id()
-        HUB.on_graph(compile_id, Graph(compile_id or "", len(ops), ops, torch_callables=torch_callables(gm)), self._owner())
+        graph = Graph(compile_id or "", len(ops), ops, torch_callables=torch_callables(gm))
+        HUB.on_graph(compile_id, graph, self._owner())
         return self.inner(gm, example_inputs)
 
     def reset(self) -> None:

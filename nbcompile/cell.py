@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 _IPYTHON_CELL = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$")
 _IPYKERNEL_CELL = re.compile(r"[/\\]ipykernel_\d+[/\\]-?\d+\.py$")
@@ -20,7 +19,7 @@ def is_cell_filename(filename: str) -> bool:
     return bool(_IPYTHON_CELL.match(filename) or _IPYKERNEL_CELL.search(filename))
 
 
-def cell_line_of(filename: str, lineno: int) -> Optional[int]:
+def cell_line_of(filename: str, lineno: int) -> int | None:
     """The displayed line in a notebook cell, or None for code outside a cell."""
     return lineno if is_cell_filename(filename) else None
 
@@ -100,7 +99,7 @@ def analyse(source: str) -> CellFunctions:
     return cell
 
 
-def _references(node: ast.AST, top: set[str], cls: Optional[str], cls_methods: list[str]) -> set[str]:
+def _references(node: ast.AST, top: set[str], cls: str | None, cls_methods: list[str]) -> set[str]:
     found: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in top:

@@ -30,7 +30,8 @@ import os
 import random
 import sys
 import threading
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -77,11 +78,11 @@ class Comparison:
     _seen: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False)
 
     @property
-    def max_abs_diff(self) -> Optional[float]:
+    def max_abs_diff(self) -> float | None:
         return max(self.diffs) if self.diffs else None
 
 
-def compare(compiled: Any, eager: Any, path: str = "result", into: Optional[Comparison] = None) -> Comparison:
+def compare(compiled: Any, eager: Any, path: str = "result", into: Comparison | None = None) -> Comparison:
     """Compare two run values leaf by leaf; problems name the path (``result[1]['y']``)."""
     out = into if into is not None else Comparison()
     _compare(compiled, eager, path, out)
@@ -117,20 +118,20 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0) -> None
         if len(a) != len(b):
             out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
             return
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _compare(x, y, f"{path}[{i}]", out, depth + 1)
     elif isinstance(a, dict):
         if not _same_keys(a, b, out):
             out.problems.append(f"{path}: compiled has keys {_short(list(a))}, eager has {_short(list(b))}")
             return
-        for (key_a, x), y in zip(a.items(), b.values()):
+        for (key_a, x), y in zip(a.items(), b.values(), strict=True):
             _compare(x, y, f"{path}[{_short(key_a)}]", out, depth + 1)
     elif isinstance(a, (set, frozenset)):
         _compare_plain(a, b, path, out)
     elif isinstance(a, torch.nn.Module):
         _compare_named(dict(a.named_parameters()), dict(b.named_parameters()), path, out, depth)
         _compare_named(dict(a.named_buffers()), dict(b.named_buffers()), path, out, depth)
-        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=False):
             if p.grad is not None or q.grad is not None:
                 _compare(p.grad, q.grad, f"{path}.{name}.grad", out, depth + 1)
         if a.training != b.training:
@@ -151,7 +152,7 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0) -> None
 def _same_keys(a: dict[Any, Any], b: dict[Any, Any], out: Comparison) -> bool:
     if len(a) != len(b):
         return False
-    for ka, kb in zip(a, b):
+    for ka, kb in zip(a, b, strict=True):
         if ka is kb or out.pairs.get(id(ka)) is kb:
             continue
         try:
@@ -177,13 +178,15 @@ def _compare_contents(a: Any, b: Any, path: str, out: Comparison, depth: int) ->
             out.skipped.append(path)
         return
     if list(state_a) != list(state_b):
-        out.problems.append(f"{path}: compiled has attributes {_short(list(state_a))}, eager has {_short(list(state_b))}")
+        out.problems.append(
+            f"{path}: compiled has attributes {_short(list(state_a))}, eager has {_short(list(state_b))}"
+        )
         return
     for name in state_a:
         _compare(state_a[name], state_b[name], f"{path}.{name}", out, depth + 1)
 
 
-def _contents(value: Any) -> Optional[dict[str, Any]]:
+def _contents(value: Any) -> dict[str, Any] | None:
     """What an object holds, for objects compared by content (``__dict__`` or ``__slots__``)."""
     if hasattr(value, "__dict__") and not isinstance(value, type):
         return {k: v for k, v in vars(value).items() if not callable(v) or isinstance(v, torch.nn.Module)}
@@ -257,8 +260,8 @@ def _compare_tensors(a: Any, b: Any, path: str, out: Comparison) -> None:
 
 def _one_line(message: str) -> str:
     """assert_close's message, which spans lines, as one line."""
-    lines = [l.strip() for l in message.splitlines() if l.strip()]
-    keep = [l for l in lines if l.startswith(("Mismatched elements", "Greatest absolute difference"))]
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    keep = [line for line in lines if line.startswith(("Mismatched elements", "Greatest absolute difference"))]
     return "; ".join(keep) if keep else (lines[0] if lines else "values differ")
 
 
@@ -295,7 +298,9 @@ class RngState:
 
     def __init__(self) -> None:
         self.torch = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        self.cuda = (
+            torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        )
         self.python = random.getstate()
         self.numpy = None
         try:
@@ -324,7 +329,7 @@ def against_eager(
     replay: Replay,
     rng_before: RngState,
     *,
-    bind: Optional[dict[Any, Any]] = None,
+    bind: dict[Any, Any] | None = None,
     random_ops: Iterable[str] = (),
     backend: str = "",
 ) -> Check:
@@ -394,7 +399,8 @@ _GUARD = threading.local()
 _HOOKED = False
 #: Audit events that reach outside Python objects (files, processes, the network).
 _OUTSIDE = {"os.remove": "removes a file", "os.rename": "renames a file", "os.rmdir": "removes a directory",
-            "os.mkdir": "makes a directory", "os.system": "runs a shell command", "subprocess.Popen": "starts a process",
+            "os.mkdir": "makes a directory", "os.system": "runs a shell command",
+            "subprocess.Popen": "starts a process",
             "socket.connect": "opens a connection", "socket.sendto": "sends over the network",
             "shutil.rmtree": "removes a directory", "os.truncate": "truncates a file"}
 
@@ -405,7 +411,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     what = None
     if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
         what = f"writes to a file ({args[0]!s:.60})"
-    elif event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None and args[2] & (os.O_WRONLY | os.O_RDWR):
+    elif (event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None
+          and args[2] & (os.O_WRONLY | os.O_RDWR)):
         what = f"writes to a file ({args[0]!s:.60})"
     elif event in _OUTSIDE:
         what = _OUTSIDE[event]
@@ -451,8 +458,8 @@ def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) ->
     if not comparison.problems:
         skipped = ""
         if comparison.skipped:
-            skipped = f"; not compared: {', '.join(comparison.skipped[:2])}" + (
-                f" and {len(comparison.skipped) - 2} more" if len(comparison.skipped) > 2 else "") + " (no way to compare)"
+            more = f" and {len(comparison.skipped) - 2} more" if len(comparison.skipped) > 2 else ""
+            skipped = f"; not compared: {', '.join(comparison.skipped[:2])}{more} (no way to compare)"
         if not comparison.compared and comparison.skipped:
             return Check(True, None, f"not compared: nothing in the result can be compared{skipped}", compared=False)
         return Check(True, diff, f"matches eager ({comparison.compared} values compared, {diff_text}){skipped}")

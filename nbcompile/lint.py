@@ -22,7 +22,8 @@ import builtins
 import inspect as _pyinspect
 import textwrap
 import types
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ _PROXYABLE_ANNOTATIONS = frozenset({
 _NON_TENSOR_DEFAULTS = (int, float, bool, str, bytes)
 
 
-def lint_allow_in_graph(fn: Any, name: Optional[str] = None, owner: Optional[type] = None) -> list[LintWarning]:
+def lint_allow_in_graph(fn: Any, name: str | None = None, owner: type | None = None) -> list[LintWarning]:
     """Warnings for ``fn`` under ``allow_in_graph``; ``owner`` is the class for ``Class.method``."""
     fn = getattr(fn, "__func__", fn)
     label = name or getattr(fn, "__qualname__", repr(fn))
@@ -62,12 +63,13 @@ def lint_allow_in_graph(fn: Any, name: Optional[str] = None, owner: Optional[typ
         source = textwrap.dedent(_pyinspect.getsource(fn))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError) as exc:
-        return [LintWarning(label, "no-source", label, code.co_firstlineno, cell_line_of(code.co_filename, code.co_firstlineno),
+        return [LintWarning(label, "no-source", label, code.co_firstlineno,
+                            cell_line_of(code.co_filename, code.co_firstlineno),
                             f"{label}: source not available ({type(exc).__name__}), not linted")]
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if node is None:
         return []
-    closure = dict(zip(code.co_freevars, (_cell_value(c) for c in (fn.__closure__ or ()))))
+    closure = dict(zip(code.co_freevars, (_cell_value(c) for c in (fn.__closure__ or ())), strict=True))
     linter = _Linter(label, node, code.co_filename, code.co_firstlineno - 1, closure, fn.__globals__, owner)
     return linter.run()
 
@@ -81,7 +83,7 @@ def _cell_value(cell: Any) -> Any:
 
 class _Linter:
     def __init__(self, label: str, node: ast.AST, filename: str, offset: int, closure: dict[str, Any],
-                 globals_: dict[str, Any], owner: Optional[type]) -> None:
+                 globals_: dict[str, Any], owner: type | None) -> None:
         self.label = label
         self.node = node
         self.filename = filename
@@ -136,8 +138,9 @@ class _Linter:
     def _tensor_names(self, args: ast.arguments) -> set[str]:
         """Parameters that may hold tensors (not annotated or defaulted as plain Python values)."""
         positional = [*args.posonlyargs, *args.args]
-        defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
-        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults,
+                            strict=True))
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
         names = set()
         for a in [*positional, *args.kwonlyargs]:
             if a.arg == self.self_name:
@@ -151,7 +154,7 @@ class _Linter:
             names.add(a.arg)
         return names
 
-    def _mentions_tensor(self, expr: ast.AST) -> Optional[str]:
+    def _mentions_tensor(self, expr: ast.AST) -> str | None:
         """The tensor-derived name ``expr`` reads values of (not just metadata), if any."""
         for sub in _value_reads(expr):
             if isinstance(sub, ast.Name) and sub.id in self.tensors:
@@ -201,8 +204,8 @@ class _Linter:
                           f"input {a.arg}: {ast.unparse(a.annotation)} is not a type an FX graph can take "
                           "(tensors, int, float, bool, None, lists/tuples of them, dtype, device)")
         positional = [*args.posonlyargs, *args.args]
-        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
-        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True))
+        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
         for a, default in pairs:
             if _unproxyable_literal(default):
                 self.warn("not-proxyable", a.arg, default,
@@ -235,7 +238,8 @@ class _Linter:
                 if isinstance(target, (ast.Subscript, ast.Attribute)):
                     targets.append((target, "assigns into"))
                 elif isinstance(sub, ast.AugAssign) and isinstance(target, ast.Name):
-                    targets.append((target, f"applies {ast.unparse(sub)[len(target.id):].split()[0]} (in place on a tensor) to"))
+                    operator = ast.unparse(sub)[len(target.id):].split()[0]
+                    targets.append((target, f"applies {operator} (in place on a tensor) to"))
                 elif isinstance(target, ast.Name) and target.id in self.global_decls:
                     self.warn("mutation", target.id, target, f"rebinds the global {target.id}")
         elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
@@ -265,9 +269,11 @@ class _Linter:
             elif root not in self.locals or root in self.global_decls:
                 where, value = self.resolve(root)
                 if where in ("closure", "global") or root in self.global_decls:
-                    if isinstance(sub, ast.AugAssign) and isinstance(target, ast.Name) and not isinstance(value, torch.Tensor):
+                    if (isinstance(sub, ast.AugAssign) and isinstance(target, ast.Name)
+                            and not isinstance(value, torch.Tensor)):
                         continue  # `total += 1` on a global without `global` is an UnboundLocalError, not ours
-                    self.warn("mutation", root, target, f"{verb} {ast.unparse(target)}, which belongs to the {where} scope")
+                    self.warn("mutation", root, target,
+                              f"{verb} {ast.unparse(target)}, which belongs to the {where} scope")
 
     def _calls(self, sub: ast.AST) -> None:
         if not isinstance(sub, ast.Call):
@@ -323,7 +329,8 @@ class _Linter:
         if isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             name = self._mentions_tensor(sub.test)
             if name is not None:
-                kind = {ast.If: "if", ast.While: "while", ast.IfExp: "conditional expression", ast.Assert: "assert"}[type(sub)]
+                kind = {ast.If: "if", ast.While: "while", ast.IfExp: "conditional expression",
+                        ast.Assert: "assert"}[type(sub)]
                 self.warn("data-dependent", name, sub,
                           f"{kind} on the values of {name} ({ast.unparse(sub.test)[:50]}): the graph keeps one branch; "
                           "use torch.where or torch.cond")
@@ -331,7 +338,8 @@ class _Linter:
             for value in sub.values[:-1]:
                 name = self._mentions_tensor(value)
                 if name is not None:
-                    self.warn("data-dependent", name, sub, f"'{ast.unparse(sub)[:50]}' branches on the values of {name}")
+                    self.warn("data-dependent", name, sub,
+                              f"'{ast.unparse(sub)[:50]}' branches on the values of {name}")
 
     def _outputs(self, sub: ast.AST) -> None:
         if isinstance(sub, (ast.Yield, ast.YieldFrom)):
@@ -391,7 +399,7 @@ _VIEW_METHODS = frozenset({
 })
 
 
-def _alias_source(value: ast.AST) -> Optional[str]:
+def _alias_source(value: ast.AST) -> str | None:
     """``y = x`` / ``y = x[0]`` / ``y = x.view(...)``: the name ``y`` aliases."""
     while True:
         if isinstance(value, ast.Name):
@@ -406,7 +414,7 @@ def _alias_source(value: ast.AST) -> Optional[str]:
             return None
 
 
-def _root_name(node: ast.AST) -> Optional[str]:
+def _root_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None

@@ -9,15 +9,15 @@ frontend's cell id, which identifies a cell across re-runs.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Optional
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from . import torch_compat
 from .options import MODES, CellOptions, NbcompileError
 from .render import fix_proof
-from . import torch_compat
 from .session import Session, create_session, describe_failure, last, sessions
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
@@ -97,12 +97,20 @@ def parse_cell_line(line: str) -> CellOptions:
 _RUNNING: dict[str, Any] = {}
 
 
-def _cell_id(cell: str) -> Optional[str]:
+def _cell_id(cell: str) -> str | None:
     """The frontend's id of the cell running this magic, when the kernel passed one."""
     info = _RUNNING.get("info")
     raw = getattr(info, "raw_cell", None) or ""
     cell_id = getattr(info, "cell_id", None)
     return cell_id if cell_id and cell.strip() and cell.strip() in raw else None
+
+
+def _cell_number(shell: Any) -> int:
+    """The number the frontend shows for the running cell (``In [n]``). IPython stores the cell in its
+    history under that number before running it, and (since IPython 8.x) has already moved
+    ``execution_count`` on to the next one."""
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    return len(history) - 1 if history else int(shell.execution_count)
 
 
 @magics_class
@@ -112,7 +120,7 @@ class NbcompileMagics(Magics):
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
         options = parse_cell_line(line)
         shell = self.shell
-        count = shell.execution_count
+        count = _cell_number(shell)
 
         def cache_source(source: str) -> str:
             return shell.compile.cache(source, count, raw_code=source)
@@ -150,7 +158,9 @@ class NbcompileMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%nbcompile: {exc}") from None
         if not argv or argv[0] not in LINE_COMMANDS:
-            raise UsageError(f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}")
+            raise UsageError(
+                f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}"
+            )
         command, args = argv[0], argv[1:]
         if command == "reset":
             for session in sessions():
@@ -168,7 +178,8 @@ class NbcompileMagics(Magics):
             return session.function_report(args[0]) if args[0] in session.functions else session.report
         if command == "set":
             if len(args) != 2:
-                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, allow_in_graph; torch callables: compile, disallow_in_graph)")
+                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, "
+                                 "allow_in_graph; torch callables: compile, disallow_in_graph)")
             try:
                 session.set(args[0], args[1])
             except NbcompileError as exc:
@@ -202,7 +213,7 @@ class NbcompileMagics(Magics):
 NbcompileMagics.compile_cell.__doc__ = _compile_signature.__doc__
 
 
-def _bench(session: Session, expr: Optional[str]) -> None:
+def _bench(session: Session, expr: str | None) -> None:
     from IPython.display import display
 
     try:
@@ -292,7 +303,7 @@ class StatusTable:
 
     headers = ("function", "toggle", "entry", "frames", "graphs", "breaks", "recompiles")
 
-    def __init__(self, rows: list[tuple[Any, ...]], notes: Optional[list[str]] = None) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], notes: list[str] | None = None) -> None:
         self.rows = rows
         #: Lines under the table: the check, allow_in_graph lint warnings, suggested fixes.
         self.notes = notes or []
@@ -347,7 +358,7 @@ def load_ipython_extension(ipython: Any) -> None:
         ipython.events.register("post_run_cell", _after_cell)
 
 
-def unload_ipython_extension(ipython: Optional[Any]) -> None:
+def unload_ipython_extension(ipython: Any | None) -> None:
     for session in sessions():
         session.reset()
     if ipython is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from . import torch_compat
 
@@ -17,11 +16,11 @@ class NbcompileError(ValueError):
 @dataclass
 class CompileOptions:
     backend: str = "inductor"
-    mode: Optional[str] = None
+    mode: str | None = None
     fullgraph: bool = False
-    dynamic: Optional[bool] = None
+    dynamic: bool | None = None
 
-    def validate(self) -> "CompileOptions":
+    def validate(self) -> CompileOptions:
         valid = torch_compat.list_backends()
         if not isinstance(self.backend, str) or self.backend not in valid:
             raise NbcompileError(
@@ -47,7 +46,7 @@ class CellOptions(CompileOptions):
     disable: list[str] = field(default_factory=list)
     allow: list[str] = field(default_factory=list)
     disallow: list[str] = field(default_factory=list)
-    run: Optional[str] = None
+    run: str | None = None
     bench: bool = False
     check: bool = True
     panel: bool = True

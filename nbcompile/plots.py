@@ -47,9 +47,13 @@ def bench_figure(result: Any) -> Any:
             fig.add_annotation(x=r.config, y=1.0, text="noisy: not plotted", hovertext=r.noisy, showarrow=False,
                                font={"color": "#b00", "size": 11}, row=1, col=1)
     skipped = [r.config for r in result.rows if not r.timed]
-    title = f"{result.device} ({result.timer})" + (f"; not timed (differ from eager): {', '.join(skipped)}" if skipped else "")
+    title = f"{result.device} ({result.timer})"
+    if skipped:
+        title += f"; not timed (differ from eager): {', '.join(skipped)}"
     if any(r.noisy for r in rows):
-        title += "; noisy timings are marked, not plotted" + (" (eager itself is noisy)" if eager and eager.noisy else "")
+        title += "; noisy timings are marked, not plotted"
+        if eager and eager.noisy:
+            title += " (eager itself is noisy)"
     fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
                       margin={"l": 40, "r": 10, "t": 60, "b": 40})
     return fig

@@ -58,7 +58,9 @@ def to_text(report: Report) -> str:
     if report.notice:
         lines.insert(1, f"  {report.notice}")
     for i, g in enumerate(report.graphs):
-        lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}")
+        lines.append(
+            f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}"
+        )
     for b in report.breaks:
         where = f"cell line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
         lines.append(f"  break in {function_label(b.function)} at {where}: {b.source_line}")
@@ -176,7 +178,8 @@ def to_html(report: Report) -> str:
                               w.message) for w in report.warnings]))
     if report.errors:
         parts.append(_table(["function", "compile id", "error", "message"],
-                            [(function_label(e.function), e.compile_id, e.fail_type, e.message) for e in report.errors]))
+                            [(function_label(e.function), e.compile_id, e.fail_type, e.message)
+                             for e in report.errors]))
     if report.graphs:
         parts.append("<h5>Graphs</h5>")
         parts.append(_table(["#", "compile id", "function", "ops", "op names"],
@@ -185,7 +188,8 @@ def to_html(report: Report) -> str:
     if report.breaks:
         parts.append("<h5>Graph breaks</h5>")
         parts.append(_table(["function", "line", "source", "reason"],
-                            [(function_label(b.function), b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
+                            [(function_label(b.function),
+                              b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
                               b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
@@ -198,7 +202,8 @@ def to_html(report: Report) -> str:
                              for f in report.frames]))
         for f in report.frames:
             if f.guards:
-                parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p><pre>{_e(chr(10).join(f.guards))}</pre>")
+                parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p>"
+                             f"<pre>{_e(chr(10).join(f.guards))}</pre>")
         parts.append("</details>")
     if report.kernels:
         parts.append("<details><summary>Generated kernels</summary>")

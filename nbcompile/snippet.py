@@ -9,7 +9,8 @@ Run in a fresh interpreter, either gives the session's graphs and breaks.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Union
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .options import CompileOptions, NbcompileError
 from .toggles import is_torch_name, torch_name, validate
@@ -31,7 +32,7 @@ def _name(key: Any) -> str:
     return qualname
 
 
-def _options(options: Union[None, CompileOptions, Mapping[str, Any]]) -> CompileOptions:
+def _options(options: None | CompileOptions | Mapping[str, Any]) -> CompileOptions:
     if options is None:
         return CompileOptions()
     if isinstance(options, CompileOptions):
@@ -73,9 +74,9 @@ def _plan(toggles: Mapping[Any, str]) -> tuple[dict[str, str], list[str]]:
 def export(
     toggles: Mapping[Any, str],
     *,
-    source: Optional[str] = None,
+    source: str | None = None,
     entries: Iterable[str] = (),
-    options: Union[None, CompileOptions, Mapping[str, Any]] = None,
+    options: None | CompileOptions | Mapping[str, Any] = None,
     style: str = "calls",
 ) -> str:
     """The annotation snippet for ``toggles`` (see the module docstring)."""
@@ -154,7 +155,9 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
 def _is_import(stmt: Any) -> bool:
     import libcst as cst
 
-    return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
 
 
 def _imports_torch(stmt: Any) -> bool:

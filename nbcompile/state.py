@@ -24,7 +24,8 @@ import dataclasses
 import re
 import sys
 import types
-from typing import Any, Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -101,7 +102,7 @@ def _user_module(module: types.ModuleType) -> bool:
     return bool(path) and not str(path).startswith(_SYSTEM_PREFIXES) and not module.__name__.startswith("torch")
 
 
-def reach(namespace: dict[str, Any], code: Optional[types.CodeType], functions: Iterable[Any] = ()) -> dict[str, Slot]:
+def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Iterable[Any] = ()) -> dict[str, Slot]:
     """The slots of state that ``code`` and ``functions`` can read: names of ``namespace``, the
     closure cells of the functions they call, data attributes of the user's classes and modules
     that the code names; followed through every function and class defined in the namespace."""
@@ -136,7 +137,8 @@ def reach(namespace: dict[str, Any], code: Optional[types.CodeType], functions: 
         fn = getattr(obj, "__func__", obj)
         for c in _codes(fn):
             add_code(c)
-        for var, cell in zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        for var, cell in zip(freevars, getattr(fn, "__closure__", None) or (), strict=False):
             try:
                 value = cell.cell_contents
             except ValueError:
@@ -171,7 +173,8 @@ def reach(namespace: dict[str, Any], code: Optional[types.CodeType], functions: 
         prefix = getattr(owner, "__name__", "?")
         for name in sorted(seen & set(where)):
             value = where[name]
-            if not name.startswith("__") and _is_state(value) and not isinstance(value, (property, staticmethod, classmethod)):
+            if (not name.startswith("__") and _is_state(value)
+                    and not isinstance(value, (property, staticmethod, classmethod))):
                 label = f"{prefix}.{name}"
                 slots.setdefault(label, Slot(owner if isinstance(owner, type) else where, name, label))
     return dict(sorted(slots.items()))
@@ -218,7 +221,7 @@ class Replay:
     """Copies of the state a run reaches, taken before it, to run a second time on."""
 
     def __init__(self, slots: dict[str, Slot], reals: dict[str, Any], copies: dict[str, Any],
-                 extra_copy: Any, refused: Optional[str]) -> None:
+                 extra_copy: Any, refused: str | None) -> None:
         #: label -> where the real object lives; label -> the real object copied; label -> its copy
         self.slots = slots
         self.reals = reals
@@ -239,7 +242,7 @@ class Replay:
 
     @classmethod
     def capture(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None,
-                budget: int = MAX_COPY_BYTES) -> "Replay":
+                budget: int = MAX_COPY_BYTES) -> Replay:
         """Copy the ``roots`` (label -> (slot, the real object)) and ``extra`` (a call's arguments) in one
         deep copy; refuse (``refused``) what cannot be copied or replayed."""
         slots = {label: slot for label, (slot, _) in roots.items()}
@@ -251,7 +254,7 @@ class Replay:
         tensors = [t for t, _ in found.values() if isinstance(t, torch.Tensor)]
         tensors += [t.grad for t in tensors if t.grad is not None]
 
-        def refuse(why: str) -> "Replay":
+        def refuse(why: str) -> Replay:
             return cls(slots, reals, {}, None, why)
 
         size = sum(_nbytes(t) for t in tensors)
@@ -269,7 +272,8 @@ class Replay:
             copied = copy.deepcopy((reals, extra), memo)
         except Exception as exc:  # a lock, a file, a generator: say so, repeat nothing
             return refuse(f"not compared: {_uncopyable(reals)} cannot be copied ({type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:80]}), so the eager run could not be kept off your objects")
+                          f"{(str(exc).splitlines() or [''])[0][:80]}), "
+                          "so the eager run could not be kept off your objects")
         replay = cls(slots, reals, copied[0], copied[1], None)
         replay.memo = memo
         replay.labels = {k: label for k, (_, label) in found.items()}
@@ -291,7 +295,8 @@ class Replay:
         marks: list[Any] = []
         for _, twin, _, _ in self.pairs:
             grad = twin.grad
-            marks.append((torch_compat.tensor_version(twin), id(grad), grad is not None and torch_compat.tensor_version(grad)))
+            marks.append((torch_compat.tensor_version(twin), id(grad),
+                          grad is not None and torch_compat.tensor_version(grad)))
         for value in [*self.copies.values(), self.extra_copy]:
             marks.append(len(value) if isinstance(value, (list, dict, set)) else None)
         return marks
@@ -302,7 +307,7 @@ class Replay:
         return self.refused is None and self._fingerprint() != getattr(self, "_marks", None)
 
     @contextlib.contextmanager
-    def swapped(self, also: Optional[dict[Slot, Any]] = None) -> Iterator[Any]:
+    def swapped(self, also: dict[Slot, Any] | None = None) -> Iterator[Any]:
         """The copies (and ``also``: slot -> object) put in place of the real objects for the duration;
         yields the copy of ``extra``. Each slot gets back what it held, unless the run itself rebound it."""
         put: dict[Slot, Any] = {**(also or {}), **{self.slots[label]: c for label, c in self.copies.items()}}

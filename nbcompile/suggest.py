@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .report import Fix, GraphBreak, LintWarning
 
@@ -44,7 +45,7 @@ class Advisor:
             return [Fix("", f"(no suggestion: {type(exc).__name__}: {exc})")]
 
     # -- where the break is ----------------------------------------------------------------
-    def holder(self, brk: GraphBreak) -> Optional[str]:
+    def holder(self, brk: GraphBreak) -> str | None:
         """The tracked function whose code holds the break's line."""
         for name, fn in self.tracked.items():
             code = getattr(getattr(fn, "__func__", fn), "__code__", None)
@@ -75,13 +76,15 @@ class Advisor:
             for name in self.called(brk):
                 if self.toggles.get(name) == "disable":
                     fixes.append(self._toggle(name, "compile",
-                                              f"{name} is disabled by this session; compiling it lets Dynamo trace it inline"))
+                                              f"{name} is disabled by this session; "
+                                              "compiling it lets Dynamo trace it inline"))
                     fixes.append(self._allow(name, f"{name} goes into the graph whole, untraced by Dynamo"))
         for dotted, obj in self.disallowed.items():
             short = getattr(obj, "__name__", dotted.rsplit(".", 1)[-1])
             if "skip" in gb and (re.search(rf"\b{re.escape(short)}\b", text) or f"{dotted}(" in brk.source_line):
                 fixes.append(self._toggle(dotted, "compile",
-                                          f"{dotted} is disallowed by this session; allowing it back puts it in the graph"))
+                                          f"{dotted} is disallowed by this session; "
+                                          "allowing it back puts it in the graph"))
         if fixes:
             return fixes
 
@@ -96,10 +99,11 @@ class Advisor:
         if holder is not None and holder not in self.entries and self.toggles.get(holder, "compile") == "compile":
             if side_effect:
                 fixes.append(self._toggle(holder, "disable",
-                                          f"{holder} runs eagerly, so its {brk.source_line.strip()[:40] or 'side effect'} runs at every call; "
+                                          f"{holder} runs eagerly, so its "
+                                          f"{brk.source_line.strip()[:40] or 'side effect'} runs at every call; "
                                           "the call to it stays one break and the caller's ops stay in graphs"))
-                fixes.append(Fix("", f"move `{brk.source_line.strip()[:60] or 'the side effect'}` out of {holder} ({line}), "
-                                     "after the compiled call"))
+                fixes.append(Fix("", f"move `{brk.source_line.strip()[:60] or 'the side effect'}` out of {holder} "
+                                     f"({line}), after the compiled call"))
             else:
                 allow = self._allow(holder, f"{holder} goes into the caller's graph whole, as one node Dynamo "
                                             "does not trace into")
@@ -121,7 +125,8 @@ class Advisor:
             callee = next(iter(_BACKTICKED.findall(brk.explanation or "")), "")
             if callee:
                 fixes.append(Fix("", f"if {callee} is traceable by AOTAutograd, register it with "
-                                     f"torch.compiler.allow_in_graph({callee.rsplit('.', 1)[-1]}); else leave the break"))
+                                     f"torch.compiler.allow_in_graph({callee.rsplit('.', 1)[-1]}); "
+                                     "else leave the break"))
         if not fixes and brk.hints:
             fixes.append(Fix("", brk.hints[0]))
         return fixes
@@ -134,7 +139,7 @@ class Advisor:
             why += "; the allow_in_graph lint finds nothing against it"
         return self._toggle(name, "allow_in_graph", why, warnings)
 
-    def _toggle(self, name: str, mode: str, why: str, warnings: Optional[list[str]] = None) -> Fix:
+    def _toggle(self, name: str, mode: str, why: str, warnings: list[str] | None = None) -> Fix:
         return Fix(self.command(name, mode), why, warnings or [], toggles={name: mode})
 
 
@@ -146,7 +151,7 @@ def inspect_command(name: str, mode: str) -> str:
     return f"toggles={{{name!r}: {mode!r}}}"
 
 
-def owner_class(name: str, namespace: dict[str, Any]) -> Optional[type]:
+def owner_class(name: str, namespace: dict[str, Any]) -> type | None:
     """``Class.method`` -> the class, for the lint's ``self``."""
     if "." not in name:
         return None

@@ -20,8 +20,9 @@ import contextlib
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any
 
 import torch
 
@@ -48,9 +49,9 @@ class BenchConfig:
 
     name: str
     backend: str = "inductor"
-    mode: Optional[str] = None
+    mode: str | None = None
     fullgraph: bool = False
-    dynamic: Optional[bool] = None
+    dynamic: bool | None = None
     toggles: dict[Any, str] = field(default_factory=dict)
 
     def options(self) -> CompileOptions:
@@ -60,16 +61,16 @@ class BenchConfig:
 @dataclass
 class BenchRow:
     config: str
-    median_s: Optional[float]
-    iqr_s: Optional[float]
-    speedup: Optional[float]
-    compile_s: Optional[float]
-    compile_warm_s: Optional[float] = None
-    end_to_end_s: Optional[float] = None
+    median_s: float | None
+    iqr_s: float | None
+    speedup: float | None
+    compile_s: float | None
+    compile_warm_s: float | None = None
+    end_to_end_s: float | None = None
     check: str = ""
     timed: bool = True
-    gbps: Optional[float] = None
-    peak_fraction: Optional[float] = None
+    gbps: float | None = None
+    peak_fraction: float | None = None
     #: Why the timing cannot be trusted (spread too wide after a re-measure, threads changed); "" if fine.
     noisy: str = ""
 
@@ -79,7 +80,7 @@ class BenchResult:
     rows: list[BenchRow]
     device: str
     timer: str
-    peak_gbps: Optional[float]
+    peak_gbps: float | None
     bytes_per_call: int
     flops_per_call: int
 
@@ -110,9 +111,14 @@ class BenchResult:
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
             if r.noisy:
                 speed = f"(noisy: {r.noisy})"
-            comp = (f", compile {r.compile_s:.2f} s cold" + (f" / {r.compile_warm_s:.2f} s warm" if r.compile_warm_s is not None else "")
-                    if r.compile_s is not None else "")
-            bw = f", {r.peak_fraction * 100:.0f}% of peak bandwidth" if r.peak_fraction is not None and self.memory_bound else ""
+            comp = ""
+            if r.compile_s is not None:
+                comp = f", compile {r.compile_s:.2f} s cold"
+                if r.compile_warm_s is not None:
+                    comp += f" / {r.compile_warm_s:.2f} s warm"
+            bw = ""
+            if r.peak_fraction is not None and self.memory_bound:
+                bw = f", {r.peak_fraction * 100:.0f}% of peak bandwidth"
             lines.append(f"  {r.config:<22} {r.median_s * 1e6:10.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)  {speed}{comp}{bw}")
         return "\n".join(lines)
 
@@ -210,7 +216,7 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
 
 
 def steady_time(call: Callable[[], Any], device: torch.device, min_run_time: float,
-                timer: Optional[Callable[..., tuple[float, float, float]]] = None) -> tuple[float, float, float, str]:
+                timer: Callable[..., tuple[float, float, float]] | None = None) -> tuple[float, float, float, str]:
     """(median, IQR, end-to-end, noisy): ``time_call`` (or ``timer``), measured again for longer when
     its spread (IQR over median) is wide; ``noisy`` says why the figure is not to be trusted, or is empty."""
     timer = timer or time_call
@@ -275,7 +281,7 @@ def _first_call(call: Callable[[], Any], device: torch.device) -> tuple[float, A
 
 # --- the benchmark -------------------------------------------------------------------------
 
-def _configs(configs: Union[None, Iterable[Any]], default: Optional[BenchConfig] = None) -> list[BenchConfig]:
+def _configs(configs: None | Iterable[Any], default: BenchConfig | None = None) -> list[BenchConfig]:
     if configs is None:
         return [default or BenchConfig("default")]
     if isinstance(configs, (str, dict, BenchConfig)):
@@ -321,11 +327,11 @@ def measure(
     first_call: Callable[[], tuple[float, float, Any]],
     steady: Callable[[], Any],
     expected: Any,
-    eager_median: Optional[float],
+    eager_median: float | None,
     device: torch.device,
     min_run_time: float,
     nbytes: int,
-    peak: Optional[float],
+    peak: float | None,
     eager_noisy: str = "",
 ) -> BenchRow:
     """One row: compile (cold, warm), check against eager, then time the steady state (re-measured,
@@ -344,7 +350,8 @@ def measure(
         max(cold - median, 0.0), max(warm - median, 0.0), e2e,
         "not compared: each run changes the state it runs on (a training step), so outputs differ by design"
         if expected is _STATEFUL else
-        f"matches eager (max abs diff {comparison.max_abs_diff:.3g})" if comparison.max_abs_diff is not None else "matches eager",
+        f"matches eager (max abs diff {comparison.max_abs_diff:.3g})"
+        if comparison.max_abs_diff is not None else "matches eager",
         True, gbps, (gbps * 1e9 / peak) if gbps and peak else None, noisy,
     )
 
@@ -393,7 +400,7 @@ def run_plans(eager: Callable[[], Any], plans: list[Plan], device: torch.device,
         rng.restore()
 
 
-def bench(fn: Callable[..., Any], *args: Any, configs: Union[None, Iterable[Any]] = None,
+def bench(fn: Callable[..., Any], *args: Any, configs: None | Iterable[Any] = None,
           min_run_time: float = 0.5, **kwargs: Any) -> BenchResult:
     """Time ``fn(*args, **kwargs)`` eager and compiled under each config (default: Inductor, default mode).
 
@@ -407,7 +414,7 @@ def bench(fn: Callable[..., Any], *args: Any, configs: Union[None, Iterable[Any]
 
 
 def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-           configs: Union[None, Iterable[Any]], min_run_time: float) -> BenchResult:
+           configs: None | Iterable[Any], min_run_time: float) -> BenchResult:
     from .api import _fresh_copy, applied, replay_for, toggle_engine
 
     if not callable(fn):
@@ -443,8 +450,10 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                     yield first_call, lambda: steady_fn(*c_args, **c_kwargs)
             return context
 
-        return run_plans(lambda: target(*c_args, **c_kwargs), [(p.name, setup(p, e)) for p, e in zip(plans, engines)],
-                         device, min_run_time, lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out),
+        return run_plans(lambda: target(*c_args, **c_kwargs),
+                         [(p.name, setup(p, e)) for p, e in zip(plans, engines, strict=True)],
+                         device, min_run_time,
+                         lambda out: _tensor_bytes(c_args) + _tensor_bytes(c_kwargs) + _tensor_bytes(out),
                          stateful=replay.touched)
 
 

@@ -23,8 +23,9 @@ import functools
 import importlib
 import threading
 import types
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Optional
+from typing import Any
 
 import torch
 
@@ -170,7 +171,7 @@ class Registry:
         self._held: dict[int, _Held] = {}
         self._lock = threading.RLock()
 
-    def acquire(self, obj: Any, kind: str, label: str = "") -> "Registration":
+    def acquire(self, obj: Any, kind: str, label: str = "") -> Registration:
         """Register ``obj`` (``kind``: ``allow`` or ``disallow``) for one more holder."""
         with self._lock:
             held = self._held.get(id(obj))
@@ -188,7 +189,7 @@ class Registry:
             self._held[id(obj)] = held
             return Registration(obj, kind)
 
-    def release(self, registration: "Registration") -> None:
+    def release(self, registration: Registration) -> None:
         with self._lock:
             held = self._held.get(id(registration.obj))
             if held is None or held.counts.get(registration.kind, 0) == 0:
@@ -249,7 +250,7 @@ class Binding:
     holds anything else.
     """
 
-    def __init__(self, name: str, owner: Any, attr: str, *, holder: Optional[tuple[dict[str, Any], str, Any]] = None):
+    def __init__(self, name: str, owner: Any, attr: str, *, holder: tuple[dict[str, Any], str, Any] | None = None):
         self.name = name
         self.owner = owner  # the namespace dict, or the class for Class.method
         self.attr = attr
@@ -263,7 +264,7 @@ class Binding:
             return self.owner.get(self.attr, _MISSING)
         return self.owner.__dict__.get(self.attr, _MISSING)
 
-    def problem(self) -> Optional[str]:
+    def problem(self) -> str | None:
         """None while the slot holds what nbcompile put there; else what happened, in a few words."""
         if self.holder is not None:
             namespace, cls_name, cls = self.holder
@@ -316,8 +317,8 @@ class Toggles:
     gives what the name is bound to (the session compiles its entries there).
     """
 
-    def __init__(self, bindings: dict[str, Binding], wrap: Optional[Callable[[str, Any], Any]] = None,
-                 functions: Optional[Collection[str]] = None) -> None:
+    def __init__(self, bindings: dict[str, Binding], wrap: Callable[[str, Any], Any] | None = None,
+                 functions: Collection[str] | None = None) -> None:
         self.bindings = bindings
         self.wrap = wrap or (lambda _name, obj: obj)
         #: The names that take function toggles (default: every binding).
@@ -372,7 +373,7 @@ class Toggles:
         if old_allow is not None:
             self._release_allow(name)
 
-    def rebind(self, names: Optional[Iterable[str]] = None) -> None:
+    def rebind(self, names: Iterable[str] | None = None) -> None:
         """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a
         fresh compiled wrapper)."""
         for name in self.bindings if names is None else names:

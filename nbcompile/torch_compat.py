@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect as _inspect
 import logging
 import types
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

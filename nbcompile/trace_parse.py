@@ -10,7 +10,6 @@ from __future__ import annotations
 import linecache
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 _BREAK_AT = re.compile(r"Graph break(?: in user code)? at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
 _REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
@@ -26,10 +25,10 @@ class ParsedBreak:
     function: str
     reason: str
     gb_type: str
-    gb_id: Optional[str]
+    gb_id: str | None
     explanation: str
     hints: list[str] = field(default_factory=list)
-    doc_url: Optional[str] = None
+    doc_url: str | None = None
     source_line: str = ""
 
 

@@ -63,7 +63,8 @@ assert report.break_count == 2 and {b.cell_line for b in report.breaks} == {4}
 assert report.check.ok
 print("suggested:", report.breaks[0].fixes[0].command)
 '''),
-    md("Each break comes with a fix. Disabling the helper runs it eagerly: the caller's work stays compiled and only its call breaks."),
+    md("Each break comes with a fix. Disabling the helper runs it eagerly: the caller's work stays compiled "
+       "and only its call breaks."),
     code("%nbcompile set log_stats disable"),
     code('''
 report = nbcompile.last().report
@@ -167,7 +168,8 @@ report = nbcompile.last().report
 assert report.graph_count == 1 and report.graphs[0].ops == ["add", "my_custom_function", "add"]
 assert report.warnings == [] and report.check.ok
 '''),
-    md("## `torch._dynamo.graph_break()`\n\nAn explicit break: the code before and after it each go through Dynamo, as two graphs."),
+    md("## `torch._dynamo.graph_break()`\n\n"
+       "An explicit break: the code before and after it each go through Dynamo, as two graphs."),
     code('''
 def forced(x):
     x = x + 1
@@ -252,7 +254,8 @@ report = nbcompile.last().report
 assert report.errors and report.graph_count == 0
 print(report.errors[-1].fail_type, report.errors[-1].message[:120])
 '''),
-    md("## `list_backends`\n\nThe backends `%%compile --backend` takes; any other name is a one-line error that lists them."),
+    md("## `list_backends`\n\n"
+       "The backends `%%compile --backend` takes; any other name is a one-line error that lists them."),
     code("torch._dynamo.list_backends()"),
     code('''
 %%compile --backend nope

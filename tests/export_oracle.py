@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 
-import torch
+import torch  # noqa: F401  # torch sets up its loggers at import: before the handler below is attached
 
 
 class Counter(logging.Handler):

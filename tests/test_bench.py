@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 
 import nbcompile
 from nbcompile import torch_compat
+
 from nbhelpers import run_compile_cell
 
 

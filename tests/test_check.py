@@ -10,6 +10,7 @@ import torch
 import nbcompile
 from nbcompile import check as check_ops
 from nbcompile.state import Replay, Slot
+
 from nbhelpers import run_compile_cell
 
 # seed 003: the allow_in_graph workaround for torch.func transforms

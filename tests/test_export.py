@@ -13,6 +13,7 @@ import torch
 from IPython.core.error import UsageError
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 HERE = pathlib.Path(__file__).parent

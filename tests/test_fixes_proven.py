@@ -14,6 +14,7 @@ import torch
 
 import nbcompile
 from nbcompile import torch_compat, trial
+
 from nbhelpers import run_compile_cell
 
 MODULE_CELL = textwrap.dedent(

@@ -137,10 +137,12 @@ def test_reset_after_percent_reset_brings_nothing_back(ip):
 
 def test_an_older_session_cannot_rebind_a_name_a_newer_cell_defined(ip):
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "old_caller(torch.ones(3))"',
-                         "import torch\ndef helper(x):\n    return x * 2\ndef old_caller(x):\n    return helper(x) + 1\n"))
+                         "import torch\ndef helper(x):\n    return x * 2\n"
+                         "def old_caller(x):\n    return helper(x) + 1\n"))
     older = nbcompile.last()
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "new_caller(torch.ones(3))"',
-                         "import torch\ndef helper(x):\n    return x * 100\ndef new_caller(x):\n    return helper(x) - 1\n"))
+                         "import torch\ndef helper(x):\n    return x * 100\n"
+                         "def new_caller(x):\n    return helper(x) - 1\n"))
     newer_helper = ip.user_ns["helper"]
     assert older.stale and "taken over" in older.stale
     with pytest.raises(nbcompile.NbcompileError, match="taken over"):
@@ -191,7 +193,7 @@ def test_a_training_step_runs_once_and_the_check_says_ok(ip, opt):
     ref_loss = ns["ref_net"](ns["data"]).pow(2).mean()
     ref_loss.backward()
     ns["ref_opt"].step()
-    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters()):
+    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
         torch.testing.assert_close(p, q)
     state = ns["opt"].state_dict()["state"]
@@ -360,7 +362,7 @@ def test_session_bench_does_not_train_the_model(ip):
     ns = ip.user_ns
     ns["ref_net"](ns["data"]).pow(2).mean().backward()
     ns["ref_opt"].step()
-    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters()):
+    for p, q in zip(ns["net"].parameters(), ns["ref_net"].parameters(), strict=True):
         torch.testing.assert_close(p, q)
         torch.testing.assert_close(p.grad, q.grad)
 
@@ -437,7 +439,8 @@ def test_a_failed_toggle_names_the_cause_and_the_lint(ip):
 # --- 7. bounded growth ----------------------------------------------------------------------------------------
 
 def test_two_hundred_recompiles_keep_reasons_short(ip):
-    _ok(run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef grow(x):\n    return x * 2\n"))
+    _ok(run_compile_cell(ip, "--backend eager --no-dynamic --no-panel",
+                         "import torch\ndef grow(x):\n    return x * 2\n"))
     with torch._dynamo.config.patch(recompile_limit=1000, accumulated_recompile_limit=10_000):
         _ok(ip.run_cell("for n in range(1, 201):\n    grow(torch.ones(n))"))
     report = nbcompile.last().report
@@ -568,8 +571,10 @@ def test_status_of_a_stale_session_says_so(ip):
 
 
 def test_a_cell_id_from_run_cell_identifies_the_cell(ip):
-    first = '%%compile --backend eager --no-panel --run "fa(torch.ones(2))"\nimport torch\ndef fa(x):\n    return x + 1\n'
-    edited = '%%compile --backend eager --no-panel --run "fb(torch.ones(2))"\nimport torch\ndef fb(x):\n    return x + 2\n'
+    first = ('%%compile --backend eager --no-panel --run "fa(torch.ones(2))"\n'
+             "import torch\ndef fa(x):\n    return x + 1\n")
+    edited = ('%%compile --backend eager --no-panel --run "fb(torch.ones(2))"\n'
+              "import torch\ndef fb(x):\n    return x + 2\n")
     _ok(ip.run_cell(first, store_history=True, cell_id="cell-a"))
     _ok(ip.run_cell(edited, store_history=True, cell_id="cell-a"))  # the same cell, edited: replaced
     assert [s.functions for s in nbcompile.sessions()] == [["fb"]]
@@ -714,7 +719,8 @@ def test_rerunning_a_module_entry_cell_never_recompiles_against_old_sessions(ip)
 
 def test_setting_a_toggle_back_gives_the_library_frames_again(ip):
     ip.user_ns["Outer"] = Outer
-    body = "import torch\nmodel = Outer()\ndef helper(x):\n    return x.cos()\ndef step(x):\n    return model(helper(x))\n"
+    body = ("import torch\nmodel = Outer()\ndef helper(x):\n    return x.cos()\n"
+            "def step(x):\n    return model(helper(x))\n")
     _ok(run_compile_cell(ip, '--backend eager --no-panel --entry step --run "step(torch.ones(2, 4))"', body))
     session = nbcompile.last()
     before = sorted(len(g.ops) for g in session.report.graphs)

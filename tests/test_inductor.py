@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 

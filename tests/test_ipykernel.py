@@ -10,7 +10,7 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from nbhelpers import real_kernel
+from nbhelpers import real_kernel  # noqa: E402 (after the skips above)
 
 MIME = "application/vnd.nbcompile.report+json"
 

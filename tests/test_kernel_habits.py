@@ -75,13 +75,17 @@ def test_rerunning_a_cell_by_id_replaces_its_session(kernel):
         assert reply["status"] == "ok", reply
     facts = _json(kc, "import json, nbcompile, torch\nfrom nbcompile.toggles import REGISTRY\n"
                       "ip = get_ipython()\n"
-                      "hooks = [h for h in ip.events.callbacks['post_run_cell'] if h.__module__.startswith('nbcompile')]\n"
+                      "hooks = [h for h in ip.events.callbacks['post_run_cell']"
+                      " if h.__module__.startswith('nbcompile')]\n"
                       "print(json.dumps([len(nbcompile.sessions()), len(hooks), REGISTRY.held()[id(torch.sub)]]))")
     assert facts == [1, 1, {"disallow": 1}]
     # The same source in another cell is another cell: it takes the names over, and the stale
     # session lets go of its registration (only the new cell's is held).
     _, reply = _run(kc, CELL, cell_id="cell-other")
     assert reply["status"] == "ok"
+    # the session is labelled with the number the frontend shows for its cell (In [n])
+    label = _json(kc, "print(json.dumps(nbcompile.last().label))")
+    assert label == f"[{reply['execution_count']}]"
     facts = _json(kc, "s = nbcompile.sessions()\nprint(json.dumps([len(s), s[0].stale is not None, "
                       "REGISTRY.held()[id(torch.sub)]]))")
     assert facts == [2, True, {"disallow": 1}]
@@ -154,7 +158,8 @@ def test_decorated_defs_are_tracked_and_compiled(kernel):
     )
     _, reply = _run(kc, cell, cell_id="cell-decorated")
     assert reply["status"] == "ok", reply
-    facts = _json(kc, "import json, nbcompile\ns = nbcompile.last()\nr1 = s.report\ns.set('helper', 'disable')\nr2 = s.report\n"
+    facts = _json(kc, "import json, nbcompile\ns = nbcompile.last()\nr1 = s.report\n"
+                      "s.set('helper', 'disable')\nr2 = s.report\n"
                       "s.set('helper', 'compile')\n"
                       "print(json.dumps([sorted(s.functions), r1.graph_count, len(s.function_report('infer').graphs), "
                       "r1.break_count, r2.break_count, s.report.break_count]))")

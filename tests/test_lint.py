@@ -9,6 +9,7 @@ import torch
 
 import nbcompile
 from nbcompile.lint import lint_allow_in_graph
+
 from nbhelpers import run_compile_cell
 
 WEIGHT = torch.randn(3)
@@ -26,7 +27,7 @@ def _line(fn, text):
     import inspect
 
     lines, first = inspect.getsourcelines(fn)
-    return first + next(i for i, l in enumerate(lines) if text in l)
+    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 def pure(x, y, n: int = 2):

@@ -65,7 +65,8 @@ def test_traceback_points_at_the_cell_lines(ip):
 
 def test_body_that_raises_creates_no_session(ip):
     before = nbcompile.last()
-    result = run_compile_cell(ip, "--backend eager --no-panel", "def h(x):\n    return x\nraise RuntimeError('in body')\n")
+    result = run_compile_cell(ip, "--backend eager --no-panel",
+                              "def h(x):\n    return x\nraise RuntimeError('in body')\n")
     assert isinstance(result.error_in_exec, RuntimeError)
     assert nbcompile.last() is before
     assert not hasattr(ip.user_ns["h"], "_torchdynamo_orig_callable")  # defined like a normal cell, not compiled
@@ -245,7 +246,8 @@ def test_plain_ipython_cell_function_gets_its_cell_line(ip):
 def test_report_for_one_function(ip):
     from nbhelpers import run_compile_cell
 
-    body = "import torch\ndef helper(x):\n    print('h')\n    return x * 2\ndef outer(x):\n    return helper(x.sin()).cos()\n"
+    body = ("import torch\ndef helper(x):\n    print('h')\n    return x * 2\n"
+            "def outer(x):\n    return helper(x.sin()).cos()\n")
     run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', body)
     whole = ip.run_line_magic("nbcompile", "report")
     part = ip.run_line_magic("nbcompile", "report helper")

@@ -10,8 +10,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 from nbcompile import runner
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"

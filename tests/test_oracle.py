@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import nbcompile
+
 from oracle_cases import CASES
 
 HERE = pathlib.Path(__file__).parent

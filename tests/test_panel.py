@@ -6,9 +6,9 @@ import textwrap
 
 import plotly.graph_objects as go
 import pytest
-import torch
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 CELL = textwrap.dedent(

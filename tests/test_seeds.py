@@ -10,8 +10,8 @@ import textwrap
 import torch
 
 import nbcompile
-from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
 
+from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
 
 # --- seed 001/002/004: fine-grained tracing APIs ------------------------------------
 

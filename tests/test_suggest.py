@@ -7,6 +7,7 @@ import textwrap
 import torch
 
 import nbcompile
+
 from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
 
 PRINTS = textwrap.dedent(
@@ -49,7 +50,8 @@ def test_graph_break_in_a_helper_suggests_allow_in_graph_with_a_clean_lint(ip):
     assert "lint finds nothing" in first.why and first.warnings == []
     assert any("remove the torch._dynamo.graph_break() call (line 4)" in f.why for f in report.breaks[0].fixes)
     status = repr(ip.run_line_magic("nbcompile", "status"))
-    assert "break at line 4 (Call to `torch._dynamo.graph_break()`): %nbcompile set my_custom_function allow_in_graph" in status
+    assert ("break at line 4 (Call to `torch._dynamo.graph_break()`): "
+            "%nbcompile set my_custom_function allow_in_graph") in status
 
     ip.run_cell(first.command)
     assert nbcompile.last().report.break_count == 0
@@ -105,7 +107,8 @@ def test_fixes_show_in_text_and_html(ip):
     bundle = nbcompile.last().report._repr_mimebundle_()
     assert "fix: %nbcompile set helper disable" in bundle["text/plain"]
     assert "<code>%nbcompile set helper disable</code>" in bundle["text/html"]
-    assert bundle["application/vnd.nbcompile.report+json"]["breaks"][0]["fixes"][0]["command"] == "%nbcompile set helper disable"
+    fix = bundle["application/vnd.nbcompile.report+json"]["breaks"][0]["fixes"][0]
+    assert fix["command"] == "%nbcompile set helper disable"
 
 
 def _helper(x):

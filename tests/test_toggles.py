@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 
 import nbcompile
 from nbcompile import torch_compat
+
 from nbhelpers import run_compile_cell
 
 CELL = textwrap.dedent(
@@ -113,7 +114,7 @@ def test_a_toggle_that_fails_to_compile_keeps_the_previous_state(ip):
 
 
 def test_inspect_toggles_by_object_and_name():
-    from oracle_cases import nested, _inner
+    from oracle_cases import _inner, nested
 
     before = torch_compat.registries_snapshot()
     plain = nbcompile.inspect(nested, torch.ones(2), backend="eager")
