@@ -1,5 +1,5 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
-import { IReport, fixProof, plural, summary } from './report';
+import { IReport, fixProof, functionLabel, plural, summary } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
   const node = document.createElement(tag);
@@ -41,6 +41,9 @@ function section(title: string, body: HTMLElement, open = true, cls = ''): HTMLE
 export function renderReport(report: IReport): HTMLElement {
   const root = el('div', undefined, 'nbcompile-report');
   root.appendChild(el('div', report.title || 'nbcompile report', 'nbcompile-title'));
+  if (report.notice) {
+    root.appendChild(el('div', report.notice, 'nbcompile-notice'));
+  }
   root.appendChild(el('div', summary(report), 'nbcompile-summary'));
   if (report.check && !report.check.ok) {
     root.appendChild(el('div', `Check failed: ${report.check.message}`, 'nbcompile-error'));
@@ -54,12 +57,12 @@ export function renderReport(report: IReport): HTMLElement {
     ), true, 'nbcompile-lint'));
   }
   for (const e of report.errors) {
-    root.appendChild(el('div', `${e.function} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
+    root.appendChild(el('div', `${functionLabel(e.function)} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
   }
   if (report.graphs.length) {
     root.appendChild(section(`Graphs (${report.graph_count})`, table(
       ['#', 'compile id', 'function', 'ops'],
-      report.graphs.map((g, i) => [String(i + 1), g.compile_id, g.function, `${g.op_count}: ${g.ops.join(', ')}`])
+      report.graphs.map((g, i) => [String(i + 1), g.compile_id, functionLabel(g.function), `${g.op_count}: ${g.ops.join(', ')}`])
     )));
   }
   if (report.breaks.length) {
@@ -92,13 +95,13 @@ export function renderReport(report: IReport): HTMLElement {
   }
   if (report.recompiles.length) {
     root.appendChild(section(`Recompiles (${report.recompile_count})`, table(
-      ['function', 'compile id', 'reason'], report.recompiles.map(r => [r.function, r.compile_id, r.reason])
+      ['function', 'compile id', 'reason'], report.recompiles.map(r => [functionLabel(r.function), r.compile_id, r.reason])
     )));
   }
   if (report.frames.length) {
     const guards = el('div');
     for (const f of report.frames) {
-      guards.appendChild(el('div', `${f.compile_id} ${f.function}: ${f.guard_count} guards, ${f.compile_time_s.toFixed(3)} s`, 'nbcompile-frame'));
+      guards.appendChild(el('div', `${f.compile_id} ${functionLabel(f.function)}: ${f.guard_count} guards, ${f.compile_time_s.toFixed(3)} s`, 'nbcompile-frame'));
       guards.appendChild(el('pre', f.guards.join('\n')));
     }
     root.appendChild(section('Frames and guards', guards, false));

@@ -21,6 +21,7 @@ export interface NbcompileReport {
   dropped: {
     [k: string]: number;
   };
+  notice: string;
   schema_version: number;
   graph_count: number;
   break_count: number;

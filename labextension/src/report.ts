@@ -163,6 +163,12 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** `torch_dynamo_resume_in_f_at_5` -> `f (resumed at line 5)` (as nbcompile/render.py's function_label). */
+export function functionLabel(name: string): string {
+  const m = /^torch_dynamo_resume_in_(.+)_at_(\d+)$/.exec(name);
+  return m ? `${m[1]} (resumed at line ${m[2]})` : name;
+}
+
 /** `1 graph break`, `2 graph breaks` (as nbcompile/render.py's plural). */
 export function plural(n: number, word: string): string {
   return n === 1 ? `${n} ${word}` : /(sh|ch)$/.test(word) ? `${n} ${word}es` : `${n} ${word}s`;

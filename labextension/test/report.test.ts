@@ -7,7 +7,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   return {
     title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, schema_version: 1,
     graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
-    graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {},
+    graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true },
     breaks: [1, 2].map(() => ({
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
@@ -126,4 +126,17 @@ test('a fix that was tried and did not help is not offered in the gutter; a prov
     ['nbcompile-fix nbcompile-fix-proven', 'fix: %nbcompile set helper disable  (w) [proven: breaks 2 -> 1, check ok]'],
     ['nbcompile-fix nbcompile-fix-untried', 'fix: %nbcompile set helper disable  (runs eagerly)']
   ]);
+});
+
+test('resume functions read as the function they resume, as in the Python views', () => {
+  const r = report({ graphs: [{ compile_id: '2/0', op_count: 1, ops: ['mul'], function: 'torch_dynamo_resume_in_helper_at_4', torch_callables: [] }] });
+  const cells = [...renderReport(r).querySelectorAll('td')].map(td => td.textContent);
+  expect(cells).toContain('helper (resumed at line 4)');
+  expect(cells).not.toContain('torch_dynamo_resume_in_helper_at_4');
+});
+
+test('the notice of a kept report (a later change failed) is shown', () => {
+  const r = report({ notice: 'scale -> allow_in_graph failed (ValueError: boom); kept the last good report' });
+  expect(renderReport(r).querySelector('.nbcompile-notice')?.textContent).toBe(r.notice);
+  expect(renderReport(report()).querySelector('.nbcompile-notice')).toBeNull();
 });
