@@ -146,7 +146,7 @@ def inspect(
     report = Report(title=f"inspect({name})", backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     recording = Recording(report)
     target = _fresh_copy(fn)
-    extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+    extra: dict[str, Any] = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
     functions = _module_functions(fn)
     for key, toggle in named.items():
         if toggle == "allow_in_graph" and key in functions:
@@ -155,7 +155,7 @@ def inspect(
     rng = check_ops.RngState() if check else None
     HUB.acquire()
     try:
-        compiled = torch.compile(
+        compiled: Callable[..., Any] = torch.compile(
             target,
             backend=RecordingBackend(backend, mode, dynamic, recording),
             **options.torch_compile_kwargs(),
@@ -198,10 +198,11 @@ def _inspect_spec(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], option
     @contextlib.contextmanager
     def compiled(modes: dict[str, str], replay: Replay, recording: Recording) -> Iterator[Callable[[Any], Any]]:
         engine, named = toggle_engine(fn, modes)
-        extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
-        compiled_fn = torch.compile(_fresh_copy(replay.extra_copy[0]),  # the copied callable (a module's copy)
-                                    backend=RecordingBackend(backend, options.mode, options.dynamic, recording),
-                                    **options.torch_compile_kwargs(), **extra)
+        extra: dict[str, Any] = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+        compiled_fn: Callable[..., Any] = torch.compile(
+            _fresh_copy(replay.extra_copy[0]),  # the copied callable (a module's copy)
+            backend=RecordingBackend(backend, options.mode, options.dynamic, recording),
+            **options.torch_compile_kwargs(), **extra)
 
         def call(copied: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:
             _, c_args, c_kwargs = copied

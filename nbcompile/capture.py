@@ -153,7 +153,8 @@ class Hub:
     def _stack(self) -> list[Recording]:
         if not hasattr(self._local, "stack"):
             self._local.stack = []
-        return self._local.stack
+        stack: list[Recording] = self._local.stack
+        return stack
 
     # -- events ----------------------------------------------------------------------
     def on_graph(self, compile_id: str | None, graph: Graph, owner: Recording | None) -> None:

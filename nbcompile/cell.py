@@ -42,7 +42,7 @@ class CellFunctions:
     def roots(self) -> list[str]:
         """Tracked functions no other tracked function refers to; for a cycle that nothing else
         calls (mutually recursive functions), its first function in source order."""
-        referenced = set()
+        referenced: set[str] = set()
         for name, targets in self.refs.items():
             referenced.update(t for t in targets if t != name)
         roots = [n for n in self.names if n not in referenced]
@@ -72,8 +72,8 @@ def analyse(source: str) -> CellFunctions:
     """
     tree = ast.parse(source)
     cell = CellFunctions()
-    top_defs: dict[str, ast.AST] = {}
-    methods: dict[str, ast.AST] = {}
+    top_defs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             top_defs[node.name] = node

@@ -30,6 +30,7 @@ import os
 import random
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -197,7 +198,7 @@ def _contents(value: Any) -> dict[str, Any] | None:
 
 
 def _has_own_eq(value: Any) -> bool:
-    return type(value).__eq__ is not object.__eq__
+    return type(value).__eq__ is not object.__eq__  # type: ignore[comparison-overlap]  # typeshed: two signatures
 
 
 def _compare_plain(a: Any, b: Any, path: str, out: Comparison) -> None:
@@ -298,9 +299,8 @@ class RngState:
 
     def __init__(self) -> None:
         self.torch = torch.get_rng_state()
-        self.cuda = (
-            torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        )
+        cuda_started = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self.cuda = torch.cuda.get_rng_state_all() if cuda_started else None
         self.python = random.getstate()
         self.numpy = None
         try:
@@ -425,7 +425,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 def _compiling() -> bool:
     """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
     not from the user's code running."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_filename.endswith(_CONVERT_FRAME):
             return True
@@ -458,8 +458,8 @@ def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) ->
     if not comparison.problems:
         skipped = ""
         if comparison.skipped:
-            more = f" and {len(comparison.skipped) - 2} more" if len(comparison.skipped) > 2 else ""
-            skipped = f"; not compared: {', '.join(comparison.skipped[:2])}{more} (no way to compare)"
+            others = f" and {len(comparison.skipped) - 2} more" if len(comparison.skipped) > 2 else ""
+            skipped = f"; not compared: {', '.join(comparison.skipped[:2])}{others} (no way to compare)"
         if not comparison.compared and comparison.skipped:
             return Check(True, None, f"not compared: nothing in the result can be compared{skipped}", compared=False)
         return Check(True, diff, f"matches eager ({comparison.compared} values compared, {diff_text}){skipped}")

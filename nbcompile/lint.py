@@ -23,7 +23,7 @@ import inspect as _pyinspect
 import textwrap
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -55,7 +55,7 @@ _NON_TENSOR_DEFAULTS = (int, float, bool, str, bytes)
 def lint_allow_in_graph(fn: Any, name: str | None = None, owner: type | None = None) -> list[LintWarning]:
     """Warnings for ``fn`` under ``allow_in_graph``; ``owner`` is the class for ``Class.method``."""
     fn = getattr(fn, "__func__", fn)
-    label = name or getattr(fn, "__qualname__", repr(fn))
+    label: str = name or cast(str, getattr(fn, "__qualname__", repr(fn)))
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -82,8 +82,8 @@ def _cell_value(cell: Any) -> Any:
 
 
 class _Linter:
-    def __init__(self, label: str, node: ast.AST, filename: str, offset: int, closure: dict[str, Any],
-                 globals_: dict[str, Any], owner: type | None) -> None:
+    def __init__(self, label: str, node: ast.FunctionDef | ast.AsyncFunctionDef, filename: str, offset: int,
+                 closure: dict[str, Any], globals_: dict[str, Any], owner: type | None) -> None:
         self.label = label
         self.node = node
         self.filename = filename
@@ -194,7 +194,7 @@ class _Linter:
 
     def _signature(self) -> None:
         args = self.node.args
-        if self.self_name is not None:
+        if self.self_name is not None and self.owner is not None:  # self_name is set only with an owner
             self.warn("not-proxyable", self.self_name, self.node,
                       f"input {self.self_name} is an nn.Module ({self.owner.__name__}), which an FX graph cannot take "
                       "as an input; use torch.func.functional_call with its parameters passed in")
@@ -231,7 +231,7 @@ class _Linter:
                       "the graph does not see as inputs")
 
     def _mutations(self, sub: ast.AST) -> None:
-        targets: list[tuple[ast.AST, str]] = []
+        targets: list[tuple[ast.expr, str]] = []
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             nodes = sub.targets if isinstance(sub, (ast.Assign, ast.Delete)) else [sub.target]
             for target in nodes:
@@ -360,7 +360,7 @@ class _Linter:
 
 # --- AST helpers ----------------------------------------------------------------------
 
-def _walk_body(node: ast.AST) -> Iterator[ast.AST]:
+def _walk_body(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """Every node of the function's body (not its decorators or signature)."""
     for stmt in node.body:
         yield from ast.walk(stmt)

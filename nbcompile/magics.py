@@ -115,17 +115,18 @@ def _cell_number(shell: Any) -> int:
 
 @magics_class
 class NbcompileMagics(Magics):
-    @cell_magic("compile")
+    @cell_magic("compile")  # type: ignore[arg-type]  # IPython types only the bare @cell_magic form
     def compile_cell(self, line: str, cell: str) -> Any:
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
         options = parse_cell_line(line)
         shell = self.shell
+        assert shell is not None  # a registered Magics has its shell
         count = _cell_number(shell)
 
         def cache_source(source: str) -> str:
             return shell.compile.cache(source, count, raw_code=source)
 
-        body = shell.transform_cell(cell) if cell.strip() else cell
+        body = shell.transform_cell(cell) if cell.strip() else cell  # type: ignore[no-untyped-call]  # IPython
         if body.count("\n") < cell.count("\n"):  # keep the cell's line numbers
             body += "\n" * (cell.count("\n") - body.count("\n"))
         try:
@@ -150,7 +151,7 @@ class NbcompileMagics(Magics):
             _bench(session, None)
         return result
 
-    @line_magic("nbcompile")
+    @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
         """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset`."""
         try:

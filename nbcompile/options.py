@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import torch_compat
 
@@ -34,7 +35,7 @@ class CompileOptions:
             raise NbcompileError(f"dynamic must be None (automatic), True or False, not {self.dynamic!r}")
         return self
 
-    def torch_compile_kwargs(self) -> dict[str, object]:
+    def torch_compile_kwargs(self) -> dict[str, Any]:
         return {"fullgraph": self.fullgraph, "dynamic": self.dynamic}
 
 

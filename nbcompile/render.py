@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from .report import MIME_TYPE, Report
+from .report import MIME_TYPE, Fix, Report
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 
@@ -104,7 +104,7 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tupl
 _PROOF_CLASS = {True: "proven", False: "unhelpful", None: "untried"}
 
 
-def fix_proof(fix: Any) -> str:
+def fix_proof(fix: Fix) -> str:
     """What trying the fix showed: ``proven: breaks 2 -> 1, graphs 3 -> 2, check ok``."""
     if fix.verified is True:
         return f"proven: {fix.effect}"
@@ -140,7 +140,7 @@ def split_bar(report: Report) -> str:
         frames.setdefault(g.compile_id, ([], []))[0].append(g)
     for b in report.breaks:
         frames.setdefault(b.compile_id, ([], []))[1].append(b)
-    cells = []
+    cells: list[str] = []
     for graphs, breaks in frames.values():
         for g in graphs:
             ops = ", ".join(g.ops[:12]) + (", ..." if len(g.ops) > 12 else "")

@@ -333,7 +333,7 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"type": "array", "items": _type_schema(args[0], defs)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # reserve against recursion

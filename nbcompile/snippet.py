@@ -26,7 +26,7 @@ def _name(key: Any) -> str:
     module = getattr(plain, "__module__", "") or ""
     if module.startswith("torch"):
         return torch_name(plain)
-    qualname = getattr(plain, "__qualname__", None)
+    qualname: str | None = getattr(plain, "__qualname__", None)
     if not qualname or "<locals>" in qualname:
         raise NbcompileError(f"cannot export a toggle for {key!r}: give it by name")
     return qualname

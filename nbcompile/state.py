@@ -220,6 +220,9 @@ def _nbytes(t: torch.Tensor) -> int:
 class Replay:
     """Copies of the state a run reaches, taken before it, to run a second time on."""
 
+    #: The fingerprint of the copies right after ``capture`` (unset on a refused replay).
+    _marks: list[Any]
+
     def __init__(self, slots: dict[str, Slot], reals: dict[str, Any], copies: dict[str, Any],
                  extra_copy: Any, refused: str | None) -> None:
         #: label -> where the real object lives; label -> the real object copied; label -> its copy

@@ -116,6 +116,7 @@ class BenchResult:
                 comp = f", compile {r.compile_s:.2f} s cold"
                 if r.compile_warm_s is not None:
                     comp += f" / {r.compile_warm_s:.2f} s warm"
+            assert r.median_s is not None and r.iqr_s is not None  # a timed row has its times
             bw = ""
             if r.peak_fraction is not None and self.memory_bound:
                 bw = f", {r.peak_fraction * 100:.0f}% of peak bandwidth"
@@ -127,7 +128,7 @@ class BenchResult:
         import html
 
         timed = [r for r in self.rows if r.timed and r.speedup is not None and not (r.noisy and r.config != "eager")]
-        top = max([r.speedup for r in timed] + [1.0])
+        top = max([r.speedup for r in timed if r.speedup is not None] + [1.0])
         lines = []
         for r in self.rows:
             label = html.escape(r.config)
@@ -137,6 +138,7 @@ class BenchResult:
                 lines.append(f"<tr><td>{label}</td><td colspan=2 style='color:#b00'>noisy, not shown: "
                              f"{html.escape(r.noisy)}</td></tr>")
             elif r.speedup is not None:
+                assert r.median_s is not None  # a timed row has its times
                 width = max(1, int(300 * r.speedup / top))
                 lines.append(f"<tr><td>{label}</td><td><div style='width:{width}px;height:12px;background:#4C78A8'>"
                              f"</div></td><td>{r.speedup:.2f}x ({r.median_s * 1e6:.1f} us)</td></tr>")
@@ -182,7 +184,7 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
         # torch.utils.benchmark times with one thread unless told otherwise; the user's code runs with all.
         m = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()).blocked_autorange(
             min_run_time=min_run_time)
-        times = [t for t in m.times]
+        times: list[float] = [t for t in m.times]
         while len(times) < MIN_SAMPLES:  # a slow call fills min_run_time in one block: no spread to judge by
             start = time.perf_counter()
             call()
@@ -195,16 +197,18 @@ def time_call(call: Callable[[], Any], device: torch.device, min_run_time: float
         call()
     _sync(device)
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-    times: list[float] = []
+    times = []
     deadline = time.perf_counter() + min_run_time
     while len(times) < 10 or (time.perf_counter() < deadline and len(times) < 1000):
         flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        # torch leaves torch.cuda.Event unannotated
+        begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        begin.record()
         call()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(begin.elapsed_time(end) / 1e3)
     q = statistics.quantiles(times, n=4)
     n = max(10, min(1000, int(min_run_time / max(statistics.median(times), 1e-6))))
     _sync(device)
@@ -308,7 +312,8 @@ def _configs(configs: None | Iterable[Any], default: BenchConfig | None = None) 
     return out
 
 
-def eager_row(timing: tuple[float, ...], nbytes: int, peak: float) -> BenchRow:
+def eager_row(timing: tuple[float, float, float] | tuple[float, float, float, str], nbytes: int,
+              peak: float) -> BenchRow:
     """The reference row: eager's (median, IQR, end-to-end[, noisy]) time per call."""
     median, iqr, e2e = timing[:3]
     noisy = str(timing[3]) if len(timing) > 3 else ""

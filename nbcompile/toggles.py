@@ -54,7 +54,7 @@ def copy_function(fn: Any) -> Any:
     copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     functools.update_wrapper(copy, fn)
-    del copy.__wrapped__
+    del copy.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; typeshed does not declare it
     return copy
 
 
@@ -213,7 +213,7 @@ class Registry:
 
 def _register(obj: Any, kind: str, label: str) -> None:
     if kind == "allow":
-        torch.compiler.allow_in_graph(obj)
+        torch.compiler.allow_in_graph(obj)  # type: ignore[no-untyped-call]  # unannotated in torch
         return
     try:
         torch._dynamo.disallow_in_graph(obj)
@@ -340,7 +340,7 @@ class Toggles:
         original = self.bindings[name].original
         mode = self.mode(name)
         if mode == "disable":
-            return torch.compiler.disable(original)
+            return torch.compiler.disable(original)  # type: ignore[no-untyped-call]  # unannotated in torch
         if mode == "allow_in_graph":
             return self._allow[name]
         return original

@@ -44,8 +44,8 @@ def make_backend(name: str, mode: str | None, dynamic: bool | None) -> Callable[
     way torch.compile does to get the same graphs, kernels and modes.
     """
     if name == "inductor":
-        return torch._TorchCompileInductorWrapper(mode, None, dynamic)
-    return torch._TorchCompileWrapper(name, mode, None, dynamic)
+        return torch._TorchCompileInductorWrapper(mode, None, dynamic)  # type: ignore[no-untyped-call]  # private
+    return torch._TorchCompileWrapper(name, mode, None, dynamic)  # type: ignore[no-untyped-call]  # private
 
 
 def compile_kwargs_supported() -> set[str]:
@@ -126,7 +126,7 @@ def drop_compiled_code(code: types.CodeType) -> None:
     Only that code's cache entries go; every other function keeps its own.
     """
     for each in [code, *resume_codes(code)]:
-        torch._dynamo.eval_frame.reset_code(each)
+        torch._dynamo.eval_frame.reset_code(each)  # type: ignore[attr-defined]  # private, not re-exported
 
 
 def iter_code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -206,12 +206,12 @@ def tensor_version(tensor: torch.Tensor) -> int:
 
 def _probe() -> None:
     checks: dict[str, Callable[[], Any]] = {
-        "structured trace": lambda: torch._logging.trace_structured,
+        "structured trace": lambda: torch._logging.trace_structured,  # type: ignore[attr-defined]  # private
         "inductor wrapper": lambda: torch._TorchCompileInductorWrapper,
         "backend wrapper": lambda: torch._TorchCompileWrapper,
         "compile id": lambda: torch._guards.CompileContext.current_compile_id,
         "cache entries": lambda: torch._dynamo.eval_frame._debug_get_cache_entry_list,
-        "reset_code": lambda: torch._dynamo.eval_frame.reset_code,
+        "reset_code": lambda: torch._dynamo.eval_frame.reset_code,  # type: ignore[attr-defined]  # private
         "optimized module": lambda: torch._dynamo.eval_frame.OptimizedModule,
         "tensor version counter": lambda: torch.zeros(1)._version,
         "inductor cache switch": lambda: __import__("torch._inductor.config", fromlist=["x"]).force_disable_caches,
