@@ -38,6 +38,8 @@ demo: venv
 
 test: test-deps
 	cd labextension && npx jest --ci
+	$(VENV)/bin/ruff check nbcompile tests benchmarks notebooks
+	$(PY) -m mypy
 	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
 
 lab: venv
