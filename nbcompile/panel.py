@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import html
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import function_label, plural
+from .render import function_label, plural, split_bar
 from .report import Report
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -44,7 +44,7 @@ def _construction(name: str) -> bool:
     return attr.startswith("__") and attr.endswith("__") and attr != "__call__"
 
 
-def _dynamic_label(value: Optional[bool]) -> str:
+def _dynamic_label(value: bool | None) -> str:
     return next(label for label, v in _DYNAMIC.items() if v is value)
 
 
@@ -151,7 +151,7 @@ class Panel(widgets.VBox):
         super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
         self._session_ref = weakref.ref(session)
         self._syncing = False
-        self.last_error: Optional[str] = None
+        self.last_error: str | None = None
         self.figure_dict: dict[str, Any] = {}
         self.title = widgets.HTML()
         self.status = widgets.HTML()
@@ -326,7 +326,10 @@ class Panel(widgets.VBox):
         self.bench_html.value = f"<pre>{_e(str(result))}</pre>"
         self.bench_output.outputs = ({
             "output_type": "display_data",
-            "data": {_PLOTLY_MIME: result.figure().to_plotly_json(), "text/plain": "speedups"},
+            # text/html: what a page without a plotly renderer (an exported notebook's widget
+            # manager) draws instead; the same bars, plain HTML
+            "data": {_PLOTLY_MIME: result.figure().to_plotly_json(), "text/html": result._html_bars(),
+                     "text/plain": "speedups"},
             "metadata": {},
         },)
 
@@ -335,7 +338,8 @@ class Panel(widgets.VBox):
         # listening, in a terminal, and in exported notebooks with the widget state embedded.
         self.figure_output.outputs = ({
             "output_type": "display_data",
-            "data": {_PLOTLY_MIME: self.figure_dict, "text/plain": f"graph splits: {report.graph_count} graphs"},
+            "data": {_PLOTLY_MIME: self.figure_dict, "text/html": split_bar(report),
+                     "text/plain": f"graph splits: {report.graph_count} graphs"},
             "metadata": {},
         },)
 

@@ -15,12 +15,13 @@ import pathlib
 import re
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 from .report import MIME_TYPE
 
 BENCH_MIME = "application/vnd.nbcompile.bench+json"
-_PEAK_RSS = "import resource, json; print('__nbcompile_rss__' + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
+_PEAK_RSS = ("import resource, json; "
+             "print('__nbcompile_rss__' + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))")
 
 
 def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3") -> tuple[Any, dict[str, Any]]:
@@ -32,7 +33,7 @@ def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3") -> 
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, store_widget_state=True,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    peak_kib: Optional[int] = None
+    peak_kib: int | None = None
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
@@ -61,7 +62,8 @@ def summary(nb: Any) -> dict[str, Any]:
         if reports and cell.source.lstrip().startswith("%%compile"):
             r = reports[-1]
             functions = sorted({g["function"] for g in r["graphs"]} | {f["function"] for f in r["frames"]})
-            cells.append({"cell": index + 1, "execution_count": cell.get("execution_count"), "title": r["title"], "frames": r["frame_count"], "graphs": r["graph_count"],
+            cells.append({"cell": index + 1, "execution_count": cell.get("execution_count"), "title": r["title"],
+                          "frames": r["frame_count"], "graphs": r["graph_count"],
                           "breaks": r["break_count"], "recompiles": r["recompile_count"],
                           "check": None if r["check"] is None else r["check"]["ok"], "functions": functions})
         for o in cell.get("outputs", []):
@@ -94,12 +96,37 @@ def inline_plotly(body: str) -> str:
     return _PLOTLY_CDN.sub(swap, body)
 
 
+#: The ipywidgets 8 HTML widget manager (``@jupyter-widgets/html-manager``'s standalone ``embed.js``),
+#: copied here by the extension's npm build: exported pages render the panels with no network.
+WIDGETS_EMBED = pathlib.Path(__file__).parent / "static" / "widgets-embed.js"
+_INLINE_WIDGETS = "nbcompile:inline-widgets"
+_WIDGETS_LOADER = re.compile(r"<script>\s*\(function\(\) \{\s*function addWidgetsRenderer\(\).*?</script>", re.S)
+
+
+def inline_widgets(body: str, embed: pathlib.Path = WIDGETS_EMBED) -> str:
+    """nbconvert's widget-manager loader (a script tag it adds from a CDN) replaced by the manager
+    itself, inline: the panels render from the saved widget state with no network. Without the
+    bundled manager the page is left as nbconvert wrote it."""
+    if not embed.exists() or _INLINE_WIDGETS not in body:
+        return body
+    js = embed.read_text(encoding="utf-8").replace("</script", "<\\/script")
+    return _WIDGETS_LOADER.sub(lambda _m: "<script>" + js + "</script>", body, count=1)
+
+
 def to_html(nb: Any, out: pathlib.Path) -> None:
+    """The executed notebook as one HTML file that needs no network: plotly.js and the widget
+    manager inline (reports and bench bars are plain HTML already)."""
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter().from_notebook_node(nb)
+    exporter = HTMLExporter()
+    if WIDGETS_EMBED.exists():
+        exporter.widget_renderer_url = _INLINE_WIDGETS
+    else:
+        print(f"note: {WIDGETS_EMBED} is missing (the extension's npm build writes it): the HTML loads the "
+              "widget manager from a CDN, so its panels need the network", file=sys.stderr)
+    body, _ = exporter.from_notebook_node(nb)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(inline_plotly(body))
+    out.write_text(inline_widgets(inline_plotly(body)))
 
 
 def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> None:
@@ -122,7 +149,7 @@ def _importable(name: str) -> bool:
     return True
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nbcompile", description="nbcompile command line")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute a notebook headless and print what torch.compile did")

@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Any, Callable, ContextManager, Iterator, Optional
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
 from . import check as check_ops
 from . import torch_compat
-from .report import Check, Fix, Report
+from .report import Check, Report
 from .state import Replay, Slot
 
 #: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
@@ -42,15 +44,15 @@ class Outcome:
     breaks: int = 0
     recompiles: int = 0
     #: The compiled trial run against the eager one; None when it could not be compared.
-    check: Optional[Check] = None
+    check: Check | None = None
     #: Why the trial failed (a compile error), or why it was not run; None when it ran.
-    error: Optional[str] = None
+    error: str | None = None
     seconds: float = 0.0
     #: Where the breaks were: (filename, lineno, gb_type).
     sites: list[tuple[str, int, str]] = dataclasses.field(default_factory=list)
 
     @classmethod
-    def of(cls, report: Report, modes: dict[str, str]) -> "Outcome":
+    def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
         return cls(dict(modes), report.graph_count, report.break_count, report.recompile_count, report.check,
                    sites=[(b.filename, b.lineno, b.gb_type) for b in report.breaks])
 
@@ -61,11 +63,12 @@ class Spec:
 
     ``capture()`` copies the state the run reaches; ``compiled(modes, replay, recording)`` is a
     context in which the toggles are applied on fresh compiled copies (of ``replay``'s objects where
-    an entry is a module, behind a backend that records into ``recording``) and yields ``call(extra) -> result``; ``eager(extra)`` runs the original code, with
-    ``originals`` (slot -> original function) bound in place of what the session rebound."""
+    an entry is a module, behind a backend that records into ``recording``) and yields
+    ``call(extra) -> result``; ``eager(extra)`` runs the original code, with ``originals``
+    (slot -> original function) bound in place of what the session rebound."""
 
     capture: Callable[[], Replay]
-    compiled: Callable[[dict[str, str], Replay, Any], ContextManager[Callable[[Any], Any]]]
+    compiled: Callable[[dict[str, str], Replay, Any], AbstractContextManager[Callable[[Any], Any]]]
     eager: Callable[[Any], Any]
     originals: dict[Slot, Any]
     backend: str
@@ -181,8 +184,8 @@ def effect(base: Outcome, after: Outcome) -> str:
     return ", ".join(parts)
 
 
-def verify(report: Report, base_modes: dict[str, str], spec: Optional[Spec], *,
-           budget_s: float = VERIFY_BUDGET_S, cache: Optional[dict[Any, Outcome]] = None,
+def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
+           budget_s: float = VERIFY_BUDGET_S, cache: dict[Any, Outcome] | None = None,
            why_not: str = "") -> None:
     """Try each toggle the report's breaks suggest on a scratch run; fill ``verified`` and ``effect``,
     and put the proven fixes first (a fix that did not help is never first). Within ``budget_s``; the
