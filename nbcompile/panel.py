@@ -98,7 +98,8 @@ def split_figure(report: Report) -> dict[str, Any]:
         ],
         "layout": {
             "height": 170, "margin": {"l": 60, "r": 10, "t": 30, "b": 30}, "showlegend": False,
-            "title": {"text": f"{report.graph_count} graphs, {report.break_count} breaks (width: ops)", "font": {"size": 13}},
+            "title": {"text": f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')} (width: ops)",
+                      "font": {"size": 13}},
             "xaxis": {"title": {"text": "ops, in call order"}}, "barmode": "overlay",
         },
     }
@@ -339,7 +340,7 @@ class Panel(widgets.VBox):
         self.figure_output.outputs = ({
             "output_type": "display_data",
             "data": {_PLOTLY_MIME: self.figure_dict, "text/html": split_bar(report),
-                     "text/plain": f"graph splits: {report.graph_count} graphs"},
+                     "text/plain": f"graph splits: {plural(report.graph_count, 'graph')}"},
             "metadata": {},
         },)
 

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from .render import plural
 from .report import MIME_TYPE
 
 BENCH_MIME = "application/vnd.nbcompile.bench+json"
@@ -135,8 +136,9 @@ def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> Non
     for c in data["compile_cells"]:
         check = {None: "check off", True: "check ok", False: "CHECK FAILED"}[c["check"]]
         run = f" (In [{c['execution_count']}])" if c.get("execution_count") else ""
-        print(f"  cell {c['cell']}{run}: {c['title']}: {c['graphs']} graphs, {c['breaks']} graph breaks, "
-              f"{c['recompiles']} recompiles, {c['frames']} frames, {check}")
+        print(f"  cell {c['cell']}{run}: {c['title']}: {plural(c['graphs'], 'graph')}, "
+              f"{plural(c['breaks'], 'graph break')}, {plural(c['recompiles'], 'recompile')}, "
+              f"{plural(c['frames'], 'frame')}, {check}")
     for s in data["speedups"]:
         print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
 

@@ -27,6 +27,7 @@ from .capture import HUB, Recording, RecordingBackend
 from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
 from .options import CellOptions, NbcompileError
+from .render import plural
 from .report import CompileError, LintWarning, Report
 from .state import Replay, Slot, reach
 from .toggles import StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
@@ -430,7 +431,7 @@ class Session:
                 del _BY_CELL[self.cell_key]
 
     def __repr__(self) -> str:
-        state = "reset" if self._closed else f"{self.report.graph_count} graphs, {self.report.break_count} breaks"
+        state = "reset" if self._closed else f"{plural(self.report.graph_count, 'graph')}, {plural(self.report.break_count, 'break')}"
         if self._stale and not self._closed:
             state += ", stale"
         return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions or self.entries)} ({state})>"
