@@ -15,14 +15,14 @@ import contextlib
 import dataclasses
 import inspect as _inspect
 import types
-from typing import Any, Callable, Hashable, Iterable, Optional
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 import torch
 
 from . import check as check_ops
 from . import snippet as export_ops
-from . import suggest
-from . import torch_compat, trial
+from . import suggest, torch_compat, trial
 from .capture import HUB, Recording, RecordingBackend
 from .cell import CellFunctions, analyse
 from .lint import lint_allow_in_graph
@@ -32,17 +32,17 @@ from .report import CompileError, LintWarning, Report
 from .state import Replay, Slot, reach
 from .toggles import StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
 
-_SESSIONS: list["Session"] = []
+_SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
-_BY_CELL: dict[Hashable, "Session"] = {}
+_BY_CELL: dict[Hashable, Session] = {}
 
 
-def sessions() -> list["Session"]:
+def sessions() -> list[Session]:
     """Every live session, oldest first (at most one per cell)."""
     return list(_SESSIONS)
 
 
-def last() -> Optional["Session"]:
+def last() -> Session | None:
     """The most recent session, or None before the first `%%compile` cell."""
     return _SESSIONS[-1] if _SESSIONS else None
 
@@ -98,14 +98,14 @@ class Session:
         #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
         self._tracked = tracked
         self.entries = entries
-        self._compiled_run: tuple[Optional[str], Optional[types.CodeType]] = (None, None)
+        self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
         bindings = {name: binding_for(name, namespace) for name in tracked}
         for entry in entries:
             if entry not in bindings:
                 bindings[entry] = binding_for(entry, namespace)
         self.engine = Toggles(bindings, wrap=self._wrap, functions=tracked)
         self._lint_cache: dict[str, list[LintWarning]] = {}
-        self._stale: Optional[str] = None
+        self._stale: str | None = None
         self.recording = Recording(self._new_report(), cell_files=(filename,))
         self.recording.advise = lambda brk: self._advisor()(brk)
         self._panel: Any = None
@@ -113,7 +113,7 @@ class Session:
         #: The latest ``bench()`` result (shown in the panel's Speedup tab).
         self.last_bench: Any = None
         #: The id of the report output this session displayed (updated in place as it changes).
-        self.display_id: Optional[str] = None
+        self.display_id: str | None = None
         self._closed = False
         #: Scratch-run outcomes by toggles, for proving fixes (cleared when the options change).
         self._trials: dict[Any, trial.Outcome] = {}
@@ -133,7 +133,7 @@ class Session:
         return self.recording.report
 
     @property
-    def _run_code(self) -> Optional[types.CodeType]:
+    def _run_code(self) -> types.CodeType | None:
         """The --run expression, compiled once per text (``options.run`` may be changed)."""
         text = self.options.run
         if text is None:
@@ -147,7 +147,7 @@ class Session:
         return self._compiled_run[1]
 
     @property
-    def stale(self) -> Optional[str]:
+    def stale(self) -> str | None:
         """None while the session owns its names; else one line saying why it no longer does."""
         if self._stale is None and not self._closed:
             for binding in self.engine.bindings.values():
@@ -317,7 +317,7 @@ class Session:
         self.redraw()
         return self.report
 
-    def bench(self, expr: Optional[str] = None, min_run_time: float = 0.5) -> Any:
+    def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any:
         """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
         every toggle back at ``compile``; compile times cold and warm. It runs on copies of what EXPR
         reaches and on compiled copies of the entries, so the user's objects, the random-number state,
@@ -330,7 +330,7 @@ class Session:
         self.redraw()
         return result
 
-    def _bench(self, expr: Optional[str], min_run_time: float) -> Any:
+    def _bench(self, expr: str | None, min_run_time: float) -> Any:
         from . import timing as bench_ops
 
         expr = expr or self.options.run
@@ -431,10 +431,12 @@ class Session:
                 del _BY_CELL[self.cell_key]
 
     def __repr__(self) -> str:
-        state = "reset" if self._closed else f"{plural(self.report.graph_count, 'graph')}, {plural(self.report.break_count, 'break')}"
+        state = "reset" if self._closed else (
+            f"{plural(self.report.graph_count, 'graph')}, {plural(self.report.break_count, 'break')}")
         if self._stale and not self._closed:
             state += ", stale"
-        return f"<nbcompile.Session {self.label or self.filename}: {', '.join(self.functions or self.entries)} ({state})>"
+        names = ", ".join(self.functions or self.entries)
+        return f"<nbcompile.Session {self.label or self.filename}: {names} ({state})>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self.report._repr_mimebundle_(include, exclude)
@@ -523,7 +525,7 @@ class Session:
         break) get entries in this region only, so a re-run or a toggle, which compiles anew, neither
         recompiles against an old session's entries nor fills their recompile limit."""
         backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)
-        extra = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+        extra: dict[str, Any] = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
         return torch.compile(obj, backend=backend, **self.options.compile_options().torch_compile_kwargs(), **extra)
 
     def _start(self) -> None:
@@ -582,7 +584,7 @@ def _unwrap(obj: Any) -> Any:
         return obj
 
 
-def _code_of(obj: Any) -> Optional[types.CodeType]:
+def _code_of(obj: Any) -> types.CodeType | None:
     obj = torch_compat.unwrap_compiled(obj)
     if isinstance(obj, torch.nn.Module):
         obj = type(obj).forward
@@ -640,7 +642,8 @@ def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFu
 
 
 def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]) -> list[str]:
-    valid = sorted(set(tracked) | {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")})
+    modules = {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")}
+    valid = sorted(set(tracked) | modules)
     for name in requested:
         if name in tracked:
             continue
@@ -654,7 +657,7 @@ def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: d
     return list(requested)
 
 
-def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: Optional[str], source: str = "",
+def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: str | None, source: str = "",
              entries: Iterable[str] = ()) -> Hashable:
     """A cell's identity: the frontend's cell id, else the names the cell defines (its defs, what it
     assigns, its --entry names), else its source."""
@@ -688,9 +691,9 @@ def create_session(
     *,
     cache_source: Callable[[str], str],
     label: str = "",
-    cell_id: Optional[str] = None,
-    after_body: Optional[Callable[[], None]] = None,
-) -> Optional[Session]:
+    cell_id: str | None = None,
+    after_body: Callable[[], None] | None = None,
+) -> Session | None:
     """Check the cell, retire its previous session, run the body and set up the new session.
 
     ``body`` is Python (IPython syntax already transformed). ``cache_source``
