@@ -86,7 +86,8 @@ def split_figure(report: Report) -> dict[str, Any]:
         for brk in breaks:
             where = f"cell line {brk.cell_line}" if brk.cell_line is not None else f"{brk.filename}:{brk.lineno}"
             bx.append(position)
-            bhover.append(f"break in {_e(function_label(brk.function))} at {where}<br>{_e(brk.source_line)}<br>{_e(brk.gb_type)}")
+            bhover.append(f"break in {_e(function_label(brk.function))} at {where}<br>{_e(brk.source_line)}"
+                          f"<br>{_e(brk.gb_type)}")
     return {
         "data": [
             {"type": "bar", "orientation": "h", "y": ["graphs"] * len(x), "x": x, "base": base,
@@ -98,7 +99,8 @@ def split_figure(report: Report) -> dict[str, Any]:
         ],
         "layout": {
             "height": 170, "margin": {"l": 60, "r": 10, "t": 30, "b": 30}, "showlegend": False,
-            "title": {"text": f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')} (width: ops)",
+            "title": {"text": f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')} "
+                              "(width: ops)",
                       "font": {"size": 13}},
             "xaxis": {"title": {"text": "ops, in call order"}}, "barmode": "overlay",
         },
@@ -239,7 +241,8 @@ class Panel(widgets.VBox):
         self.backend = widgets.Dropdown(options=backends, value=opts.backend, description="backend")
         self.mode = widgets.Dropdown(options=MODES, value=opts.mode or "default", description="mode")
         self.fullgraph = widgets.Checkbox(value=opts.fullgraph, description="fullgraph", indent=False)
-        self.dynamic = widgets.Dropdown(options=list(_DYNAMIC), value=_dynamic_label(opts.dynamic), description="dynamic")
+        self.dynamic = widgets.Dropdown(options=list(_DYNAMIC), value=_dynamic_label(opts.dynamic),
+                                        description="dynamic")
         for name, control in (("backend", self.backend), ("mode", self.mode),
                               ("fullgraph", self.fullgraph), ("dynamic", self.dynamic)):
             control.observe(lambda change, n=name: self._on_option(n, change), names="value")
@@ -385,14 +388,16 @@ class Panel(widgets.VBox):
         if check is None:
             parts.append("check: off" if not session.options.check else "check: not run yet")
         elif check.ok:
-            parts.append("<span style='color:#2a7'>check ok</span>" if check.compared else f"check: {_e(check.message)}")
+            parts.append("<span style='color:#2a7'>check ok</span>" if check.compared
+                         else f"check: {_e(check.message)}")
         else:
             parts.append(f"<span style='color:#b00'><b>check mismatch</b>: {_e(check.message)}</span>")
         if report.warnings:
             parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
         if session.stale:
             parts.append(f"<span style='color:#b00'>{_e(session.stale)}</span>")
-        error = self.last_error or (f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
+        error = self.last_error or (
+            f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
         if error:
             parts.append(f"<span style='color:#b00'>last error: {_e(error)}</span>")
         self.status.value = " · ".join(parts)
