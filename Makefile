@@ -24,7 +24,7 @@ test-deps: $(PY) chromium
 	@$(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_TEST_VERSION)')" 2>/dev/null \
 		|| $(PIP) install torch==$(TORCH_TEST_VERSION)
 	$(PIP) install -e ".[test]" numpy
-	cd labextension && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
+	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
 # The browser tests drive Debian's Chromium ($$CHROMIUM or /usr/bin/chromium); as root it is installed.
 chromium:
@@ -49,7 +49,7 @@ lab: venv
 # The JSON schema from the dataclasses, then the extension's TypeScript types from the schema.
 schema: $(PY)
 	$(PY) -c "from nbcompile.report import write_schema; write_schema()"
-	cd labextension && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent schema-types
+	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm run --silent schema-types
 
 bench: venv
 	$(PY) benchmarks/overhead.py
