@@ -90,12 +90,17 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+_CELL_STYLE = "text-align:left;vertical-align:top"
+
+
 def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tuple[int, ...] = ()) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    # Left-aligned and top-aligned inline: notebook HTML exports right-align table cells, which
+    # makes a column of reasons unreadable.
+    head = "".join(f"<th style='{_CELL_STYLE}'>{_e(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = "".join(
-            f"<td>{cell if i in raw_cols else _e(cell)}</td>" for i, cell in enumerate(row)
+            f"<td style='{_CELL_STYLE}'>{cell if i in raw_cols else _e(cell)}</td>" for i, cell in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table class='nbcompile-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
