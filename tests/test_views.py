@@ -264,3 +264,15 @@ def test_the_run_summary_numbers_cells_as_a_user_counts_them(capsys):
     assert (cell["cell"], cell["execution_count"]) == (3, 3)  # the third cell of the notebook, In [3]
     runner.print_summary("nb.ipynb", {"seconds": 1.0, "peak_rss_mib": None}, summary)
     assert "cell 3 (In [3]): %%compile [3]: f" in capsys.readouterr().out
+
+
+def test_run_without_the_nbconvert_stack_says_what_to_install(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "nb.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    code = ("import sys; sys.modules['nbclient'] = None; from nbcompile.runner import main; "
+            f"sys.exit(main(['run', {str(tmp_path / 'nb.ipynb')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "`run` needs nbclient: pip install 'nbcompile[run]'" in done.stderr
