@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -290,7 +290,8 @@ def test_gutter_markers_panel_toggle_reload_and_report_without_a_kernel(lab, lab
     _save(page)
     page.close()
     saved = json.loads((root / "breaks.ipynb").read_text())
-    (report,) = [o for o in saved["cells"][1]["outputs"] if "application/vnd.nbcompile.report+json" in o.get("data", {})]
+    mime = "application/vnd.nbcompile.report+json"
+    (report,) = [o for o in saved["cells"][1]["outputs"] if mime in o.get("data", {})]
     assert report["data"]["application/vnd.nbcompile.report+json"]["break_count"] == 2
     assert report["metadata"]["application/vnd.nbcompile.report+json"]["display_id"].startswith("nbcompile-")
 
@@ -369,7 +370,7 @@ def test_the_offline_html_export_renders_with_the_network_blocked(browser, tmp_p
 def test_the_extension_is_installed_and_enabled():
     out = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True, text=True)
     listing = out.stdout + out.stderr
-    line = next(l for l in listing.splitlines() if "nbcompile" in l)
+    line = next(text for text in listing.splitlines() if "nbcompile" in text)
     assert "enabled" in line and "OK" in line, listing
     installed = pathlib.Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "nbcompile" / "package.json"
     assert json.loads(installed.read_text())["jupyterlab"]["_build"]["load"].startswith("static/remoteEntry.")
