@@ -105,6 +105,21 @@ def _cell_id(cell: str) -> str | None:
     return cell_id if cell_id and cell.strip() and cell.strip() in raw else None
 
 
+def set_effect(name: str, mode: str, before: Any, after: Any) -> str:
+    """One line on what a toggle did: ``helper -> allow_in_graph: breaks 2 -> 2, graphs 4 -> 4 (it removed
+    no break); the allow_in_graph lint warns: ...``, then the new summary. A change that did not help
+    is never applied silently."""
+    change = f"breaks {before.break_count} -> {after.break_count}, graphs {before.graph_count} -> {after.graph_count}"
+    if mode in ("disable", "allow_in_graph", "disallow_in_graph") and after.break_count >= before.break_count \
+            and after.graph_count >= before.graph_count:
+        change += " (it removed no break and fused no graph)"
+    if after.graph_count == 0 and before.graph_count > 0:
+        change += " (nothing is compiled any more)"
+    warned = [w for w in after.warnings if w.function == name]
+    lint = f"; the allow_in_graph lint warns: {'; '.join(w.message for w in warned[:2])}" if warned else ""
+    return f"{name} -> {mode}: {change}{lint}. Now: {after.summary()}"
+
+
 def _cell_number(shell: Any) -> int:
     """The number the frontend shows for the running cell (``In [n]``). IPython stores the cell in its
     history under that number before running it, and (since IPython 8.x) has already moved
@@ -181,13 +196,13 @@ class NbcompileMagics(Magics):
             if len(args) != 2:
                 raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, "
                                  "allow_in_graph; torch callables: compile, disallow_in_graph)")
+            before = session.report
             try:
                 session.set(args[0], args[1])
             except NbcompileError as exc:
                 raise UsageError(f"%nbcompile set: {exc}") from None
-            if widgets_supported():  # the panel and the report shown by the cell are redrawn in place
-                print(f"{args[0]} -> {args[1]}: {session.report.summary()}")
-            else:
+            print(set_effect(args[0], args[1], before, session.report))
+            if not widgets_supported():  # else the panel and the report shown by the cell are redrawn in place
                 _display(session)
             return None
         if command == "bench":

@@ -196,3 +196,16 @@ def test_the_budget_leaves_the_rest_untried(ip):
     session.verify_fixes(budget_s=0)
     fixes = [f for b in session.report.breaks for f in b.fixes if f.toggles]
     assert all(f.verified is None and "budget" in f.effect for f in fixes)
+
+
+def test_a_toggle_that_changes_nothing_is_never_applied_silently(ip, capsys):
+    ip.run_cell("import torch\nx = torch.randn(3, 4)")
+    run_compile_cell(ip, '--backend eager --no-panel --run "model(x)"', MODULE_CELL)
+    capsys.readouterr()
+    ip.run_cell("%nbcompile set TinyMLP.forward allow_in_graph")
+    said = capsys.readouterr().out
+    assert "TinyMLP.forward -> allow_in_graph: breaks 1 -> 1, graphs 2 -> 2 (it removed no break" in said
+    assert "the allow_in_graph lint warns" in said
+    ip.run_cell("%nbcompile set TinyMLP.forward disable")
+    said = capsys.readouterr().out
+    assert "graphs 2 -> 0 (nothing is compiled any more)" in said
