@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from . import torch_compat
 from .options import MODES, CellOptions, NbcompileError
-from .render import fix_proof
+from .render import fix_proof, set_effect
 from .session import Session, create_session, describe_failure, last, sessions
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
@@ -103,21 +103,6 @@ def _cell_id(cell: str) -> str | None:
     raw = getattr(info, "raw_cell", None) or ""
     cell_id = getattr(info, "cell_id", None)
     return cell_id if cell_id and cell.strip() and cell.strip() in raw else None
-
-
-def set_effect(name: str, mode: str, before: Any, after: Any) -> str:
-    """One line on what a toggle did: ``helper -> allow_in_graph: breaks 2 -> 2, graphs 4 -> 4 (it removed
-    no break); the allow_in_graph lint warns: ...``, then the new summary. A change that did not help
-    is never applied silently."""
-    change = f"breaks {before.break_count} -> {after.break_count}, graphs {before.graph_count} -> {after.graph_count}"
-    if mode in ("disable", "allow_in_graph", "disallow_in_graph") and after.break_count >= before.break_count \
-            and after.graph_count >= before.graph_count:
-        change += " (it removed no break and fused no graph)"
-    if after.graph_count == 0 and before.graph_count > 0:
-        change += " (nothing is compiled any more)"
-    warned = [w for w in after.warnings if w.function == name]
-    lint = f"; the allow_in_graph lint warns: {'; '.join(w.message for w in warned[:2])}" if warned else ""
-    return f"{name} -> {mode}: {change}{lint}. Now: {after.summary()}"
 
 
 def _cell_number(shell: Any) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import function_label, plural, split_bar
+from .render import function_label, plural, set_effect, split_bar
 from .report import Report
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -155,6 +155,8 @@ class Panel(widgets.VBox):
         self._session_ref = weakref.ref(session)
         self._syncing = False
         self.last_error: str | None = None
+        #: What the last toggle changed ("helper -> disable: breaks 2 -> 1, graphs 4 -> 2"), shown once.
+        self.last_effect: str | None = None
         self.figure_dict: dict[str, Any] = {}
         self.title = widgets.HTML()
         self.status = widgets.HTML()
@@ -252,7 +254,13 @@ class Panel(widgets.VBox):
     def _on_toggle(self, name: str, change: dict[str, Any]) -> None:
         if self._syncing:
             return
-        self._act(lambda: self.session.set(name, change["new"]), change)
+        before = self.session.report
+
+        def toggle() -> None:
+            self.session.set(name, change["new"])
+            self.last_effect = set_effect(name, change["new"], before, self.session.report).split(". Now:")[0]
+
+        self._act(toggle, change)
 
     def _on_option(self, name: str, change: dict[str, Any]) -> None:
         if self._syncing:
@@ -278,6 +286,7 @@ class Panel(widgets.VBox):
             return
         self.last_error = None
         self.refresh()
+        self.last_effect = None  # shown once, by the redraw that follows the change
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
@@ -400,6 +409,9 @@ class Panel(widgets.VBox):
             f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
         if error:
             parts.append(f"<span style='color:#b00'>last error: {_e(error)}</span>")
+        elif self.last_effect:
+            unhelpful = "removed no break" in self.last_effect or "nothing is compiled" in self.last_effect
+            parts.append(f"<span style='color:{'#b60' if unhelpful else '#555'}'>{_e(self.last_effect)}</span>")
         self.status.value = " · ".join(parts)
 
     def _draw_guards(self) -> None:

@@ -225,3 +225,18 @@ def mimebundle(report: Report) -> dict[str, Any]:
         "text/html": to_html(report),
         "text/plain": to_text(report),
     }
+
+
+def set_effect(name: str, mode: str, before: Any, after: Any) -> str:
+    """One line on what a toggle did: ``helper -> allow_in_graph: breaks 2 -> 2, graphs 4 -> 4 (it removed
+    no break); the allow_in_graph lint warns: ...``, then the new summary. A change that did not help
+    is never applied silently."""
+    change = f"breaks {before.break_count} -> {after.break_count}, graphs {before.graph_count} -> {after.graph_count}"
+    if mode in ("disable", "allow_in_graph", "disallow_in_graph") and after.break_count >= before.break_count \
+            and after.graph_count >= before.graph_count:
+        change += " (it removed no break and fused no graph)"
+    if after.graph_count == 0 and before.graph_count > 0:
+        change += " (nothing is compiled any more)"
+    warned = [w for w in after.warnings if w.function == name]
+    lint = f"; the allow_in_graph lint warns: {'; '.join(w.message for w in warned[:2])}" if warned else ""
+    return f"{name} -> {mode}: {change}{lint}. Now: {after.summary()}"

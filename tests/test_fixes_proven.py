@@ -209,3 +209,15 @@ def test_a_toggle_that_changes_nothing_is_never_applied_silently(ip, capsys):
     ip.run_cell("%nbcompile set TinyMLP.forward disable")
     said = capsys.readouterr().out
     assert "graphs 2 -> 0 (nothing is compiled any more)" in said
+
+
+def test_the_panel_says_what_a_toggle_changed(ip):
+    ip.run_cell("import torch\nx = torch.randn(3, 4)")
+    run_compile_cell(ip, '--backend eager --no-panel --run "model(x)"', MODULE_CELL)
+    panel = nbcompile.last().panel()
+    panel.function_rows["TinyMLP.forward"].value = "allow_in_graph"
+    assert "TinyMLP.forward -&gt; allow_in_graph: breaks 1 -&gt; 1, graphs 2 -&gt; 2 (it removed no break" \
+        in panel.status.value
+    panel.function_rows["TinyMLP.forward"].value = "compile"
+    assert "TinyMLP.forward -&gt; compile: breaks 1 -&gt; 1" in panel.status.value  # going back: no warning
+    assert "removed no break" not in panel.status.value
