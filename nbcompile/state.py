@@ -87,13 +87,26 @@ def _codes(obj: Any) -> Iterator[types.CodeType]:
 
 def _is_state(value: Any) -> bool:
     """Worth copying: data, not code (functions, classes, modules, compiled wrappers)."""
-    if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+    if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+                          types.MemberDescriptorType, types.GetSetDescriptorType, types.WrapperDescriptorType,
+                          types.MethodDescriptorType, property)):
         return False
     if torch_compat.unwrap_compiled(value) is not value:
         return isinstance(torch_compat.unwrap_compiled(value), torch.nn.Module)
     if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, list, dict, set, tuple)):
         return True
     return not callable(value) or dataclasses.is_dataclass(value) or hasattr(value, "__dict__")
+
+
+_HEAPTYPE, _IMMUTABLETYPE = 1 << 9, 1 << 8  # Py_TPFLAGS_*
+
+
+def _settable_class(cls: type) -> bool:
+    """A class whose attributes can hold state the run changes: defined in Python (not builtins' or
+    torch's), and not an immutable type (``functools.partial`` and other C types cannot be set)."""
+    flags = cls.__flags__
+    return (cls.__module__ != "builtins" and not cls.__module__.startswith("torch")
+            and bool(flags & _HEAPTYPE) and not flags & _IMMUTABLETYPE)
 
 
 def _user_module(module: types.ModuleType) -> bool:
@@ -129,7 +142,7 @@ def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Ite
         if isinstance(obj, torch.nn.Module):
             obj = type(obj)
         if isinstance(obj, type):
-            if obj.__module__ not in ("builtins",) and not obj.__module__.startswith("torch"):
+            if _settable_class(obj):
                 attributes.append(obj)
                 for member in vars(obj).values():
                     add_object(getattr(member, "__func__", member))

@@ -276,3 +276,25 @@ def test_run_without_the_nbconvert_stack_says_what_to_install(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "`run` needs nbclient: pip install 'nbcompile[run]'" in done.stderr
+
+
+def test_classes_of_c_code_are_never_state_a_check_would_write_back():
+    """timm's modules import functools.partial and read `.func`: a C type's descriptor is not state."""
+    from nbcompile.state import reach
+
+    ns: dict = {"__name__": "__main__"}
+    exec(textwrap.dedent(
+        """\
+        from functools import partial
+        import torch
+        class Counter:
+            calls = 0
+        def act(x):
+            fn = partial(torch.add, alpha=1)
+            Counter.calls += 1
+            return fn.func(x, 1)
+        """), ns)
+    slots = reach(ns, None, [ns["act"]])
+    assert "partial.func" not in slots and "Counter.calls" in slots
+    report = nbcompile.inspect(ns["act"], torch.ones(2), backend="eager")
+    assert report.check.ok and report.check.compared, report.check.message
