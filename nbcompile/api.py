@@ -153,6 +153,7 @@ def inspect(
             report.warnings.extend(lint_allow_in_graph(functions[key], key))
     replay = replay_for(fn, args, kwargs) if check else None
     rng = check_ops.RngState() if check else None
+    code_state = torch_compat.code_state_snapshot()
     HUB.acquire()
     try:
         compiled: Callable[..., Any] = torch.compile(
@@ -171,6 +172,7 @@ def inspect(
                 raise NbcompileError(f"inspect({name}) failed to compile ({describe_failure(exc)})") from exc
     finally:
         HUB.release()
+        torch_compat.restore_code_state(code_state, recording.codes)  # what Dynamo remembered of these codes
     if replay is not None and rng is not None:
         report.check = check_ops.against_eager(
             report.result, _call, replay, rng,

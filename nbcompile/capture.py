@@ -49,6 +49,9 @@ class Recording:
         self.spans: list[tuple[str, int, int]] = []
         #: Bumped by every change; views compare it with the version they drew (they never draw here).
         self.version = 0
+        #: Every code compiled for this recording, (filename, first line, name): whose automatic-dynamic
+        #: memory nbcompile gives back (``torch_compat.restore_code_state``).
+        self.codes: set[tuple[str, int, str]] = set()
         #: Suggests fixes for each break as it is recorded (set by the session or inspect).
         self.advise: Callable[[GraphBreak], list[Fix]] | None = None
 
@@ -286,6 +289,8 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             CompileError(function, compile_id, str(fail_type), str(metrics.get("fail_reason") or "")),
         )
 
+    owner.codes.add((filename, int(metrics.get("co_firstlineno") or pending.lineno or 0),
+                     str(metrics.get("co_name") or function)))
     report.add(
         "frames",
         Frame(

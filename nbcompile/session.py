@@ -420,6 +420,7 @@ class Session:
         try:
             self.engine.undo_all()
             self._drop_compiled_code()
+            self._forget_dynamism()
         finally:
             HUB.unregister(self.recording)
             HUB.release()
@@ -487,8 +488,14 @@ class Session:
         for code in self._owned_codes():
             torch_compat.drop_compiled_code(code)
 
+    def _forget_dynamism(self) -> None:
+        """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
+        session: a re-run, a toggle or a later session compiles them as a fresh process would."""
+        torch_compat.restore_code_state(getattr(self, "_code_state", {}), self.recording.codes)
+
     def _restart(self) -> None:
         self._drop_compiled_code()
+        self._forget_dynamism()
         # Entries compiled anew: a fresh cache region, so library frames are compiled (and captured)
         # again as well, and setting a toggle back gives the same graphs.
         self.engine.rebind(self.entries)
@@ -530,6 +537,7 @@ class Session:
 
     def _start(self) -> None:
         """Rebind the entries to their compiled form and start capturing."""
+        self._code_state = torch_compat.code_state_snapshot()
         HUB.acquire()
         HUB.register(self.recording)
         _SESSIONS.append(self)

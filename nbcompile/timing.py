@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -462,6 +462,15 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                          stateful=replay.touched)
 
 
+@contextlib.contextmanager
+def _forgetting(code_state: dict[Any, Any], recording: Any) -> Iterator[None]:
+    """Dynamo's automatic-dynamic memory of what the bench compiled, given back afterwards."""
+    try:
+        yield
+    finally:
+        torch_compat.restore_code_state(code_state, recording.codes)
+
+
 def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> BenchResult:
     """``Session.bench``: the session's toggles, and (if any is set) all at compile, each on fresh
     compiled copies of the entries (their own caches) and on the copies ``replay`` holds of the state
@@ -510,7 +519,8 @@ def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> 
         plans.append(("all toggles compile", plan({})))
     tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
     scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
-    with replay.swapped(), HUB.active(scratch_recording):
+    code_state = torch_compat.code_state_snapshot()
+    with replay.swapped(), HUB.active(scratch_recording), _forgetting(code_state, scratch_recording):
         return run_plans(run, plans, device, min_run_time,
                          lambda out: _tensor_bytes(out) + sum(_tensor_bytes(v) for v in tensors),
                          stateful=replay.touched)

@@ -8,6 +8,7 @@ crashing somewhere deep inside a capture.
 
 from __future__ import annotations
 
+import copy
 import inspect as _inspect
 import logging
 import types
@@ -228,3 +229,38 @@ def _probe() -> None:
 
 
 _probe()
+
+
+# --- automatic-dynamic memory (torch._dynamo.pgo) ---------------------------------------------
+
+CodeKey = tuple[str, int, str]  # (filename, first line, code name): how a recording names a compiled code
+
+
+def _pgo_state() -> Any:
+    try:
+        from torch._dynamo import pgo
+    except ImportError:  # torch without profile-guided dynamism: nothing is remembered
+        return None
+    return getattr(pgo, "_CODE_STATE", None)
+
+
+def code_state_snapshot() -> dict[Any, Any]:
+    """What Dynamo remembers, per code, about dimensions that changed (its automatic-dynamic memory,
+    which outlives compiled code and cache regions): a copy to give back later."""
+    state = _pgo_state()
+    return copy.deepcopy(dict(state)) if state else {}
+
+
+def restore_code_state(snapshot: dict[Any, Any], codes: set[CodeKey]) -> None:
+    """Give back, for ``codes`` only (those nbcompile compiled), the memory ``snapshot`` saw: a
+    second run then compiles as the first did, and other code's memory is left alone."""
+    state = _pgo_state()
+    if not state or not codes:
+        return
+    for key in list(state):
+        if (getattr(key, "filename", None), getattr(key, "firstlineno", None), getattr(key, "name", None)) in codes:
+            if key in snapshot:
+                state[key] = copy.deepcopy(snapshot[key])
+            else:
+                del state[key]
+

@@ -91,6 +91,7 @@ def run(spec: Spec, modes: dict[str, str]) -> Outcome:
         return outcome
     recording = Recording(Report(title="trial", backend=spec.backend))
     rng = check_ops.RngState()
+    code_state = torch_compat.code_state_snapshot()
     result: Any = None
     HUB.acquire()
     try:
@@ -106,6 +107,7 @@ def run(spec: Spec, modes: dict[str, str]) -> Outcome:
     finally:
         HUB.release()
         rng.restore()
+        torch_compat.restore_code_state(code_state, recording.codes)
     report = recording.report
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]

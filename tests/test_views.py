@@ -298,3 +298,27 @@ def test_classes_of_c_code_are_never_state_a_check_would_write_back():
     assert "partial.func" not in slots and "Counter.calls" in slots
     report = nbcompile.inspect(ns["act"], torch.ones(2), backend="eager")
     assert report.check.ok and report.check.compared, report.check.message
+
+
+def test_a_rerun_compiles_as_a_fresh_process_does(ip):
+    """Dynamo remembers which dimensions changed (automatic dynamic) per code, past compiled code and
+    cache regions: nbcompile gives that memory back, so a re-run, a toggle and inspect see the first
+    run's graphs and recompiles again."""
+    body = "import torch\ndef f(x):\n    return x.sin() * 2\n"
+    line = '--backend eager --no-panel --run "[f(torch.ones(n)) for n in (3, 5, 7)]"'
+    counts = []
+    for _ in range(2):
+        run_compile_cell(ip, line, body)
+        report = nbcompile.last().report
+        counts.append((report.graph_count, report.recompile_count))
+    ip.run_cell("%nbcompile set f disable")
+    ip.run_cell("%nbcompile set f compile")
+    report = nbcompile.last().report
+    counts.append((report.graph_count, report.recompile_count))
+    assert counts == [(2, 1)] * 3
+    ns: dict = {}
+    exec("import torch\ndef g(x):\n    return x.cos() + 1\n", ns)
+    for _ in range(2):
+        assert nbcompile.inspect(ns["g"], torch.ones(3), backend="eager").graph_count == 1
+        second = nbcompile.inspect(ns["g"], torch.ones(5), backend="eager")
+        assert (second.graph_count, second.recompile_count) == (1, 0)  # a fresh copy: static again
