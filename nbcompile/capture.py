@@ -24,15 +24,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import guards as guard_ops
 from . import torch_compat
 from .cell import cell_line_of
-from .report import CompileError, Fix, Frame, Graph, GraphBreak, Kernel, Recompile, Report
+from .report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from .trace_parse import parse_graph_break, parse_guards, parse_kernels, parse_recompile_reasons
 
 #: Compilations still open at once before the oldest is dropped (a failed
@@ -89,6 +91,9 @@ class _Pending:
     breaks: list[str] = field(default_factory=list)
     guards: str = ""
     recompile_reasons: Any = None
+    #: The failed guards with their values, read while Dynamo logs the reasons (the call's arguments are
+    #: only there then).
+    guard_changes: list[GuardChange] = field(default_factory=list)
     output_code: list[str] = field(default_factory=list)
 
 
@@ -189,10 +194,19 @@ class Hub:
                 if name == "dynamo_graph_break_reason" and payload:
                     self._get_pending(compile_id).breaks.append(payload)
                 elif name == "recompile_reasons" and payload:
+                    pending = self._get_pending(compile_id)
                     try:
-                        self._get_pending(compile_id).recompile_reasons = json.loads(payload)
+                        pending.recompile_reasons = json.loads(payload)
                     except ValueError:
-                        self._get_pending(compile_id).recompile_reasons = payload
+                        pending.recompile_reasons = payload
+                    frame = torch_compat.recompiling_frame()
+                    lookup = guard_ops.frame_lookup(frame[1], frame[2]) if frame else lambda _n: guard_ops.MISSING
+                    pending.guard_changes = guard_ops.changes(pending.recompile_reasons, lookup)
+                    if frame is not None and not pending.filename:  # no dynamo_start: the recompile limit
+                        pending.filename, pending.lineno = frame[0].co_filename, frame[0].co_firstlineno
+                        pending.function = frame[0].co_name
+                    if pending.active is None and self._stack():
+                        pending.active = weakref.ref(self._stack()[-1])
             elif "dynamo_cpp_guards_str" in md and payload:
                 self._get_pending(compile_id).guards = payload
             elif "inductor_output_code" in md and payload:
@@ -242,16 +256,53 @@ class Hub:
         owner.notify()
 
 
+_LIMIT_HIT = "recompile limit exceeded"
+
+
+def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange]) -> Fallback:
+    """A frame past ``recompile_limit``: from now on new inputs run it eagerly, silently."""
+    limit = re.search(r"currently set to (\d+)", fail_reason)
+    said = f" ({limit[1]})" if limit else ""
+    last = f"; the change that hit it: {guard_ops.describe(changes[:1])}" if changes else ""
+    fixes = guard_ops.limit_fixes(changes)
+    return Fallback(function, "recompile_limit",
+                    f"{function} hit recompile_limit{said}: calls that fail its guards now run eagerly, without "
+                    f"a word from torch{last}", fixes)
+
+
+def _origin(owner: Recording, filename: str, function: str, recompile: Recompile) -> int | None:
+    """The cell line the newest guard change's name comes from (its parameter, its global)."""
+    if not recompile.changes or filename not in owner.cell_files:
+        return None
+    import linecache
+
+    source = "".join(linecache.getlines(filename))
+    for change in recompile.changes:
+        line = guard_ops.origin_line(source, function, change.subject)
+        if line is not None:
+            return owner.cell_line(filename, line)
+    return None
+
+
 def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
     function = str(metrics.get("co_name") or pending.function)
     filename = str(metrics.get("co_filename") or pending.filename)
     compile_id = str(metrics.get("compile_id") or pending.compile_id)
+    fail_reason = str(metrics.get("fail_reason") or "")
+    if metrics.get("fail_type") and _LIMIT_HIT in fail_reason:  # no new code: the frame runs eagerly from now on
+        if not any(f.function == function and f.kind == "recompile_limit" for f in report.fallbacks):
+            report.add("fallbacks", limit_fallback(function, fail_reason, pending.guard_changes))
+        return
 
     if pending.recompile_reasons is not None or metrics.get("recompile_reason"):
         reasons = pending.recompile_reasons or metrics.get("recompile_reason")
-        report.add("recompiles", Recompile(function, compile_id, parse_recompile_reasons(reasons)))
+        recompile = Recompile(function, compile_id, parse_recompile_reasons(reasons), list(pending.guard_changes))
+        if not recompile.changes:
+            recompile.changes = guard_ops.changes(reasons, lambda _name: guard_ops.MISSING)
+        recompile.cell_line = _origin(owner, filename, function, recompile)
+        report.add("recompiles", recompile)
 
     for text in pending.breaks:
         parsed = parse_graph_break(text)
@@ -282,7 +333,11 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             report.add("kernels", Kernel(name, language, kernel_code, compile_id))
 
     fail_type = metrics.get("fail_type")
-    deliberate = "skip_frame()" in str(metrics.get("fail_reason") or "")  # torch._dynamo.skip_frame(): asked for
+    deliberate = "skip_frame()" in fail_reason  # torch._dynamo.skip_frame(): asked for
+    if fail_type and not deliberate and torch_compat.errors_suppressed():
+        report.add("fallbacks", Fallback(function, "compile_error", f"{function} failed to compile and runs eagerly "
+                                         f"(torch._dynamo.config.suppress_errors): {fail_type}: "
+                                         f"{fail_reason.splitlines()[0] if fail_reason else ''}"))
     if fail_type and not deliberate:
         report.add(
             "errors",

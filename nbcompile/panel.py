@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import function_label, plural, set_effect, split_bar
+from .render import change_text, function_label, plural, set_effect, split_bar
 from .report import Report
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -118,7 +118,7 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
         name = function_label(rec.function).split(" ")[0]
         for tracked, (first, _) in spans.items():
             if tracked.split(".")[-1] == name:
-                recompiled.setdefault(first, []).append(rec.reason)
+                recompiled.setdefault(first, []).append(change_text(rec) or rec.reason)
     rows = []
     for number, text in enumerate(source.splitlines(), start=1):
         style, mark, title = "", " ", ""
@@ -405,6 +405,8 @@ class Panel(widgets.VBox):
             parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
         if session.stale:
             parts.append(f"<span style='color:#b00'>{_e(session.stale)}</span>")
+        for fallback in report.fallbacks:
+            parts.append(f"<span style='color:#b00'><b>{_e(fallback.kind)}</b>: {_e(fallback.reason)}</span>")
         error = self.last_error or (
             f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
         if error:
@@ -430,8 +432,10 @@ class Panel(widgets.VBox):
         if not report.recompiles:
             return "<i>no recompiles</i>"
         rows = "".join(f"<tr><td>{_e(function_label(r.function))}</td><td>{_e(r.compile_id)}</td>"
-                       f"<td><code>{_e(r.reason)}</code></td></tr>" for r in report.recompiles)
-        return f"<table><tr><th>function</th><th>compile id</th><th>failed guard</th></tr>{rows}</table>"
+                       f"<td><b>{_e(change_text(r))}</b></td><td><code>{_e(r.reason)}</code></td></tr>"
+                       for r in report.recompiles)
+        return ("<table><tr><th>function</th><th>compile id</th><th>what changed</th><th>failed guard</th></tr>"
+                f"{rows}</table>")
 
     @staticmethod
     def _kernels(report: Report) -> str:

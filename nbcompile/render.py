@@ -37,6 +37,8 @@ def summary_line(report: Report) -> str:
     ]
     if report.errors:
         parts.append(plural(len(report.errors), "error"))
+    if report.fallbacks:
+        parts.append(f"{plural(len(report.fallbacks), 'FALLBACK')} to eager")
     if report.check is not None:
         parts.append("check ok" if report.check.ok else "CHECK FAILED")
     return ", ".join(parts)
@@ -71,7 +73,13 @@ def to_text(report: Report) -> str:
             proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
             lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
     for r in report.recompiles:
-        lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {r.reason}")
+        what = change_text(r) or r.reason
+        where = f" (line {r.cell_line})" if r.cell_line is not None else ""
+        lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {what}{where}")
+    for fb in report.fallbacks:
+        lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
+        for fix in fb.fixes:
+            lines.append(f"    fix: {fix.command}  # {fix.why}" if fix.command else f"    fix: {fix.why}")
     for e in report.errors:
         lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
     if report.check is not None:
@@ -196,10 +204,16 @@ def to_html(report: Report) -> str:
                             [(function_label(b.function),
                               b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
                               b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
+    if report.fallbacks:
+        parts.append("<h5 style='color:#b00'>Running slower than you think</h5>")
+        parts.append(_table(["function", "kind", "what happened", "fix"],
+                            [(function_label(f.function), f.kind, f.reason,
+                              "; ".join(x.command or x.why for x in f.fixes)) for f in report.fallbacks]))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
-        parts.append(_table(["function", "compile id", "reason"],
-                            [(function_label(r.function), r.compile_id, r.reason) for r in report.recompiles]))
+        parts.append(_table(["function", "compile id", "what changed", "line", "reason"],
+                            [(function_label(r.function), r.compile_id, change_text(r),
+                              "" if r.cell_line is None else r.cell_line, r.reason) for r in report.recompiles]))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
         parts.append(_table(["compile id", "function", "guards", "compile s"],
@@ -240,3 +254,13 @@ def set_effect(name: str, mode: str, before: Any, after: Any) -> str:
     warned = [w for w in after.warnings if w.function == name]
     lint = f"; the allow_in_graph lint warns: {'; '.join(w.message for w in warned[:2])}" if warned else ""
     return f"{name} -> {mode}: {change}{lint}. Now: {after.summary()}"
+
+
+def change_text(recompile: Any) -> str:
+    """``x.shape[0]: 3 -> 5`` (the newest cache entry's failed guard, and how many more)."""
+    if not recompile.changes:
+        return ""
+    first = recompile.changes[0]
+    more = len(recompile.changes) - 1
+    return f"{first.subject}: {first.before} -> {first.after}" + (f" (+{more} more)" if more else "")
+

@@ -78,12 +78,42 @@ class Frame:
 
 
 @dataclass
+class GuardChange:
+    """One failed guard, as the user would say it: ``x.shape[0]``: ``3`` -> ``5``."""
+
+    #: The guarded expression (``x.shape[0]``, ``SCALE``, ``type(cfg)``, ``self.drop.training``).
+    subject: str
+    #: The value (or range) the cached code was compiled for.
+    before: str
+    #: The value that failed it ("?" when it could not be read without running user code).
+    after: str
+
+
+@dataclass
 class Recompile:
     """A frame compiled again because a guard failed."""
 
     function: str
     compile_id: str
     reason: str
+    #: The failed guards with their values, newest cache entry first.
+    changes: list[GuardChange] = field(default_factory=list)
+    #: Where the guarded name comes from in the cell (the parameter's or the global's line).
+    cell_line: int | None = None
+    #: Changes that would remove the recompile.
+    fixes: list[Fix] = field(default_factory=list)
+
+
+@dataclass
+class Fallback:
+    """Code that silently runs slower than the user thinks."""
+
+    function: str
+    #: recompile_limit (the frame runs eagerly now), compile_error (compilation failed and fell back),
+    #: cudagraph_skip (reduce-overhead could not use CUDA graphs)
+    kind: str
+    reason: str
+    fixes: list[Fix] = field(default_factory=list)
 
 
 @dataclass
@@ -166,6 +196,8 @@ class Report:
     frames: list[Frame] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
+    #: Code that silently runs slower than the user thinks (a frame past recompile_limit, ...).
+    fallbacks: list[Fallback] = field(default_factory=list)
     errors: list[CompileError] = field(default_factory=list)
     #: allow_in_graph lint warnings, for the functions under allow_in_graph.
     warnings: list[LintWarning] = field(default_factory=list)

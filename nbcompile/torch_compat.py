@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect as _inspect
 import logging
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -263,4 +264,31 @@ def restore_code_state(snapshot: dict[Any, Any], codes: set[CodeKey]) -> None:
                 state[key] = copy.deepcopy(snapshot[key])
             else:
                 del state[key]
+
+
+# --- the frame a recompile is for -------------------------------------------------------------
+
+_REASONS_FUNCTION = "get_and_maybe_log_recompilation_reasons"
+
+
+def recompiling_frame() -> tuple[types.CodeType, dict[str, Any], dict[str, Any]] | None:
+    """While Dynamo logs why it recompiles a frame (from the trace handler): the frame's code, locals
+    and globals, to read the values that failed the guards. Found as the ``frame`` argument of the
+    function that logs the reasons; None where torch differs."""
+    caller: types.FrameType | None = sys._getframe(1)
+    while caller is not None:
+        if caller.f_code.co_name == _REASONS_FUNCTION:
+            frame = caller.f_locals.get("frame")
+            code = getattr(frame, "f_code", None)
+            f_locals, f_globals = getattr(frame, "f_locals", None), getattr(frame, "f_globals", None)
+            if isinstance(code, types.CodeType) and isinstance(f_locals, dict) and isinstance(f_globals, dict):
+                return code, f_locals, f_globals
+            return None
+        caller = caller.f_back
+    return None
+
+
+def errors_suppressed() -> bool:
+    """Whether Dynamo falls back to eager on a compile error instead of raising it."""
+    return bool(getattr(torch._dynamo.config, "suppress_errors", False))
 

@@ -14,6 +14,7 @@ export interface NbcompileReport {
   frames: Frame[];
   recompiles: Recompile[];
   kernels: Kernel[];
+  fallbacks: Fallback[];
   errors: CompileError[];
   warnings: LintWarning[];
   check: Check | null;
@@ -77,12 +78,26 @@ export interface Recompile {
   function: string;
   compile_id: string;
   reason: string;
+  changes: GuardChange[];
+  cell_line: number | null;
+  fixes: Fix[];
+}
+export interface GuardChange {
+  subject: string;
+  before: string;
+  after: string;
 }
 export interface Kernel {
   name: string;
   language: string;
   code: string;
   compile_id: string;
+}
+export interface Fallback {
+  function: string;
+  kind: string;
+  reason: string;
+  fixes: Fix[];
 }
 export interface CompileError {
   function: string;

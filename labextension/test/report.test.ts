@@ -8,6 +8,7 @@ function report(extra: Partial<IReport> = {}): IReport {
     title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, schema_version: 1,
     graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
+    fallbacks: [],
     check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true },
     breaks: [1, 2].map(() => ({
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
@@ -58,7 +59,9 @@ test('recompile reasons mark the function and the globals they name', () => {
   const lines = SOURCE.split('\n');
   expect(recompileLines('outer', "G['SCALE'] == 2", lines)).toEqual([6, 7, 8]);
   expect(recompileLines('torch_dynamo_resume_in_helper_at_4', 'size mismatch', lines)).toEqual([3]);
-  const r = report({ breaks: [], recompiles: [{ function: 'outer', compile_id: '1/1', reason: "G['SCALE'] == 2" }] });
+  const r = report({ breaks: [], recompiles: [{
+    function: 'outer', compile_id: '1/1', reason: "G['SCALE'] == 2", changes: [], cell_line: null, fixes: []
+  }] });
   expect(markers(r, SOURCE).map(m => [m.line, m.kind])).toEqual([[6, 'recompile'], [7, 'recompile'], [8, 'recompile']]);
 });
 

@@ -1,0 +1,282 @@
+"""Why a frame recompiled, as a user would say it: ``x.shape[0]: 3 -> 5``, ``SCALE: 2.0 -> 3.0``.
+
+Dynamo's recompile reasons name the failed guard of each cache entry (``tensor 'x' size mismatch at
+index 0. expected 3, actual 5``, ``G['SCALE'] == 2.0``, ``___check_type_id(cfg, 9395...)``). Where
+the text carries both values they are read from it; where it carries only the value the cached
+code was compiled for, the value that failed it is read from the call's own arguments and globals,
+which the trace handler sees while Dynamo logs the reasons. Values are read without running user
+code (no properties, no ``__getattr__``) and kept as short strings: no user object is held.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect as _inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from .report import Fix, GuardChange
+
+#: Most guard changes kept per recompile.
+MAX_CHANGES = 8
+#: Most characters of a value shown.
+MAX_VALUE_CHARS = 60
+
+MISSING = _MISSING = object()
+_ENTRY = re.compile(r"^\s*-?\s*(?P<id>\d+/\d+):\s*(?P<text>.*)$")
+_TENSOR = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
+                     r"expected (?P<before>[^,]+), actual (?P<after>\S+)")
+_TENSOR_PLAIN = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>rank|dtype|device) mismatch\. "
+                           r"expected (?P<before>.+?), actual (?P<after>.+?)\.?$")
+_REQUIRES_GRAD = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. "
+                            r"expected requires_grad=(?P<before>[01])")
+_TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[^']+)'>)?")
+_OBJ_ID = re.compile(r"___check_obj_id\((?P<name>[^,]+), \d+\)")
+_EQUALS = re.compile(r"^(?P<lhs>.+?) == (?P<rhs>.+)$")
+_RANGE = re.compile(r"^(?:(?P<lo>-?\d+) <= )?(?P<expr>[^<>=]+?)(?: <= (?P<hi>-?\d+))?$")
+_GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (?P<what>.+)")
+_DTYPES = {"Float": "torch.float32", "Double": "torch.float64", "Half": "torch.float16", "BFloat16": "torch.bfloat16",
+           "Int": "torch.int32", "Long": "torch.int64", "Short": "torch.int16", "Char": "torch.int8",
+           "Byte": "torch.uint8", "Bool": "torch.bool", "ComplexFloat": "torch.complex64",
+           "ComplexDouble": "torch.complex128"}
+
+Lookup = Callable[[str], Any]
+
+
+def failed_guards(reasons: Any) -> list[str]:
+    """The failed-guard texts of a ``recompile_reasons`` payload (a string or a list, newest cache entry
+    first), without the compile ids and the user stack traces Dynamo appends."""
+    texts = [reasons] if isinstance(reasons, str) else [str(r) for r in reasons or []]
+    out: list[str] = []
+    for text in texts:
+        for line in text.splitlines():
+            match = _ENTRY.match(line)
+            if match is None:
+                continue
+            guard = match["text"].split("  #", 1)[0].strip()
+            if guard and not guard.startswith(("User stack trace", "File ")):
+                out.append(guard)
+    return out
+
+
+def subject_of(expr: str) -> str:
+    """Dynamo's source expression as the user writes it: ``G['SCALE']`` -> ``SCALE``,
+    ``L['x'].size()[0]`` -> ``x.shape[0]``, ``self._modules['drop'].training`` -> ``self.drop.training``."""
+    expr = re.sub(r"\bG\['([A-Za-z_]\w*)'\]", r"\1", expr.strip())
+    expr = re.sub(r"\bL\['([A-Za-z_]\w*)'\]", r"\1", expr)
+    expr = re.sub(r"\._(?:modules|parameters|buffers)\['([A-Za-z_]\w*)'\]", r".\1", expr)
+    expr = re.sub(r"\.size\(\)\[(\d+)\]", r".shape[\1]", expr)
+    return expr
+
+
+def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
+    """One failed guard as a ``GuardChange``; None for guards with no value to show."""
+    if (m := _TENSOR.search(guard)) is not None:
+        subject = f"{m['name']}.shape[{m['i']}]" if m["what"] == "size" else f"{m['name']}.stride()[{m['i']}]"
+        return GuardChange(subject_of(subject), m["before"].strip(), m["after"].strip())
+    if (m := _TENSOR_PLAIN.search(guard)) is not None:
+        what = {"rank": "dim()", "dtype": "dtype", "device": "device"}[m["what"]]
+        before, after = m["before"].strip(), m["after"].strip()
+        if m["what"] == "dtype":
+            before, after = _DTYPES.get(before, before), _DTYPES.get(after, after)
+        return GuardChange(f"{subject_of(m['name'])}.{what}", before, after)
+    if (m := _REQUIRES_GRAD.search(guard)) is not None:
+        before = m["before"] == "1"
+        return GuardChange(f"{subject_of(m['name'])}.requires_grad", str(before), str(not before))
+    if (m := _TYPE_ID.search(guard)) is not None:
+        name = subject_of(m["name"])
+        before = (m["cls"] or "the type compiled for").rsplit(".", 1)[-1]
+        value = evaluate(name, lookup)
+        after = type(value).__name__ if value is not _MISSING else "another type"
+        return GuardChange(f"type({name})", before, after)
+    if (m := _OBJ_ID.search(guard)) is not None:
+        name = subject_of(m["name"])
+        value = evaluate(name, lookup)
+        after = f"another {type(value).__name__}" if value is not _MISSING else "another object"
+        return GuardChange(name, "the object compiled for", after)
+    if (m := _GLOBAL_STATE.search(guard)) is not None:
+        what = m["what"].strip()
+        if what == "grad_mode":
+            return GuardChange("torch.is_grad_enabled()", "the mode compiled for",
+                               str(torch.is_grad_enabled()))
+        return GuardChange(what, "as compiled", "changed")
+    if (m := _EQUALS.match(guard)) is not None:
+        subject = subject_of(m["lhs"])
+        value = evaluate(subject, lookup)
+        return GuardChange(subject, m["rhs"].strip()[:MAX_VALUE_CHARS], _short(value))
+    if (m := _RANGE.match(guard)) is not None and (m["lo"] or m["hi"]):
+        subject = subject_of(m["expr"])
+        bounds = " and ".join(b for b in (f">= {m['lo']}" if m["lo"] else "", f"<= {m['hi']}" if m["hi"] else "")
+                              if b)
+        return GuardChange(subject, bounds, _short(evaluate(subject, lookup)))
+    return None
+
+
+def changes(reasons: Any, lookup: Lookup) -> list[GuardChange]:
+    """Every distinct guard change of a recompile, newest cache entry first."""
+    out: list[GuardChange] = []
+    seen: set[tuple[str, str, str]] = set()
+    for guard in failed_guards(reasons):
+        try:
+            change = change_of(guard, lookup)
+        except Exception:  # a reason text of a torch this code has not seen: keep the raw reason only
+            change = None
+        if change is None:
+            continue
+        key = (change.subject, change.before, change.after)
+        if key not in seen:
+            seen.add(key)
+            out.append(change)
+        if len(out) >= MAX_CHANGES:
+            break
+    return out
+
+
+def frame_lookup(f_locals: Mapping[str, Any], f_globals: Mapping[str, Any]) -> Lookup:
+    def lookup(name: str) -> Any:
+        if name in f_locals:
+            return f_locals[name]
+        if name in f_globals:
+            return f_globals[name]
+        return _MISSING
+
+    return lookup
+
+
+def evaluate(expr: str, lookup: Lookup) -> Any:
+    """The value of a guard's subject (``x.shape[0]``, ``self.drop.training``, ``len(xs)``, ``cfg['a']``),
+    read without running user code; ``_MISSING`` when that cannot be done."""
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return _MISSING
+    try:
+        return _eval(tree, lookup)
+    except Exception:
+        return _MISSING
+
+
+def _eval(node: ast.AST, lookup: Lookup) -> Any:
+    if isinstance(node, ast.Name):
+        value = lookup(node.id)
+        if value is _MISSING:
+            raise LookupError(node.id)
+        return value
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute):
+        return _attribute(_eval(node.value, lookup), node.attr)
+    if isinstance(node, ast.Subscript):
+        base, key = _eval(node.value, lookup), _eval(node.slice, lookup)
+        if isinstance(base, (list, tuple, dict, torch.Size, str)):
+            return base[key]
+        raise TypeError(type(base).__name__)
+    if isinstance(node, ast.Call) and not node.keywords:
+        if isinstance(node.func, ast.Name) and node.func.id in ("len", "type") and len(node.args) == 1:
+            arg = _eval(node.args[0], lookup)
+            if node.func.id == "type":
+                return type(arg)
+            if isinstance(arg, (list, tuple, dict, set, str, torch.Size)):
+                return len(arg)
+            raise TypeError(type(arg).__name__)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "stride", "dim") and not node.args:
+            base = _eval(node.func.value, lookup)
+            if isinstance(base, torch.Tensor):
+                return getattr(base, node.func.attr)()
+    raise TypeError(ast.dump(node)[:40])
+
+
+_TENSOR_ATTRS = {"shape", "dtype", "device", "requires_grad", "ndim", "is_leaf", "layout"}
+
+
+def _attribute(base: Any, name: str) -> Any:
+    if isinstance(base, torch.Tensor) and name in _TENSOR_ATTRS:
+        return getattr(base, name)
+    if isinstance(base, torch.nn.Module):
+        for table in ("_parameters", "_buffers", "_modules"):
+            found = base.__dict__.get(table, {})
+            if name in found:
+                return found[name]
+    value = _inspect.getattr_static(base, name)
+    if isinstance(value, (property, staticmethod, classmethod)) or hasattr(type(value), "__get__") and \
+            not isinstance(value, (int, float, str, bool, type(None))) and not callable(value):
+        raise TypeError(f"{name} is a descriptor")
+    return value
+
+
+def _short(value: Any) -> str:
+    if value is _MISSING:
+        return "?"
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, torch.Tensor):
+        return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype})"
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def describe(changes_: Iterable[GuardChange]) -> str:
+    """``x.shape[0]: 3 -> 5; SCALE: 2.0 -> 3.0``."""
+    return "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in changes_)
+
+
+def origin_line(source: str, function: str, subject: str) -> int | None:
+    """Where the guarded name comes from in ``source``: the parameter of ``function`` it is, the
+    assignment of ``self.attr`` in a class, or the module-level assignment of a global."""
+    try:
+        expr = ast.parse(subject, mode="eval").body
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id not in ("len", "type")]
+    if not names:
+        return None
+    root = names[0].id
+    attribute = next((n.attr for n in ast.walk(expr) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id == root), None)
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == function]
+    for fn in functions:
+        params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs,
+                  *([fn.args.vararg] if fn.args.vararg else []), *([fn.args.kwarg] if fn.args.kwarg else [])]
+        for param in params:
+            if param.arg == root and not (root == "self" and attribute):
+                return param.lineno
+    if root == "self" and attribute:
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == attribute and \
+                        isinstance(target.value, ast.Name) and target.value.id == "self":
+                    return int(getattr(node, "lineno", 0)) or None
+        return None
+    for node in tree.body:  # a global: its assignment at the top level
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(t, ast.Name) and t.id == root for t in targets):
+            return node.lineno
+    return None
+
+
+def limit_fixes(changes_: list[GuardChange]) -> list[Fix]:
+    """What keeps a frame under ``recompile_limit``, from the guard that keeps failing."""
+    fixes: list[Fix] = []
+    for change in changes_[:1]:
+        shape = re.match(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$", change.subject)
+        if shape is not None:
+            fixes.append(Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
+                             f"compile {change.subject} as a dynamic size before the call: one graph for every "
+                             "size (maybe_: torch may still specialise it where the code needs a fixed size, "
+                             "instead of raising)"))
+            fixes.append(Fix("--dynamic", "torch.compile(dynamic=True): every size dynamic from the first compile"))
+        elif change.subject.isidentifier():
+            fixes.append(Fix("", f"pass {change.subject} as an argument (or a tensor) instead of reading a changing "
+                                 "value: a tensor's value is not guarded"))
+    fixes.append(Fix("torch._dynamo.config.recompile_limit = 16",
+                     "more cache entries, where each variant is worth its own compiled code"))
+    return fixes
+

@@ -1,0 +1,158 @@
+"""The recompile doctor, part one: each recompile says what changed, with both values, as the user
+writes it, and where the name comes from in the cell; a frame past recompile_limit is a fallback.
+
+Each scenario compiles in a `%%compile` cell and recompiles from a later cell, as in a notebook.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+import nbcompile
+from nbcompile import guards
+from nbhelpers import run_compile_cell
+
+CELL = textwrap.dedent(
+    """\
+    import torch
+    SCALE = 2.0
+    class Cfg:
+        pass
+    class Other:
+        pass
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.drop = torch.nn.Dropout(0.5)
+            self.k = 1
+        def forward(self, x):
+            return self.drop(self.lin(x)) * self.k
+    def f(x):
+        return x.sin() * 2
+    def scaled(x):
+        return x * SCALE
+    def times(x, n):
+        return x * n
+    def typed(x, cfg):
+        return x + (1 if isinstance(cfg, Cfg) else 2)
+    def total(xs):
+        return sum(x.sin() for x in xs)
+    def pick(x, cfg):
+        return x * cfg["a"]
+    net = Net()
+    """
+)
+#: cell lines (the magic line is line 1)
+LINE = {"SCALE": 3, "self.k": 13, "f": 16, "scaled": 18, "times": 20, "typed": 22, "total": 24, "pick": 26}
+
+
+@pytest.fixture
+def cell(ip):
+    run_compile_cell(ip, "--backend eager --no-panel --entry f,scaled,times,typed,total,pick,net", CELL)
+    return ip
+
+
+def _changes(ip, code: str, function: str):
+    ip.run_cell(code)
+    report = nbcompile.last().report
+    recompiles = [r for r in report.recompiles if r.function == function]
+    assert recompiles, (report.summary(), [r.reason for r in report.recompiles])
+    return recompiles[-1], [(c.subject, c.before, c.after) for c in recompiles[-1].changes]
+
+
+def test_tensor_size_with_both_values_and_the_parameter_line(cell):
+    rec, changes = _changes(cell, "f(torch.ones(3)); f(torch.ones(5))", "f")
+    assert changes == [("x.shape[0]", "3", "5")]
+    assert rec.cell_line == LINE["f"]
+    assert "x.shape[0]: 3 -> 5" in str(nbcompile.last().report)
+
+
+def test_dynamic_shape_guard_and_specialisation_to_one(cell):
+    _, changes = _changes(cell, "[f(torch.ones(n)) for n in (3, 5, 1)]", "f")
+    assert ("x.shape[0]", ">= 2", "1") in changes  # the dynamic graph covers sizes >= 2; 1 is specialised
+
+
+def test_dtype_and_requires_grad(cell):
+    _, changes = _changes(cell, "f(torch.ones(3)); f(torch.ones(3, dtype=torch.float64))", "f")
+    assert changes[0] == ("x.dtype", "torch.float32", "torch.float64")
+    nbcompile.last().set("f", "compile")  # a fresh cache
+    _, changes = _changes(cell, "f(torch.ones(3)); f(torch.ones(3, requires_grad=True))", "f")
+    assert changes[0] == ("x.requires_grad", "False", "True")
+
+
+def test_stride_with_static_shapes(ip):
+    run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef f(x):\n    return x.sin()\n")
+    _, changes = _changes(ip, "f(torch.ones(4, 4)); f(torch.ones(4, 4).t())", "f")
+    assert changes[0] == ("x.stride()[0]", "4", "1")
+
+
+def test_python_scalars_and_globals_with_the_line_they_come_from(cell):
+    rec, changes = _changes(cell, "times(torch.ones(3), 2); times(torch.ones(3), 3)", "times")
+    assert changes == [("n", "2", "3")] and rec.cell_line == LINE["times"]
+    rec, changes = _changes(cell, "scaled(torch.ones(3)); SCALE = 3.0; scaled(torch.ones(3))", "scaled")
+    assert changes == [("SCALE", "2.0", "3.0")] and rec.cell_line == LINE["SCALE"]
+
+
+def test_type_changes_name_the_types_never_their_ids(cell):
+    _, changes = _changes(cell, "typed(torch.ones(3), Cfg()); typed(torch.ones(3), Other())", "typed")
+    assert changes == [("type(cfg)", "Cfg", "Other")]
+
+
+def test_module_attributes_and_training_mode(cell):
+    rec, changes = _changes(cell, "net(torch.ones(2, 4)); net.k = 2; net(torch.ones(2, 4))", "forward")
+    assert changes == [("self.k", "1", "2")] and rec.cell_line == LINE["self.k"]
+    _, changes = _changes(cell, "net.eval(); net(torch.ones(2, 4))", "forward")
+    assert ("self.drop.training", "True", "False") in changes
+
+
+def test_list_lengths_and_dict_items(cell):
+    _, changes = _changes(cell, "total([torch.ones(3)] * 2); total([torch.ones(3)] * 3)", "total")
+    assert changes == [("len(xs)", "2", "3")]
+    _, changes = _changes(cell, "pick(torch.ones(3), {'a': 1}); pick(torch.ones(3), {'a': 2})", "pick")
+    assert changes == [("cfg['a']", "1", "2")]
+
+
+def test_device_changes():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a second device (CUDA) to move a tensor to")
+    change = guards.change_of("tensor 'x' device mismatch. expected cpu, actual cuda:0", lambda _n: guards.MISSING)
+    assert change is not None and (change.subject, change.before, change.after) == ("x.device", "cpu", "cuda:0")
+
+
+def test_the_recompile_limit_is_a_fallback_with_its_fix(ip):
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 3
+    try:
+        run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef f(x):\n    return x.cos()\n")
+        ip.run_cell("for n in range(2, 8):\n    f(torch.ones(n))")
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+    report = nbcompile.last().report
+    (fallback,) = report.fallbacks
+    assert fallback.kind == "recompile_limit" and fallback.function == "f"
+    assert "hit recompile_limit (3)" in fallback.reason and "x.shape[0]: 4 -> 5" in fallback.reason
+    assert fallback.fixes[0].command == "torch._dynamo.maybe_mark_dynamic(x, 0)"
+    assert report.recompile_count == 2 and report.graph_count == 3  # the failed attempt compiled nothing
+    assert "1 FALLBACK to eager" in report.summary()
+    assert "recompile_limit" in report._repr_mimebundle_()["text/html"]
+    assert "recompile_limit" in nbcompile.last().panel().status.value
+    data = report.to_json()
+    assert data["fallbacks"][0]["kind"] == "recompile_limit" and data["recompiles"][0]["changes"]
+
+
+def test_values_are_read_without_running_user_code():
+    class Sneaky:
+        ran = False
+
+        @property
+        def k(self):
+            Sneaky.ran = True
+            return 1
+
+    lookup = guards.frame_lookup({"obj": Sneaky()}, {})
+    change = guards.change_of("obj.k == 1", lookup)
+    assert change is not None and change.after == "?" and not Sneaky.ran
