@@ -13,6 +13,7 @@ import torch
 
 import nbcompile
 from nbcompile import guards
+
 from nbhelpers import run_compile_cell
 
 CELL = textwrap.dedent(
