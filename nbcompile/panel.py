@@ -24,7 +24,7 @@ import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
 from .render import change_text, function_label, plural, set_effect, split_bar
-from .report import Report
+from .report import Report, ReportDiff
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
 
@@ -157,6 +157,8 @@ class Panel(widgets.VBox):
         self.last_error: str | None = None
         #: What the last toggle changed ("helper -> disable: breaks 2 -> 1, graphs 4 -> 2"), shown once.
         self.last_effect: str | None = None
+        #: What the last toggle or option change did, item by item (``Report.diff``).
+        self.last_diff: ReportDiff | None = None
         self.figure_dict: dict[str, Any] = {}
         self.title = widgets.HTML()
         self.status = widgets.HTML()
@@ -259,6 +261,7 @@ class Panel(widgets.VBox):
         def toggle() -> None:
             self.session.set(name, change["new"])
             self.last_effect = set_effect(name, change["new"], before, self.session.report).split(". Now:")[0]
+            self.last_diff = before.diff(self.session.report)
 
         self._act(toggle, change)
 
@@ -270,7 +273,14 @@ class Panel(widgets.VBox):
             value = None
         if name == "dynamic":
             value = _DYNAMIC[value]
-        self._act(lambda: self.session.configure(**{name: value}), change)
+        before = self.session.report
+
+        def configure() -> None:
+            self.session.configure(**{name: value})
+            self.last_diff = before.diff(self.session.report)
+            self.last_effect = f"{name}={value!r}: {self.last_diff.summary()}"
+
+        self._act(configure, change)
 
     def _act(self, action: Any, change: dict[str, Any]) -> None:
         try:
@@ -286,7 +296,7 @@ class Panel(widgets.VBox):
             return
         self.last_error = None
         self.refresh()
-        self.last_effect = None  # shown once, by the redraw that follows the change
+        self.last_effect, self.last_diff = None, None  # shown once, by the redraw that follows the change
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
@@ -414,6 +424,9 @@ class Panel(widgets.VBox):
         elif self.last_effect:
             unhelpful = "removed no break" in self.last_effect or "nothing is compiled" in self.last_effect
             parts.append(f"<span style='color:{'#b60' if unhelpful else '#555'}'>{_e(self.last_effect)}</span>")
+            if self.last_diff is not None and self.last_diff.changed:
+                detail = "<br>".join(_e(line) for line in str(self.last_diff).splitlines()[1:41])
+                parts.append(f"<details style='display:inline'><summary>what changed</summary>{detail}</details>")
         self.status.value = " · ".join(parts)
 
     def _draw_guards(self) -> None:

@@ -157,3 +157,34 @@ def test_values_are_read_without_running_user_code():
     lookup = guards.frame_lookup({"obj": Sneaky()}, {})
     change = guards.change_of("obj.k == 1", lookup)
     assert change is not None and change.after == "?" and not Sneaky.ran
+
+
+def test_a_report_diff_after_a_toggle(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        def helper(x):
+            torch._dynamo.graph_break()
+            return x * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        """
+    )
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', body)
+    session = nbcompile.last()
+    before = session.report
+    session.set("helper", "disable")
+    diff = before.diff(session.report)
+    assert diff.counts["break"][0] > diff.counts["break"][1] and diff.counts["graph"] == (3, 2)
+    added, removed = diff.breaks
+    assert any("Call to `torch._dynamo.graph_break()`" in b for b in removed)
+    assert any("helper" in g and "mul" in g for g in diff.graphs[1])  # helper's graph is gone
+    assert diff.summary().startswith("graphs 3 -> 2, breaks") and diff.changed
+    assert not before.diff(before).changed and before.diff(before).summary() == "nothing changed"
+    assert "speedup 1.50x -> 2.00x" in before.diff(session.report, speed=(1.5, 2.0)).summary()
+    panel = session.panel()
+    panel.function_rows["helper"].value = "compile"
+    assert "what changed" in panel.status.value and "+ graph helper" in panel.status.value
+    panel.fullgraph.value = False  # unchanged value: no event
+    panel.dynamic.value = "True"
+    assert "dynamic=True" in panel.status.value
