@@ -59,6 +59,11 @@ export function renderReport(report: IReport): HTMLElement {
   for (const e of report.errors) {
     root.appendChild(el('div', `${functionLabel(e.function)} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
   }
+  for (const f of report.fallbacks ?? []) {
+    const fixes = f.fixes.map(x => x.command || x.why).join('; ');
+    root.appendChild(el('div', `${functionLabel(f.function)} ${f.kind}: ${f.reason}${fixes ? ` Fix: ${fixes}` : ''}`,
+      'nbcompile-error nbcompile-fallback'));
+  }
   if (report.graphs.length) {
     root.appendChild(section(`Graphs (${report.graph_count})`, table(
       ['#', 'compile id', 'function', 'ops'],
@@ -95,7 +100,9 @@ export function renderReport(report: IReport): HTMLElement {
   }
   if (report.recompiles.length) {
     root.appendChild(section(`Recompiles (${report.recompile_count})`, table(
-      ['function', 'compile id', 'reason'], report.recompiles.map(r => [functionLabel(r.function), r.compile_id, r.reason])
+      ['function', 'compile id', 'what changed', 'line', 'reason'],
+      report.recompiles.map(r => [functionLabel(r.function), r.compile_id, changeText(r),
+        r.cell_line === null || r.cell_line === undefined ? '' : String(r.cell_line), r.reason])
     )));
   }
   if (report.frames.length) {
@@ -116,3 +123,14 @@ export function renderReport(report: IReport): HTMLElement {
   }
   return root;
 }
+
+/** `x.shape[0]: 3 -> 5` (the newest cache entry's failed guard, and how many more), as render.py says it. */
+export function changeText(r: { changes?: { subject: string; before: string; after: string }[] }): string {
+  const changes = r.changes ?? [];
+  if (!changes.length) {
+    return '';
+  }
+  const first = changes[0];
+  return `${first.subject}: ${first.before} -> ${first.after}` + (changes.length > 1 ? ` (+${changes.length - 1} more)` : '');
+}
+

@@ -143,3 +143,23 @@ test('the notice of a kept report (a later change failed) is shown', () => {
   expect(renderReport(r).querySelector('.nbcompile-notice')?.textContent).toBe(r.notice);
   expect(renderReport(report()).querySelector('.nbcompile-notice')).toBeNull();
 });
+
+test('recompiles show what changed and fallbacks show as errors with their fix', () => {
+  const r = report({
+    recompile_count: 1,
+    recompiles: [{
+      function: 'f', compile_id: '0/1', reason: "tensor 'x' size mismatch", cell_line: 3, fixes: [],
+      changes: [{ subject: 'x.shape[0]', before: '3', after: '5' }]
+    }],
+    fallbacks: [{
+      function: 'f', kind: 'recompile_limit', reason: 'f hit recompile_limit (8)',
+      fixes: [{ command: 'torch._dynamo.maybe_mark_dynamic(x, 0)', why: 'w', warnings: [], verified: null, effect: '', toggles: {} }]
+    }]
+  });
+  const node = renderReport(r);
+  expect(node.textContent).toContain('x.shape[0]: 3 -> 5');
+  const fallback = node.querySelector('.nbcompile-fallback');
+  expect(fallback?.textContent).toContain('recompile_limit');
+  expect(fallback?.textContent).toContain('maybe_mark_dynamic(x, 0)');
+});
+
