@@ -23,7 +23,7 @@ venv: $(PY)
 test-deps: $(PY) chromium
 	@$(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_TEST_VERSION)')" 2>/dev/null \
 		|| $(PIP) install torch==$(TORCH_TEST_VERSION)
-	$(PIP) install -e ".[test]" numpy
+	$(PIP) install -e ".[test]" numpy torch==$(TORCH_TEST_VERSION)
 	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
 # The browser tests drive Debian's Chromium ($$CHROMIUM or /usr/bin/chromium); as root it is installed.
