@@ -90,6 +90,8 @@ class _Pending:
     graphs: list[Graph] = field(default_factory=list)
     breaks: list[str] = field(default_factory=list)
     guards: str = ""
+    #: The new guards' check timed on the compile's own inputs (microseconds), or None.
+    guard_check_us: float | None = None
     recompile_reasons: Any = None
     #: The failed guards with their values, read while Dynamo logs the reasons (the call's arguments are
     #: only there then).
@@ -208,7 +210,9 @@ class Hub:
                     if pending.active is None and self._stack():
                         pending.active = weakref.ref(self._stack()[-1])
             elif "dynamo_cpp_guards_str" in md and payload:
-                self._get_pending(compile_id).guards = payload
+                pending = self._get_pending(compile_id)
+                pending.guards = payload
+                pending.guard_check_us = torch_compat.time_new_guards()
             elif "inductor_output_code" in md and payload:
                 self._get_pending(compile_id).output_code.append(payload)
             elif "compilation_metrics" in md:
@@ -257,6 +261,13 @@ class Hub:
 
 
 _LIMIT_HIT = "recompile limit exceeded"
+_GUARD_LATENCY = re.compile(r"Guard latency = ([0-9.]+) us\s*$")
+
+
+def _guard_latency(text: str) -> float | None:
+    """Torch's own figure at the end of the guard tree text (one check after a cache flush)."""
+    match = _GUARD_LATENCY.search(text or "")
+    return float(match[1]) if match else None
 
 
 def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange]) -> Fallback:
@@ -353,6 +364,8 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             function=function,
             guards=parse_guards(pending.guards),
             guard_count=int(metrics.get("guard_count") or 0),
+            guard_latency_us=_guard_latency(pending.guards),
+            guard_check_us=pending.guard_check_us,
             compile_time_s=float(metrics.get("entire_frame_compile_time_s") or 0.0),
             filename=filename,
             firstlineno=int(metrics.get("co_firstlineno") or pending.lineno or 0),

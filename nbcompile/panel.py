@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import change_text, function_label, plural, set_effect, split_bar
+from .render import change_text, function_label, guard_cost_text, plural, set_effect, split_bar
 from .report import Report, ReportDiff
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -436,9 +436,20 @@ class Panel(widgets.VBox):
             guards = [g for g in frame.guards if needle in g.lower()] if needle else frame.guards
             if needle and not guards:
                 continue
+            cost = guard_cost_text(frame, self._call_s())
+            color = "#b00" if "of the call" in cost and "over 10%" in cost else "#555"
             blocks.append(f"<p><b>{_e(frame.compile_id)} {_e(function_label(frame.function))}</b> "
-                          f"({len(guards)} of {frame.guard_count} guards)</p><pre>{_e(chr(10).join(guards))}</pre>")
+                          f"({len(guards)} of {frame.guard_count} guards)"
+                          f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{_e(chr(10).join(guards))}</pre>")
         self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
+
+    def _call_s(self) -> float | None:
+        """The compiled call's steady time from the latest bench (the session's configuration), if any."""
+        bench = self.session.last_bench
+        for row in getattr(bench, "rows", []) or []:
+            if getattr(row, "config", "") == "session" and getattr(row, "median_s", None):
+                return float(row.median_s)
+        return None
 
     @staticmethod
     def _recompiles(report: Report) -> str:

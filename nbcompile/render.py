@@ -216,9 +216,9 @@ def to_html(report: Report) -> str:
                               "" if r.cell_line is None else r.cell_line, r.reason) for r in report.recompiles]))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
-        parts.append(_table(["compile id", "function", "guards", "compile s"],
-                            [(f.compile_id, function_label(f.function), f.guard_count, f"{f.compile_time_s:.3f}")
-                             for f in report.frames]))
+        parts.append(_table(["compile id", "function", "guards", "guard cost", "compile s"],
+                            [(f.compile_id, function_label(f.function), f.guard_count, guard_cost_text(f),
+                              f"{f.compile_time_s:.3f}") for f in report.frames]))
         for f in report.frames:
             if f.guards:
                 parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p>"
@@ -263,4 +263,35 @@ def change_text(recompile: Any) -> str:
     first = recompile.changes[0]
     more = len(recompile.changes) - 1
     return f"{first.subject}: {first.before} -> {first.after}" + (f" (+{more} more)" if more else "")
+
+
+#: Guard checks above this share of the compiled call are flagged.
+GUARD_SHARE_FLAG = 0.10
+
+
+def guard_kinds(frame: Any, top: int = 3) -> str:
+    """Which guards dominate: ``TENSOR_MATCH x50, ID_MATCH x3``."""
+    from collections import Counter
+
+    kinds = Counter(g.split(":", 1)[0].strip() for g in frame.guards if ":" in g)
+    return ", ".join(f"{k} x{n}" for k, n in kinds.most_common(top))
+
+
+def guard_cost_text(frame: Any, call_s: float | None = None) -> str:
+    """``guards checked in 7.8 us (torch: 198 us cold); 4% of the call; mostly TENSOR_MATCH x50``."""
+    if frame.guard_check_us is None and frame.guard_latency_us is None:
+        return ""
+    parts = []
+    if frame.guard_check_us is not None:
+        parts.append(f"guards checked in {frame.guard_check_us:.1f} us")
+    if frame.guard_latency_us is not None:
+        parts.append(f"torch's figure: {frame.guard_latency_us:.0f} us, cold")
+    if call_s and frame.guard_check_us is not None:
+        share = frame.guard_check_us * 1e-6 / call_s
+        parts.append(f"{share:.0%} of the call" + (" (over 10%: guards cost more than they should)"
+                                                   if share > GUARD_SHARE_FLAG else ""))
+    kinds = guard_kinds(frame)
+    if kinds:
+        parts.append(f"mostly {kinds}")
+    return "; ".join(parts)
 

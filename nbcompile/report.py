@@ -75,6 +75,10 @@ class Frame:
     graph_count: int = 0
     #: Of compile_time_s, what torch spent building trace records for capture.
     trace_overhead_s: float = 0.0
+    #: Torch's guard latency figure (one check after a cache flush), microseconds.
+    guard_latency_us: float | None = None
+    #: The guards checked again and again on the compile's own inputs (warm median), microseconds.
+    guard_check_us: float | None = None
 
 
 @dataclass

@@ -188,3 +188,34 @@ def test_a_report_diff_after_a_toggle(ip):
     panel.fullgraph.value = False  # unchanged value: no event
     panel.dynamic.value = "True"
     assert "dynamic=True" in panel.status.value
+
+
+def test_guard_cost_on_a_module_with_fifty_parameters(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        class Deep(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(25))
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+        deep = Deep()
+        """
+    )
+    run_compile_cell(ip, '--backend eager --no-panel --entry deep --run "deep(torch.randn(2, 8))"', body)
+    session = nbcompile.last()
+    (frame,) = session.report.frames
+    assert sum(p.numel() > 0 for p in session.namespace["deep"].parameters()) == 50
+    assert frame.guard_count > 50 and frame.guard_check_us is not None and frame.guard_latency_us is not None
+    assert 0 < frame.guard_check_us < 10_000  # timed: warm checks of real guards take microseconds
+    from nbcompile.render import guard_cost_text
+
+    text = guard_cost_text(frame, call_s=frame.guard_check_us * 1e-6 * 5)  # a call 5x the guard check
+    assert "20% of the call (over 10%" in text and "mostly " in text
+    assert "guards checked in" in guard_cost_text(frame) and "of the call" not in guard_cost_text(frame)
+    panel = session.panel()
+    assert "guards checked in" in panel.guards_html.value
+    assert "guard cost" in session.report._repr_mimebundle_()["text/html"]

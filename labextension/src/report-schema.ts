@@ -73,6 +73,8 @@ export interface Frame {
   firstlineno: number;
   graph_count: number;
   trace_overhead_s: number;
+  guard_latency_us: number | null;
+  guard_check_us: number | null;
 }
 export interface Recompile {
   function: string;
