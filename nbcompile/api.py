@@ -198,13 +198,14 @@ def _inspect_spec(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], option
     backend = trial.trial_backend(options.backend)
 
     @contextlib.contextmanager
-    def compiled(modes: dict[str, str], replay: Replay, recording: Recording) -> Iterator[Callable[[Any], Any]]:
+    def compiled(modes: dict[str, str], replay: Replay, recording: Recording,
+                 overrides: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
         engine, named = toggle_engine(fn, modes)
         extra: dict[str, Any] = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
+        kwargs = {**options.torch_compile_kwargs(), **overrides}
         compiled_fn: Callable[..., Any] = torch.compile(
             _fresh_copy(replay.extra_copy[0]),  # the copied callable (a module's copy)
-            backend=RecordingBackend(backend, options.mode, options.dynamic, recording),
-            **options.torch_compile_kwargs(), **extra)
+            backend=RecordingBackend(backend, options.mode, kwargs.get("dynamic"), recording), **kwargs, **extra)
 
         def call(copied: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:
             _, c_args, c_kwargs = copied

@@ -313,6 +313,7 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
         if not recompile.changes:
             recompile.changes = guard_ops.changes(reasons, lambda _name: guard_ops.MISSING)
         recompile.cell_line = _origin(owner, filename, function, recompile)
+        recompile.fixes = guard_ops.recompile_fixes(recompile.changes)
         report.add("recompiles", recompile)
 
     for text in pending.breaks:

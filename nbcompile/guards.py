@@ -280,3 +280,28 @@ def limit_fixes(changes_: list[GuardChange]) -> list[Fix]:
                      "more cache entries, where each variant is worth its own compiled code"))
     return fixes
 
+
+def recompile_fixes(changes_: list[GuardChange]) -> list[Fix]:
+    """The changes that would remove a recompile, from what changed (the newest entry's guard)."""
+    fixes: list[Fix] = []
+    for change in changes_[:1]:
+        shape = re.match(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$", change.subject)
+        if shape is not None:
+            fixes.append(Fix("--dynamic", "torch.compile(dynamic=True): sizes are symbolic from the first compile"))
+            fixes.append(Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
+                             f"before the call: {change.subject} compiled as a dynamic size (maybe_ rather than "
+                             "mark_dynamic: torch specialises it instead of raising where the code needs a fixed "
+                             "size)"))
+            if change.before.startswith(">="):
+                fixes.append(Fix(f"torch._dynamo.decorators.mark_unbacked({shape['name']}, {shape['dim']})",
+                                 "sizes 0 and 1 are specialised; an unbacked size covers them too"))
+        elif re.match(r"^[A-Za-z_]\w*$", change.subject):
+            fixes.append(Fix("", f"pass {change.subject} as a tensor (its value is not guarded) or make it a "
+                                 "constant: every new value compiles again"))
+        elif change.subject.startswith("self.") and change.before.lstrip("-").isdigit():
+            fixes.append(Fix("", f"{change.subject} is an int attribute of the module, which torch.compile treats "
+                                 "as static: keep it constant, or pass it to forward as a tensor"))
+        elif change.subject.endswith(".training"):
+            fixes.append(Fix("", "train and eval are compiled apart: expect one recompile per mode, not more"))
+    return fixes
+

@@ -76,6 +76,9 @@ def to_text(report: Report) -> str:
         what = change_text(r) or r.reason
         where = f" (line {r.cell_line})" if r.cell_line is not None else ""
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {what}{where}")
+        for fix in r.fixes[:3]:
+            proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
+            lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
     for fb in report.fallbacks:
         lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
         for fix in fb.fixes:
@@ -211,9 +214,11 @@ def to_html(report: Report) -> str:
                               "; ".join(x.command or x.why for x in f.fixes)) for f in report.fallbacks]))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
-        parts.append(_table(["function", "compile id", "what changed", "line", "reason"],
+        parts.append(_table(["function", "compile id", "what changed", "line", "fix", "reason"],
                             [(function_label(r.function), r.compile_id, change_text(r),
-                              "" if r.cell_line is None else r.cell_line, r.reason) for r in report.recompiles]))
+                              "" if r.cell_line is None else r.cell_line,
+                              "; ".join((f.command or f.why) + (f" [{fix_proof(f)}]" if fix_proof(f) else "")
+                                        for f in r.fixes[:2]), r.reason) for r in report.recompiles]))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
         parts.append(_table(["compile id", "function", "guards", "guard cost", "compile s"],

@@ -205,8 +205,10 @@ class Session:
         self._check_open()
         spec = trial.session_spec(self, self._run_code) if self._run_code is not None else None
         try:
-            trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
-                         why_not="not tried: the session has no --run expression to try it on")
+            why_not = "not tried: the session has no --run expression to try it on"
+            trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not)
+            trial.verify_recompiles(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
+                                    why_not=why_not)
         except Exception as exc:  # proving advice must never cost the run
             for brk in self.report.breaks:
                 for fix in brk.fixes:

@@ -68,7 +68,7 @@ class Spec:
     (slot -> original function) bound in place of what the session rebound."""
 
     capture: Callable[[], Replay]
-    compiled: Callable[[dict[str, str], Replay, Any], AbstractContextManager[Callable[[Any], Any]]]
+    compiled: Callable[[dict[str, str], Replay, Any, dict[str, Any]], AbstractContextManager[Callable[[Any], Any]]]
     eager: Callable[[Any], Any]
     originals: dict[Slot, Any]
     backend: str
@@ -78,7 +78,7 @@ def trial_backend(backend: str) -> str:
     return TRIAL_BACKENDS.get(backend, backend)
 
 
-def run(spec: Spec, modes: dict[str, str]) -> Outcome:
+def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None) -> Outcome:
     """One scratch run with ``modes``, compared with an eager run on a second copy of the state."""
     from .capture import HUB, Recording
     from .session import describe_failure
@@ -95,7 +95,7 @@ def run(spec: Spec, modes: dict[str, str]) -> Outcome:
     result: Any = None
     HUB.acquire()
     try:
-        with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording) as call, \
+        with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 HUB.active(recording), check_ops._quiet(), check_ops._no_outside_effects(compiler_may=True):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
@@ -225,6 +225,64 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
         brk.fixes.sort(key=lambda f: rank[f.verified])
 
 
+def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
+                      budget_s: float = VERIFY_BUDGET_S, cache: dict[Any, Outcome] | None = None,
+                      why_not: str = "") -> None:
+    """Give each recompile its fixes (from its guard changes) and try ``--dynamic`` on a scratch run:
+    ``effect`` says "recompiles 2 -> 0, check ok" when it removed them, and a fix that did not help is
+    never first. The baseline is a scratch run of the same workload as it is (the report may also
+    hold recompiles from later cells, which a trial cannot repeat)."""
+    from .guards import recompile_fixes
+
+    if not report.recompiles:
+        return
+    cache = {} if cache is None else cache
+    for rec in report.recompiles:
+        if not rec.fixes:
+            rec.fixes = recompile_fixes(rec.changes)
+    dynamic = [f for r in report.recompiles for f in r.fixes if f.command == "--dynamic"]
+    if not dynamic:
+        return
+    if spec is None:
+        for fix in dynamic:
+            fix.effect = why_not or "not tried"
+        return
+    deadline = time.perf_counter() + budget_s
+    outcomes: dict[str, Outcome] = {}
+    for name, options in (("base", {}), ("dynamic", {"dynamic": True})):
+        key = (tuple(sorted(base_modes.items())), name)
+        if key not in cache:
+            if time.perf_counter() > deadline:
+                break
+            cache[key] = run(spec, base_modes, options)
+        outcomes[name] = cache[key]
+    base, after = outcomes.get("base"), outcomes.get("dynamic")
+    for fix in dynamic:
+        if base is None or after is None:
+            fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
+        elif base.error is not None:
+            fix.verified, fix.effect = None, base.error
+        elif base.recompiles == 0:
+            fix.verified, fix.effect = None, ("not tried: the --run expression does not recompile (these "
+                                              "recompiles came from later calls)")
+        else:
+            fix.verified = after.error is None and after.recompiles < base.recompiles and (
+                after.check is None or after.check.ok)
+            fix.effect = after.error or (f"recompiles {base.recompiles} -> {after.recompiles}, graphs {base.graphs}"
+                                         f" -> {after.graphs}, " + _check_word(after))
+    for rec in report.recompiles:
+        rank = {True: 0, None: 1, False: 2}
+        rec.fixes.sort(key=lambda f: rank[f.verified])
+
+
+def _check_word(outcome: Outcome) -> str:
+    if outcome.check is None:
+        return "check off"
+    if not outcome.check.compared:
+        return "check not compared"
+    return "check ok" if outcome.check.ok else f"check FAILED ({outcome.check.message[:80]})"
+
+
 # --- the session's workload -------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -271,15 +329,16 @@ def session_spec(session: Any, code: Any) -> Spec:
     backend = trial_backend(session.options.backend)
 
     @contextlib.contextmanager
-    def compiled(modes: dict[str, str], replay: Replay, recording: Any) -> Iterator[Callable[[Any], Any]]:
+    def compiled(modes: dict[str, str], replay: Replay, recording: Any,
+                 options: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
         def compile_entry(name: str, obj: Any) -> Any:
             if name not in session.entries:
                 return obj
             target = replay.counterpart(torch_compat.unwrap_compiled(obj))
-            kwargs: dict[str, Any] = dict(session.options.torch_compile_kwargs())
+            kwargs: dict[str, Any] = {**session.options.torch_compile_kwargs(), **options}
             if torch_compat.ISOLATE_RECOMPILES:
                 kwargs["isolate_recompiles"] = True
-            rec_backend = RecordingBackend(backend, session.options.mode, session.options.dynamic, recording)
+            rec_backend = RecordingBackend(backend, session.options.mode, kwargs.get("dynamic"), recording)
             return torch.compile(copy_function(target), backend=rec_backend, **kwargs)
 
         with session_scratch(session, modes, compile_entry) as (_, bind):

@@ -219,3 +219,22 @@ def test_guard_cost_on_a_module_with_fifty_parameters(ip):
     panel = session.panel()
     assert "guards checked in" in panel.guards_html.value
     assert "guard cost" in session.report._repr_mimebundle_()["text/html"]
+
+
+def test_a_shape_recompile_gets_a_proven_fix(ip):
+    run_compile_cell(ip, '--backend eager --no-dynamic --no-panel --run "[f(torch.ones(n)) for n in (3, 5, 7)]"',
+                     "import torch\ndef f(x):\n    return x.sin() * 2\n")
+    report = nbcompile.last().report
+    assert report.recompile_count == 2
+    fix = report.recompiles[0].fixes[0]
+    assert fix.command == "--dynamic" and fix.verified is True
+    assert fix.effect == "recompiles 2 -> 0, graphs 3 -> 1, check ok"
+    assert any("maybe_mark_dynamic(x, 0)" in f.command for f in report.recompiles[0].fixes)
+    assert "proven: recompiles 2 -> 0" in str(report)
+    nbcompile.last().configure(dynamic=True)
+    assert nbcompile.last().report.recompile_count == 0  # what the trial said
+
+
+def test_a_global_recompile_from_a_later_cell_says_why_it_was_not_tried(cell):
+    rec, _ = _changes(cell, "scaled(torch.ones(3)); SCALE = 3.0; scaled(torch.ones(3))", "scaled")
+    assert rec.fixes and "pass SCALE as a tensor" in rec.fixes[0].why
