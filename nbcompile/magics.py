@@ -147,6 +147,7 @@ class NbcompileMagics(Magics):
             _display(session)
             raise
         _display(session)
+        session.verify_soon()  # the proofs of the suggested fixes follow the first view
         if options.bench:
             _bench(session, None)
         return result

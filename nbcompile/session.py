@@ -11,6 +11,7 @@ first). The check and the benchmark run on copies of the state the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect as _inspect
@@ -194,9 +195,27 @@ class Session:
                 self.report.check = check_ops.nothing_compiled(
                     "the expression never reached a compiled entry (model.generate, for one, calls the module's "
                     "original forward); compile a function that makes the call, with --entry")
-        self.verify_fixes()
         self.recording.notify()
         return result
+
+    def verify_soon(self) -> None:
+        """Prove the report's fixes after the views are drawn: in a kernel, once the current request is
+        done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now."""
+        def prove() -> None:
+            if self._closed or self.stale is not None or self._run_code is None:
+                return
+            self.verify_fixes()
+            self.recording.notify()
+            self.redraw()
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            loop.call_soon(prove)
+        else:
+            prove()
 
     def verify_fixes(self, budget_s: float = trial.VERIFY_BUDGET_S) -> Report:
         """Try each toggle the report's breaks suggest on a scratch run (copies of the state, fresh
@@ -264,6 +283,7 @@ class Session:
             raise self._failed(
                 f"{name} -> {mode} failed ({describe_failure(exc)}); kept {name} -> {previous}{lint}") from exc
         self.redraw()
+        self.verify_soon()
         return self.report
 
     def _failed(self, message: str) -> NbcompileError:
@@ -317,6 +337,7 @@ class Session:
             said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
             raise self._failed(f"{said} failed ({describe_failure(exc)}); kept the previous options") from exc
         self.redraw()
+        self.verify_soon()
         return self.report
 
     def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any:

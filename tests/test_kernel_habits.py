@@ -86,6 +86,10 @@ def test_rerunning_a_cell_by_id_replaces_its_session(kernel):
     # the session is labelled with the number the frontend shows for its cell (In [n])
     label = _json(kc, "print(json.dumps(nbcompile.last().label))")
     assert label == f"[{reply['execution_count']}]"
+    # in a kernel the fixes are proven on the event loop's next turn, after the cell's view: by the next cell
+    proofs = _json(kc, "print(json.dumps([(f.command, f.verified, f.effect) for b in nbcompile.last().report.breaks "
+                       "for f in b.fixes if f.toggles]))")
+    assert proofs and proofs[0][0] == "%nbcompile set torch.sub compile" and proofs[0][1] is True, proofs
     facts = _json(kc, "s = nbcompile.sessions()\nprint(json.dumps([len(s), s[0].stale is not None, "
                       "REGISTRY.held()[id(torch.sub)]]))")
     assert facts == [2, True, {"disallow": 1}]
