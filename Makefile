@@ -55,6 +55,7 @@ bench: venv
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/toggle_latency.py
 	$(PY) benchmarks/panel_scale.py
+	$(PY) benchmarks/recompiles.py
 
 clean:
 	rm -rf $(VENV) build dist .inductor-cache .pytest_cache nbcompile/labextension labextension/lib labextension/node_modules
