@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from .options import MODES, NbcompileError
-from .render import change_text, function_label, guard_cost_text, plural, set_effect, split_bar
+from .render import change_text, function_label, guard_cost_text, limit_warnings, plural, set_effect, split_bar
 from .report import Report, ReportDiff
 from .snippet import STYLES
 from .toggles import FUNCTION_MODES, TORCH_MODES
@@ -415,6 +415,8 @@ class Panel(widgets.VBox):
             parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
         if session.stale:
             parts.append(f"<span style='color:#b00'>{_e(session.stale)}</span>")
+        for warning in limit_warnings(report):
+            parts.append(f"<span style='color:#b60'>{_e(warning)}</span>")
         for fallback in report.fallbacks:
             parts.append(f"<span style='color:#b00'><b>{_e(fallback.kind)}</b>: {_e(fallback.reason)}</span>")
         error = self.last_error or (

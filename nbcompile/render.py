@@ -79,6 +79,8 @@ def to_text(report: Report) -> str:
         for fix in r.fixes[:3]:
             proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
             lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
+    for warning in limit_warnings(report):
+        lines.append(f"  WARNING: {warning}")
     for fb in report.fallbacks:
         lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
         for fix in fb.fixes:
@@ -207,6 +209,8 @@ def to_html(report: Report) -> str:
                             [(function_label(b.function),
                               b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
                               b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
+    for warning in limit_warnings(report):
+        parts.append(f"<p class='nbcompile-limit-warning' style='color:#b60'><b>{_e(warning)}</b></p>")
     if report.fallbacks:
         parts.append("<h5 style='color:#b00'>Running slower than you think</h5>")
         parts.append(_table(["function", "kind", "what happened", "fix"],
@@ -299,4 +303,22 @@ def guard_cost_text(frame: Any, call_s: float | None = None) -> str:
     if kinds:
         parts.append(f"mostly {kinds}")
     return "; ".join(parts)
+
+
+def limit_warnings(report: Report, limit: int | None = None) -> list[str]:
+    """Functions that used half of ``recompile_limit`` or more: warned before they fall back to eager."""
+    from collections import Counter
+
+    from . import torch_compat
+
+    limit = limit or torch_compat.recompile_limit()
+    fallen = {f.function for f in report.fallbacks if f.kind == "recompile_limit"}
+    entries = Counter(r.function for r in report.recompiles)
+    out = []
+    for function, recompiles in entries.items():
+        used = recompiles + 1  # the first compile's cache entry too
+        if function not in fallen and limit and used * 2 >= limit:
+            out.append(f"{function_label(function)} has {used} of {limit} cache entries (recompile_limit): at "
+                       f"{limit} it runs eagerly from then on")
+    return out
 

@@ -323,3 +323,10 @@ def time_new_guards(calls: int = GUARD_TIMING_CALLS) -> float | None:
         caller = caller.f_back
     return None
 
+
+def recompile_limit() -> int:
+    """Dynamo's cache entries per code before it falls back to eager (``recompile_limit``; older torch:
+    ``cache_size_limit``)."""
+    config = torch._dynamo.config
+    return int(getattr(config, "recompile_limit", getattr(config, "cache_size_limit", 8)))
+

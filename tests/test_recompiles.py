@@ -238,3 +238,18 @@ def test_a_shape_recompile_gets_a_proven_fix(ip):
 def test_a_global_recompile_from_a_later_cell_says_why_it_was_not_tried(cell):
     rec, _ = _changes(cell, "scaled(torch.ones(3)); SCALE = 3.0; scaled(torch.ones(3))", "scaled")
     assert rec.fixes and "pass SCALE as a tensor" in rec.fixes[0].why
+
+
+def test_half_the_recompile_limit_is_warned_before_the_fallback(ip):
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 6
+    try:
+        run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef f(x):\n    return x.tan()\n")
+        ip.run_cell("for n in range(2, 4):\n    f(torch.ones(n))")
+        assert "cache entries" not in str(nbcompile.last().report)  # 2 of 6
+        ip.run_cell("f(torch.ones(4))")
+        report = nbcompile.last().report
+        assert "f has 3 of 6 cache entries (recompile_limit): at 6 it runs eagerly" in str(report)
+        assert "3 of 6 cache entries" in nbcompile.last().panel().status.value
+    finally:
+        torch._dynamo.config.recompile_limit = limit
