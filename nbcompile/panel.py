@@ -157,6 +157,8 @@ class Panel(widgets.VBox):
         self.last_error: str | None = None
         #: What the last toggle changed ("helper -> disable: breaks 2 -> 1, graphs 4 -> 2"), shown once.
         self.last_effect: str | None = None
+        #: The Recompiles tab's timeline figure (a plotly dict), or None with no recompiles.
+        self.timeline_dict: dict[str, Any] | None = None
         #: What the last toggle or option change did, item by item (``Report.diff``).
         self.last_diff: ReportDiff | None = None
         self.figure_dict: dict[str, Any] = {}
@@ -176,6 +178,7 @@ class Panel(widgets.VBox):
         self.guard_filter.observe(lambda _: self._draw_guards(), names="value")
         self.guards_html = widgets.HTML()
         self.recompiles_html = widgets.HTML()
+        self.timeline_output = widgets.Output()
         self.kernels_html = widgets.HTML()
         self.export_style = widgets.ToggleButtons(options=STYLES, value="calls", description="style")
         self.export_style.observe(lambda _: self._draw_export(), names="value")
@@ -188,7 +191,7 @@ class Panel(widgets.VBox):
         self.tabs = widgets.Tab(children=[
             widgets.HBox([self.figure_output, self.source_html]),
             widgets.VBox([self.guard_filter, self.guards_html]),
-            self.recompiles_html,
+            widgets.VBox([self.timeline_output, self.recompiles_html]),
             widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
@@ -322,6 +325,7 @@ class Panel(widgets.VBox):
         self.source_html.value = source_view(session.source, report, session.cell.spans)
         self._draw_guards()
         self.recompiles_html.value = self._recompiles(report)
+        self._draw_timeline(report)
         self.kernels_html.value = self._kernels(report)
         self._draw_export()
         self._draw_bench()
@@ -444,6 +448,23 @@ class Panel(widgets.VBox):
                           f"({len(guards)} of {frame.guard_count} guards)"
                           f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{_e(chr(10).join(guards))}</pre>")
         self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
+
+    def _draw_timeline(self, report: Report) -> None:
+        """Set as widget state, like the split figure (exported pages draw its HTML form)."""
+        from . import torch_compat
+        from .plots import recompile_timeline
+
+        if not report.recompiles and not report.fallbacks:
+            self.timeline_output.outputs = ()
+            self.timeline_dict = None
+            return
+        self.timeline_dict = recompile_timeline(report, torch_compat.recompile_limit())
+        self.timeline_output.outputs = ({
+            "output_type": "display_data",
+            "data": {_PLOTLY_MIME: self.timeline_dict, "text/html": self._recompiles(report),
+                     "text/plain": f"recompiles: {report.recompile_count}"},
+            "metadata": {},
+        },)
 
     def _call_s(self) -> float | None:
         """The compiled call's steady time from the latest bench (the session's configuration), if any."""

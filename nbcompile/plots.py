@@ -57,3 +57,51 @@ def bench_figure(result: Any) -> Any:
     fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
                       margin={"l": 40, "r": 10, "t": 60, "b": 40})
     return fig
+
+
+def recompile_timeline(report: Any, limit: int) -> dict[str, Any]:
+    """The Recompiles tab's timeline, as a plotly figure dict: one row per function, one point per compile
+    of it in call order (the first compile, then each recompile with the change that triggered it), the
+    cache entries it holds against ``recompile_limit``, and a fallback past the limit marked."""
+    from .render import change_text, function_label
+
+    order: list[str] = []
+    points: dict[str, list[tuple[int, str]]] = {}
+    step = 0
+    compiled: set[str] = set()
+    for frame in report.frames:  # first compiles, in the order they happened
+        name = function_label(frame.function)
+        if name not in compiled:
+            compiled.add(name)
+            order.append(name)
+            points.setdefault(name, []).append((step, f"first compile [{frame.compile_id}]"))
+            step += 1
+    for rec in report.recompiles:
+        name = function_label(rec.function)
+        if name not in points:
+            order.append(name)
+            points[name] = []
+        points[name].append((step, f"[{rec.compile_id}] {change_text(rec) or rec.reason[:80]}"))
+        step += 1
+    traces: list[dict[str, Any]] = []
+    for name in order:
+        xs = [x for x, _ in points[name]]
+        entries = len(points[name])
+        traces.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{name}: {entries}/{limit} cache entries",
+            "x": xs, "y": [name] * len(xs), "text": [t for _, t in points[name]], "hoverinfo": "text",
+            "marker": {"size": 10, "color": "#b00" if entries * 2 >= limit else "#4c78a8"},
+        })
+    for fallback in report.fallbacks:
+        name = function_label(fallback.function)
+        traces.append({"type": "scatter", "mode": "markers", "name": f"{name}: {fallback.kind}",
+                       "x": [step], "y": [name], "text": [fallback.reason], "hoverinfo": "text",
+                       "marker": {"size": 14, "symbol": "x", "color": "#b00"}})
+    return {
+        "data": traces,
+        "layout": {"title": {"text": f"compiles in call order (recompile_limit {limit})", "font": {"size": 13}},
+                   "xaxis": {"title": {"text": "compile #"}, "dtick": 1}, "yaxis": {"automargin": True},
+                   "height": 120 + 40 * max(1, len(order)), "margin": {"l": 10, "r": 10, "t": 40, "b": 40},
+                   "showlegend": True},
+    }
+

@@ -253,3 +253,23 @@ def test_half_the_recompile_limit_is_warned_before_the_fallback(ip):
         assert "3 of 6 cache entries" in nbcompile.last().panel().status.value
     finally:
         torch._dynamo.config.recompile_limit = limit
+
+
+def test_the_recompiles_tab_is_a_timeline_with_the_limit(ip):
+    import plotly.graph_objects as go
+
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 3
+    try:
+        run_compile_cell(ip, "--backend eager --no-dynamic --no-panel", "import torch\ndef f(x):\n    return x.exp()\n")
+        ip.run_cell("for n in range(2, 7):\n    f(torch.ones(n))")
+        panel = nbcompile.last().panel()
+        figure = go.Figure(panel.timeline_dict)  # validated by plotly
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+    (line, fallback) = figure.data
+    assert list(line.x) == [0, 1, 2] and set(line.y) == {"f"} and line.name == "f: 3/3 cache entries"
+    assert line.text[1].endswith("x.shape[0]: 2 -> 3") and "first compile" in line.text[0]
+    assert fallback.name == "f: recompile_limit" and fallback.marker.symbol == "x"
+    (output,) = panel.timeline_output.outputs
+    assert "text/html" in output["data"]  # what an exported page draws
