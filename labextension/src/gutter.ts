@@ -25,7 +25,7 @@ class Marker extends GutterMarker {
   toDOM(): Node {
     const dot = document.createElement('span');
     dot.className = `nbcompile-marker nbcompile-marker-${this.info.kind}`;
-    dot.textContent = this.info.kind === 'break' ? '●' : '↻';
+    dot.textContent = this.info.kind === 'break' ? '●' : this.info.kind === 'origin' ? '◆' : '↻';
     // no `title`: the browser's plain tooltip would cover ours and cannot hold a link
     dot.setAttribute('aria-label', this.info.title);
     dot.setAttribute('data-line', String(this.info.line));

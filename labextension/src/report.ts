@@ -18,7 +18,7 @@ export type ILintWarning = LintWarning;
 /** One gutter marker: the line (1-based, as displayed) and what its tooltip says. */
 export interface IMarker {
   line: number;
-  kind: 'break' | 'recompile';
+  kind: 'break' | 'recompile' | 'origin';
   title: string;
   lines: string[];
   links: { text: string; href: string }[];
@@ -128,6 +128,30 @@ export function markers(report: IReport, source: string): IMarker[] {
   }
   for (const m of byLine.values()) {
     m.title = `graph break: ${m.lines[0]}`;
+  }
+  // Where a recompile's guarded name comes from (its parameter, its global): a distinct marker whose
+  // tooltip says what changed ("x.shape[0]: 3 -> 5, 3 recompiles").
+  const origins = new Map<number, Map<string, number>>();
+  for (const r of report.recompiles ?? []) {
+    const change = (r.changes ?? [])[0];
+    if (r.cell_line === null || r.cell_line === undefined || !change) {
+      continue;
+    }
+    const text = `${change.subject}: ${change.before} → ${change.after}`;
+    const counts = origins.get(r.cell_line) ?? new Map<string, number>();
+    counts.set(text, (counts.get(text) ?? 0) + 1);
+    origins.set(r.cell_line, counts);
+  }
+  for (const [line, counts] of origins) {
+    if (byLine.has(line)) {
+      continue;  // a break on the same line keeps its marker
+    }
+    const total = [...counts.values()].reduce((a, b) => a + b, 0);
+    const said = [...counts.keys()].map(t => `${t}`);
+    byLine.set(line, {
+      line, kind: 'origin', title: `${said[said.length - 1]}, ${total} recompile${total === 1 ? '' : 's'}`,
+      lines: [...said.map(t => `${t}`), `${total} recompile${total === 1 ? '' : 's'} from this line`], links: []
+    });
   }
   const lines = source.split('\n');
   for (const r of report.recompiles) {

@@ -163,3 +163,17 @@ test('recompiles show what changed and fallbacks show as errors with their fix',
   expect(fallback?.textContent).toContain('maybe_mark_dynamic(x, 0)');
 });
 
+test('the line a recompile comes from gets its own marker saying what changed', () => {
+  const r = report({
+    breaks: [],
+    recompiles: [1, 2, 3].map(i => ({
+      function: 'outer', compile_id: `1/${i}`, reason: "G['SCALE'] == 2", cell_line: 6, fixes: [],
+      changes: [{ subject: 'SCALE', before: String(i + 1), after: String(i + 2) }]
+    }))
+  });
+  const origin = markers(r, SOURCE).find(m => m.kind === 'origin');
+  expect(origin?.line).toBe(6);
+  expect(origin?.title).toBe('SCALE: 4 → 5, 3 recompiles');
+  expect(origin?.lines).toContain('SCALE: 2 → 3');
+});
+
