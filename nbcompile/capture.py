@@ -281,6 +281,25 @@ def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange]) 
                     f"a word from torch{last}", fixes)
 
 
+_CUDAGRAPH_FIXES = (
+    ("mutated input", "keep the compiled function from changing its inputs in place (x.add_(...) -> x + ...), or "
+                      "set torch._inductor.config.triton.cudagraph_support_input_mutation = True"),
+    ("cpu device", "move every input and the module to CUDA: a CPU tensor in the graph rules out CUDA graphs"),
+    ("non gpu", "move every input and the module to CUDA: a CPU tensor in the graph rules out CUDA graphs"),
+    ("dynamic shape", "mark the sizes static or pad to a few sizes: CUDA graphs record one shape each"),
+    ("incompatible op", "the graph calls an op CUDA graphs cannot record (a CPU sync such as .item()): move it out "
+                        "of the compiled function"),
+)
+
+
+def cudagraph_fallback(function: str, reason: str) -> Fallback:
+    """``mode="reduce-overhead"`` that silently ran without CUDA graphs, with what to change."""
+    said = reason.removeprefix("skipping cudagraphs due to ").strip()
+    fixes = [Fix("", why) for key, why in _CUDAGRAPH_FIXES if key in said.lower()]
+    return Fallback(function, "cudagraph_skip", f"{function} runs without CUDA graphs (reduce-overhead): {said}",
+                    fixes or [Fix("", "see torch's reason; mode='max-autotune-no-cudagraphs' says so up front")])
+
+
 def _origin(owner: Recording, filename: str, function: str, recompile: Recompile) -> int | None:
     """The cell line the newest guard change's name comes from (its parameter, its global)."""
     if not recompile.changes or filename not in owner.cell_files:
@@ -344,6 +363,9 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
         for name, language, kernel_code in parse_kernels(code):
             report.add("kernels", Kernel(name, language, kernel_code, compile_id))
 
+    skip = metrics.get("cudagraph_skip_reason")
+    if skip:  # mode="reduce-overhead" could not use CUDA graphs for this frame's graph
+        report.add("fallbacks", cudagraph_fallback(function, str(skip)))
     fail_type = metrics.get("fail_type")
     deliberate = "skip_frame()" in fail_reason  # torch._dynamo.skip_frame(): asked for
     if fail_type and not deliberate and torch_compat.errors_suppressed():

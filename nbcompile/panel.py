@@ -17,6 +17,7 @@ after each ``set``, ``configure``, ``run`` or ``bench``.
 from __future__ import annotations
 
 import html
+import re
 import weakref
 from typing import Any
 
@@ -136,6 +137,18 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
 FUNCTION_BUTTON_WIDTH = "150px"
 TORCH_BUTTON_WIDTH = "165px"
 LABEL_WIDTH = "220px"
+
+
+def _failed(guard: str, subjects: list[str]) -> bool:
+    """Whether a guard line checks one of the expressions a recompile named (``x.shape[0]``, ``SCALE``)."""
+    from .guards import subject_of
+
+    text = subject_of(guard)
+    for subject in subjects:
+        root = re.split(r"[.\[(]", subject.removeprefix("type(").removeprefix("len("), maxsplit=1)[0]
+        if root and re.search(rf"(?<![\w.']){re.escape(root)}(?![\w'])", text):
+            return True
+    return False
 
 
 def _label(name: str, note: str = "") -> widgets.HTML:
@@ -437,6 +450,7 @@ class Panel(widgets.VBox):
 
     def _draw_guards(self) -> None:
         needle = self.guard_filter.value.strip().lower()
+        failed = [c.subject for r in self.session.report.recompiles for c in r.changes]
         blocks = []
         for frame in self.session.report.frames:
             guards = [g for g in frame.guards if needle in g.lower()] if needle else frame.guards
@@ -444,9 +458,11 @@ class Panel(widgets.VBox):
                 continue
             cost = guard_cost_text(frame, self._call_s())
             color = "#b00" if "of the call" in cost and "over 10%" in cost else "#555"
+            shown = "\n".join(f"<mark title='this guard failed: a recompile'>{_e(g)}</mark>"
+                              if _failed(g, failed) else _e(g) for g in guards)
             blocks.append(f"<p><b>{_e(frame.compile_id)} {_e(function_label(frame.function))}</b> "
                           f"({len(guards)} of {frame.guard_count} guards)"
-                          f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{_e(chr(10).join(guards))}</pre>")
+                          f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{shown}</pre>")
         self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
 
     def _draw_timeline(self, report: Report) -> None:

@@ -6,6 +6,7 @@ Each scenario compiles in a `%%compile` cell and recompiles from a later cell, a
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -273,3 +274,28 @@ def test_the_recompiles_tab_is_a_timeline_with_the_limit(ip):
     assert fallback.name == "f: recompile_limit" and fallback.marker.symbol == "x"
     (output,) = panel.timeline_output.outputs
     assert "text/html" in output["data"]  # what an exported page draws
+
+
+def test_cudagraph_skips_read_as_fallbacks_with_their_fix():
+    from nbcompile.capture import cudagraph_fallback
+
+    fallback = cudagraph_fallback("step", "skipping cudagraphs due to mutated inputs (1 instances). Found from :")
+    assert fallback.kind == "cudagraph_skip" and "mutated inputs" in fallback.reason
+    assert "in place" in fallback.fixes[0].why
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_with_an_input_mutation_is_a_cudagraph_fallback(ip):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (reduce-overhead records CUDA graphs)")
+    body = "import torch\ndef step(x):\n    x.add_(1)\n    return x * 2\n"
+    run_compile_cell(ip, '--mode reduce-overhead --no-panel --run "step(torch.ones(8, device=\'cuda\'))"', body)
+    (fallback,) = [f for f in nbcompile.last().report.fallbacks if f.kind == "cudagraph_skip"]
+    assert "mutat" in fallback.reason
+
+
+def test_the_guards_tab_highlights_the_guard_that_failed(cell):
+    _changes(cell, "scaled(torch.ones(3)); SCALE = 3.0; scaled(torch.ones(3))", "scaled")
+    panel = nbcompile.last().panel()
+    marked = re.findall(r"<mark[^>]*>(.*?)</mark>", panel.guards_html.value)
+    assert marked and all("SCALE" in m for m in marked)
