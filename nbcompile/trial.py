@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -22,7 +23,7 @@ import torch
 
 from . import check as check_ops
 from . import torch_compat
-from .report import Check, Report
+from .report import Check, Fix, Report
 from .state import Replay, Slot
 
 #: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
@@ -240,31 +241,42 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
     for rec in report.recompiles:
         if not rec.fixes:
             rec.fixes = recompile_fixes(rec.changes)
-    dynamic = [f for r in report.recompiles for f in r.fixes if f.command == "--dynamic"]
-    if not dynamic:
+    candidates: list[tuple[Fix, str, dict[str, Any]]] = []
+    for rec in report.recompiles:
+        for fix in rec.fixes:
+            if fix.command == "--dynamic":
+                candidates.append((fix, "dynamic", {"dynamic": True}))
+            mark = _MARK.match(fix.command)
+            if mark is not None:
+                candidates.append((fix, f"mark {rec.function} {mark['name']} {mark['dim']}",
+                                   {"_mark": (rec.function, mark["name"], int(mark["dim"]))}))
+    if not candidates:
         return
     if spec is None:
-        for fix in dynamic:
+        for fix, _, _ in candidates:
             fix.effect = why_not or "not tried"
         return
     deadline = time.perf_counter() + budget_s
-    outcomes: dict[str, Outcome] = {}
-    for name, options in (("base", {}), ("dynamic", {"dynamic": True})):
-        key = (tuple(sorted(base_modes.items())), name)
-        if key not in cache:
-            if time.perf_counter() > deadline:
-                break
+    modes_key = tuple(sorted(base_modes.items()))
+
+    def outcome(name: str, options: dict[str, Any]) -> Outcome | None:
+        key = (modes_key, name)
+        if key not in cache and time.perf_counter() <= deadline:
             cache[key] = run(spec, base_modes, options)
-        outcomes[name] = cache[key]
-    base, after = outcomes.get("base"), outcomes.get("dynamic")
-    for fix in dynamic:
-        if base is None or after is None:
+        return cache.get(key)
+
+    base = outcome("base", {})
+    for fix, name, options in candidates:
+        after = outcome(name, options) if base is not None and base.error is None and base.recompiles else None
+        if base is None:
             fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         elif base.error is not None:
             fix.verified, fix.effect = None, base.error
         elif base.recompiles == 0:
             fix.verified, fix.effect = None, ("not tried: the --run expression does not recompile (these "
                                               "recompiles came from later calls)")
+        elif after is None:
+            fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         else:
             fix.verified = after.error is None and after.recompiles < base.recompiles and (
                 after.check is None or after.check.ok)
@@ -273,6 +285,32 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
     for rec in report.recompiles:
         rank = {True: 0, None: 1, False: 2}
         rec.fixes.sort(key=lambda f: rank[f.verified])
+
+
+_MARK = re.compile(r"^torch\._dynamo\.maybe_mark_dynamic\((?P<name>[A-Za-z_]\w*), (?P<dim>\d+)\)$")
+
+
+def _marking(compiled: Any, target: Any, mark: tuple[str, str, int] | None) -> Any:
+    """``compiled``, called as the user would after ``torch._dynamo.maybe_mark_dynamic(param, dim)`` on the
+    named parameter of the entry (a trial of that fix); ``compiled`` itself for other entries."""
+    function = getattr(getattr(target, "forward", target), "__name__", "")
+    if mark is None or mark[0] != function:
+        return compiled
+    import inspect as _inspect
+
+    try:
+        signature = _inspect.signature(target)
+    except (TypeError, ValueError):
+        return compiled
+    _, param, dim = mark
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        value = signature.bind_partial(*args, **kwargs).arguments.get(param)
+        if isinstance(value, torch.Tensor) and value.dim() > dim:
+            torch._dynamo.maybe_mark_dynamic(value, dim)
+        return compiled(*args, **kwargs)
+
+    return marked
 
 
 def _check_word(outcome: Outcome) -> str:
@@ -335,11 +373,13 @@ def session_spec(session: Any, code: Any) -> Spec:
             if name not in session.entries:
                 return obj
             target = replay.counterpart(torch_compat.unwrap_compiled(obj))
-            kwargs: dict[str, Any] = {**session.options.torch_compile_kwargs(), **options}
+            kwargs: dict[str, Any] = {**session.options.torch_compile_kwargs(),
+                                      **{k: v for k, v in options.items() if not k.startswith("_")}}
             if torch_compat.ISOLATE_RECOMPILES:
                 kwargs["isolate_recompiles"] = True
             rec_backend = RecordingBackend(backend, session.options.mode, kwargs.get("dynamic"), recording)
-            return torch.compile(copy_function(target), backend=rec_backend, **kwargs)
+            compiled = torch.compile(copy_function(target), backend=rec_backend, **kwargs)
+            return _marking(compiled, target, options.get("_mark"))
 
         with session_scratch(session, modes, compile_entry) as (_, bind):
             def call(_extra: Any) -> Any:
