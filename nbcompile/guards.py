@@ -295,9 +295,13 @@ def recompile_fixes(changes_: list[GuardChange]) -> list[Fix]:
             if change.before.startswith(">="):
                 fixes.append(Fix(f"torch._dynamo.decorators.mark_unbacked({shape['name']}, {shape['dim']})",
                                  "sizes 0 and 1 are specialised; an unbacked size covers them too"))
+                fixes.append(Fix(f"torch._dynamo.mark_static({shape['name']}, {shape['dim']})",
+                                 "if this size should never vary, say so: a static size raises no dynamic guard"))
         elif re.match(r"^[A-Za-z_]\w*$", change.subject):
             fixes.append(Fix("", f"pass {change.subject} as a tensor (its value is not guarded) or make it a "
-                                 "constant: every new value compiles again"))
+                                 "constant: every new value compiles again (torch.compile specialises Python "
+                                 "ints and floats it reads from globals, dynamic=True included)",
+                             effect="a change to the code: not tried"))
         elif change.subject.startswith("self.") and change.before.lstrip("-").isdigit():
             fixes.append(Fix("", f"{change.subject} is an int attribute of the module, which torch.compile treats "
                                  "as static: keep it constant, or pass it to forward as a tensor"))
