@@ -300,3 +300,11 @@ def test_the_guards_tab_highlights_the_guard_that_failed(cell):
     panel = nbcompile.last().panel()
     marked = re.findall(r"<mark[^>]*>(.*?)</mark>", panel.guards_html.value)
     assert marked and all("SCALE" in m for m in marked)
+
+
+def test_an_object_identity_change_names_the_new_objects_type(ip):
+    body = "import torch\ndef apply(x, fn):\n    return fn(x) + 1\n"
+    run_compile_cell(ip, "--backend eager --no-panel", body)
+    _, changes = _changes(ip, "apply(torch.ones(3), torch.sin); apply(torch.ones(3), torch.cos)", "apply")
+    assert changes[0][0] == "fn" and changes[0][1] == "the object compiled for"
+    assert changes[0][2] == "another builtin_function_or_method"
