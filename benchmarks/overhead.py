@@ -123,7 +123,9 @@ def _compile_time(reps: int) -> dict[str, object]:
     trace_share: list[float] = []
     handler_ratios: list[float] = []
     for i in range(reps):
-        order = ("capture", "plain", "handler") if i % 2 == 0 else ("handler", "plain", "capture")
+        # each mode takes each position in turn: no mode always runs first, or always in the middle
+        order = [("capture", "plain", "handler"), ("plain", "handler", "capture"),
+                 ("handler", "capture", "plain")][i % 3]
         got = {}
         for mode in order:
             with tempfile.TemporaryDirectory() as cache:

@@ -44,6 +44,8 @@ class Outcome:
     graphs: int = 0
     breaks: int = 0
     recompiles: int = 0
+    #: Frames that fell back to eager (past recompile_limit, ...).
+    fallbacks: int = 0
     #: The compiled trial run against the eager one; None when it could not be compared.
     check: Check | None = None
     #: Why the trial failed (a compile error), or why it was not run; None when it ran.
@@ -54,7 +56,8 @@ class Outcome:
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
-        return cls(dict(modes), report.graph_count, report.break_count, report.recompile_count, report.check,
+        return cls(dict(modes), graphs=report.graph_count, breaks=report.break_count,
+                   recompiles=report.recompile_count, fallbacks=len(report.fallbacks), check=report.check,
                    sites=[(b.filename, b.lineno, b.gb_type) for b in report.breaks])
 
 
@@ -97,6 +100,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     HUB.acquire()
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
+                torch._dynamo.config.patch(**(options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops._quiet(), check_ops._no_outside_effects(compiler_may=True):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
@@ -111,6 +115,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         torch_compat.restore_code_state(code_state, recording.codes)
     report = recording.report
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
+    outcome.fallbacks = len(report.fallbacks)
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
     if outcome.error is None:
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
@@ -235,21 +240,28 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
     hold recompiles from later cells, which a trial cannot repeat)."""
     from .guards import recompile_fixes
 
-    if not report.recompiles:
+    if not report.recompiles and not report.fallbacks:
         return
     cache = {} if cache is None else cache
     for rec in report.recompiles:
         if not rec.fixes:
             rec.fixes = recompile_fixes(rec.changes)
     candidates: list[tuple[Fix, str, dict[str, Any]]] = []
-    for rec in report.recompiles:
-        for fix in rec.fixes:
+    fallback_fixes = [fix for fb in report.fallbacks if fb.kind == "recompile_limit" for fix in fb.fixes]
+    for fix in [f for r in report.recompiles for f in r.fixes] + fallback_fixes:
+        limit = _LIMIT.match(fix.command)
+        if limit is not None:
+            candidates.append((fix, f"limit {limit[1]}", {"_config": {"recompile_limit": int(limit[1])}}))
+    owners = [(r.function, r.fixes) for r in report.recompiles] + [
+        (fb.function, fb.fixes) for fb in report.fallbacks if fb.kind == "recompile_limit"]
+    for function, fixes in owners:
+        for fix in fixes:
             if fix.command == "--dynamic":
                 candidates.append((fix, "dynamic", {"dynamic": True}))
             mark = _MARK.match(fix.command)
             if mark is not None:
-                candidates.append((fix, f"mark {rec.function} {mark['name']} {mark['dim']}",
-                                   {"_mark": (rec.function, mark["name"], int(mark["dim"]))}))
+                candidates.append((fix, f"mark {function} {mark['name']} {mark['dim']}",
+                                   {"_mark": (function, mark["name"], int(mark["dim"]))}))
     if not candidates:
         return
     if spec is None:
@@ -267,26 +279,36 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
 
     base = outcome("base", {})
     for fix, name, options in candidates:
-        after = outcome(name, options) if base is not None and base.error is None and base.recompiles else None
+        after = (outcome(name, options) if base is not None and base.error is None
+                 and (base.recompiles or base.fallbacks) else None)
         if base is None:
             fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         elif base.error is not None:
             fix.verified, fix.effect = None, base.error
-        elif base.recompiles == 0:
+        elif base.recompiles == 0 and base.fallbacks == 0:
             fix.verified, fix.effect = None, ("not tried: the --run expression does not recompile (these "
                                               "recompiles came from later calls)")
         elif after is None:
             fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         else:
-            fix.verified = after.error is None and after.recompiles < base.recompiles and (
-                after.check is None or after.check.ok)
-            fix.effect = after.error or (f"recompiles {base.recompiles} -> {after.recompiles}, graphs {base.graphs}"
-                                         f" -> {after.graphs}, " + _check_word(after))
+            if name.startswith("limit"):
+                fewer = after.fallbacks < base.fallbacks
+            else:
+                fewer = after.fallbacks < base.fallbacks or (after.fallbacks == base.fallbacks
+                                                             and after.recompiles < base.recompiles)
+            fix.verified = after.error is None and fewer and (after.check is None or after.check.ok)
+            fallen = (f"fallbacks {base.fallbacks} -> {after.fallbacks}, " if base.fallbacks or after.fallbacks
+                      else "")
+            fix.effect = after.error or (f"{fallen}recompiles {base.recompiles} -> {after.recompiles}, graphs "
+                                         f"{base.graphs} -> {after.graphs}, " + _check_word(after))
+    rank = {True: 0, None: 1, False: 2}
     for rec in report.recompiles:
-        rank = {True: 0, None: 1, False: 2}
         rec.fixes.sort(key=lambda f: rank[f.verified])
+    for fb in report.fallbacks:
+        fb.fixes.sort(key=lambda f: rank[f.verified])
 
 
+_LIMIT = re.compile(r"^torch\._dynamo\.config\.recompile_limit = (\d+)$")
 _MARK = re.compile(r"^torch\._dynamo\.maybe_mark_dynamic\((?P<name>[A-Za-z_]\w*), (?P<dim>\d+)\)$")
 
 

@@ -308,3 +308,51 @@ def test_an_object_identity_change_names_the_new_objects_type(ip):
     _, changes = _changes(ip, "apply(torch.ones(3), torch.sin); apply(torch.ones(3), torch.cos)", "apply")
     assert changes[0][0] == "fn" and changes[0][1] == "the object compiled for"
     assert changes[0][2] == "another builtin_function_or_method"
+
+
+def test_the_recompile_limit_fallback_fixes_are_tried(ip):
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 3
+    try:
+        run_compile_cell(ip, '--backend eager --no-dynamic --no-panel --run "[f(torch.ones(n)) for n in range(2, 8)]"',
+                         "import torch\ndef f(x):\n    return x.cos()\n")
+        (fallback,) = nbcompile.last().report.fallbacks
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+    fixes = {f.command: f for f in fallback.fixes}
+    mark = fixes["torch._dynamo.maybe_mark_dynamic(x, 0)"]
+    assert mark.verified is True and mark.effect.startswith("fallbacks 1 -> 0, recompiles 2 -> 0"), mark.effect
+    raised = fixes["torch._dynamo.config.recompile_limit = 16"]
+    assert raised.verified is True and raised.effect.startswith("fallbacks 1 -> 0, recompiles 2 -> 5"), raised.effect
+    assert torch._dynamo.config.recompile_limit == limit  # the trial's config patch is undone
+    assert fallback.fixes[0].verified is True
+
+
+def test_a_compile_error_dynamo_swallows_is_a_fallback(ip):
+    body = "import torch\ndef f(x):\n    return x.sin() + 1\n"
+
+    def failing(gm, example_inputs):
+        raise RuntimeError("backend refuses")
+
+    suppress = torch._dynamo.config.suppress_errors
+    torch._dynamo.config.suppress_errors = True
+    try:
+        from nbcompile.capture import HUB, Recording, RecordingBackend
+        from nbcompile.report import Report
+
+        ns: dict = {}
+        exec(body, ns)
+        rec = Recording(Report())
+        HUB.acquire()
+        try:
+            backend = RecordingBackend("eager", None, None, rec)
+            backend.inner = failing
+            with HUB.active(rec):
+                out = torch.compile(ns["f"], backend=backend)(torch.ones(3))
+        finally:
+            HUB.release()
+    finally:
+        torch._dynamo.config.suppress_errors = suppress
+    assert torch.equal(out, torch.ones(3).sin() + 1)  # it ran, eagerly
+    (fallback,) = rec.report.fallbacks
+    assert fallback.kind == "compile_error" and "runs eagerly" in fallback.reason
