@@ -332,7 +332,10 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
         if not recompile.changes:
             recompile.changes = guard_ops.changes(reasons, lambda _name: guard_ops.MISSING)
         recompile.cell_line = _origin(owner, filename, function, recompile)
-        recompile.fixes = guard_ops.recompile_fixes(recompile.changes)
+        subject = recompile.changes[0].subject if recompile.changes else None
+        if not any(r.function == function and r.changes and r.changes[0].subject == subject
+                   for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
+            recompile.fixes = guard_ops.recompile_fixes(recompile.changes)
         report.add("recompiles", recompile)
 
     for text in pending.breaks:

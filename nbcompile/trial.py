@@ -238,14 +238,9 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
     ``effect`` says "recompiles 2 -> 0, check ok" when it removed them, and a fix that did not help is
     never first. The baseline is a scratch run of the same workload as it is (the report may also
     hold recompiles from later cells, which a trial cannot repeat)."""
-    from .guards import recompile_fixes
-
     if not report.recompiles and not report.fallbacks:
         return
     cache = {} if cache is None else cache
-    for rec in report.recompiles:
-        if not rec.fixes:
-            rec.fixes = recompile_fixes(rec.changes)
     candidates: list[tuple[Fix, str, dict[str, Any]]] = []
     fallback_fixes = [fix for fb in report.fallbacks if fb.kind == "recompile_limit" for fix in fb.fixes]
     for fix in [f for r in report.recompiles for f in r.fixes] + fallback_fixes:
