@@ -63,6 +63,15 @@ FAILING_ALLOW_CELL = (
 )
 
 
+# f recompiles twice inside --run (static shapes): x.shape[0]: 2 -> 3, then 3 -> 4; the name x comes from line 3
+RECOMPILE_CELL = (
+    '%%compile --backend eager --no-dynamic --run "[f(torch.ones(n)) for n in (2, 3, 4)]"\n'
+    "import torch\n"
+    "def f(x):\n"
+    "    return x.sin() * 2"
+)
+
+
 def _notebook(path: pathlib.Path, source: str = CELL) -> None:
     def cell(source: str) -> dict:
         return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
@@ -129,6 +138,7 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     _notebook(root / "breaks.ipynb")
     _notebook(root / "failed_toggle.ipynb", FAILING_ALLOW_CELL)
+    _notebook(root / "recompiles.ipynb", RECOMPILE_CELL)
     config = root / ".jupyter"
     _settings(config)
     server, base = _start_server(root, config, "server.log")
@@ -328,6 +338,23 @@ def test_a_failed_toggle_keeps_the_panel_and_shows_the_error(lab, browser):
     page.wait_for_selector(".nbcompile-report .nbcompile-notice:has-text('boom')")  # the kept report says so
     _wait_for_markers(page, "10")
     _shot(panel, "panel_failed_toggle.png", docs=True)
+    page.close()
+
+
+def test_the_line_a_recompile_comes_from_has_its_own_marker(lab, browser):
+    base, _ = lab
+    page = _open(browser, base, "recompiles.ipynb", "recompiles")
+    _wait_for_kernel(page)
+    _command(page, "notebook:run-all-cells")
+    page.wait_for_selector("text=2 recompiles")
+    origin = page.locator(".nbcompile-marker-origin")
+    origin.wait_for(state="attached")
+    assert origin.evaluate("e => e.dataset.line") == "3" and origin.inner_text() == "◆"
+    origin.hover()
+    tip = page.locator(".cm-tooltip.nbcompile-tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "x.shape[0]: 2 → 3" in text and "x.shape[0]: 3 → 4" in text and "2 recompiles from this line" in text
     page.close()
 
 
