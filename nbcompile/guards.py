@@ -262,20 +262,33 @@ def origin_line(source: str, function: str, subject: str) -> int | None:
     return None
 
 
+_SHAPE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$")
+
+
+def _dynamic_fixes(change: GuardChange, shape: re.Match[str]) -> tuple[Fix, Fix]:
+    """``--dynamic`` and ``maybe_mark_dynamic(name, dim)`` for a size that keeps changing."""
+    return (Fix("--dynamic", "torch.compile(dynamic=True): sizes are symbolic from the first compile"),
+            Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
+                f"before the call: {change.subject} compiled as a dynamic size (maybe_ rather than "
+                "mark_dynamic: torch specialises it instead of raising where the code needs a fixed size)"))
+
+
+def _global_fix(subject: str) -> Fix:
+    return Fix("", f"pass {subject} as a tensor (its value is not guarded) or make it a constant: every new value "
+                   "compiles again (torch.compile specialises Python ints and floats it reads from globals, "
+                   "dynamic=True included)", effect="a change to the code: not tried")
+
+
 def limit_fixes(changes_: list[GuardChange]) -> list[Fix]:
     """What keeps a frame under ``recompile_limit``, from the guard that keeps failing."""
     fixes: list[Fix] = []
     for change in changes_[:1]:
-        shape = re.match(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$", change.subject)
+        shape = _SHAPE.match(change.subject)
         if shape is not None:
-            fixes.append(Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
-                             f"compile {change.subject} as a dynamic size before the call: one graph for every "
-                             "size (maybe_: torch may still specialise it where the code needs a fixed size, "
-                             "instead of raising)"))
-            fixes.append(Fix("--dynamic", "torch.compile(dynamic=True): every size dynamic from the first compile"))
+            dynamic, mark = _dynamic_fixes(change, shape)
+            fixes.extend([mark, dynamic])
         elif change.subject.isidentifier():
-            fixes.append(Fix("", f"pass {change.subject} as an argument (or a tensor) instead of reading a changing "
-                                 "value: a tensor's value is not guarded"))
+            fixes.append(_global_fix(change.subject))
     fixes.append(Fix("torch._dynamo.config.recompile_limit = 16",
                      "more cache entries, where each variant is worth its own compiled code"))
     return fixes
@@ -285,23 +298,16 @@ def recompile_fixes(changes_: list[GuardChange]) -> list[Fix]:
     """The changes that would remove a recompile, from what changed (the newest entry's guard)."""
     fixes: list[Fix] = []
     for change in changes_[:1]:
-        shape = re.match(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$", change.subject)
+        shape = _SHAPE.match(change.subject)
         if shape is not None:
-            fixes.append(Fix("--dynamic", "torch.compile(dynamic=True): sizes are symbolic from the first compile"))
-            fixes.append(Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
-                             f"before the call: {change.subject} compiled as a dynamic size (maybe_ rather than "
-                             "mark_dynamic: torch specialises it instead of raising where the code needs a fixed "
-                             "size)"))
+            fixes.extend(_dynamic_fixes(change, shape))
             if change.before.startswith(">="):
                 fixes.append(Fix(f"torch._dynamo.decorators.mark_unbacked({shape['name']}, {shape['dim']})",
                                  "sizes 0 and 1 are specialised; an unbacked size covers them too"))
                 fixes.append(Fix(f"torch._dynamo.mark_static({shape['name']}, {shape['dim']})",
                                  "if this size should never vary, say so: a static size raises no dynamic guard"))
-        elif re.match(r"^[A-Za-z_]\w*$", change.subject):
-            fixes.append(Fix("", f"pass {change.subject} as a tensor (its value is not guarded) or make it a "
-                                 "constant: every new value compiles again (torch.compile specialises Python "
-                                 "ints and floats it reads from globals, dynamic=True included)",
-                             effect="a change to the code: not tried"))
+        elif change.subject.isidentifier():
+            fixes.append(_global_fix(change.subject))
         elif change.subject.startswith("self.") and change.before.lstrip("-").isdigit():
             fixes.append(Fix("", f"{change.subject} is an int attribute of the module, which torch.compile treats "
                                  "as static: keep it constant, or pass it to forward as a tensor"))
