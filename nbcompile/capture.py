@@ -27,7 +27,7 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,12 +270,13 @@ def _guard_latency(text: str) -> float | None:
     return float(match[1]) if match else None
 
 
-def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange]) -> Fallback:
+def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange],
+                   globals_: Container[str] = ()) -> Fallback:
     """A frame past ``recompile_limit``: from now on new inputs run it eagerly, silently."""
     limit = re.search(r"currently set to (\d+)", fail_reason)
     said = f" ({limit[1]})" if limit else ""
     last = f"; the change that hit it: {guard_ops.describe(changes[:1])}" if changes else ""
-    fixes = guard_ops.limit_fixes(changes)
+    fixes = guard_ops.limit_fixes(changes, globals_)
     return Fallback(function, "recompile_limit",
                     f"{function} hit recompile_limit{said}: calls that fail its guards now run eagerly, without "
                     f"a word from torch{last}", fixes)
@@ -314,6 +315,15 @@ def _origin(owner: Recording, filename: str, function: str, recompile: Recompile
     return None
 
 
+def _cause(recompile: Recompile) -> tuple[str, bool] | None:
+    """What a recompile's fixes depend on: the newest change's expression, and whether it is a dynamic
+    size specialised (``>= 2 -> 1``: fixed otherwise than a size that changed)."""
+    if not recompile.changes:
+        return None
+    change = recompile.changes[0]
+    return change.subject, change.before.startswith(">=")
+
+
 def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
@@ -323,7 +333,8 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
     fail_reason = str(metrics.get("fail_reason") or "")
     if metrics.get("fail_type") and _LIMIT_HIT in fail_reason:  # no new code: the frame runs eagerly from now on
         if not any(f.function == function and f.kind == "recompile_limit" for f in report.fallbacks):
-            report.add("fallbacks", limit_fallback(function, fail_reason, pending.guard_changes))
+            report.add("fallbacks", limit_fallback(function, fail_reason, pending.guard_changes,
+                                                   guard_ops.global_names(pending.recompile_reasons)))
         return
 
     if pending.recompile_reasons is not None or metrics.get("recompile_reason"):
@@ -332,10 +343,10 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
         if not recompile.changes:
             recompile.changes = guard_ops.changes(reasons, lambda _name: guard_ops.MISSING)
         recompile.cell_line = _origin(owner, filename, function, recompile)
-        subject = recompile.changes[0].subject if recompile.changes else None
-        if not any(r.function == function and r.changes and r.changes[0].subject == subject
+        cause = _cause(recompile)
+        if not any(r.function == function and _cause(r) == cause
                    for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
-            recompile.fixes = guard_ops.recompile_fixes(recompile.changes)
+            recompile.fixes = guard_ops.recompile_fixes(recompile.changes, guard_ops.global_names(reasons))
         report.add("recompiles", recompile)
 
     for text in pending.breaks:

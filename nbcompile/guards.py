@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import inspect as _inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -60,6 +60,11 @@ def failed_guards(reasons: Any) -> list[str]:
             if guard and not guard.startswith(("User stack trace", "File ")):
                 out.append(guard)
     return out
+
+
+def global_names(reasons: Any) -> set[str]:
+    """The globals among the failed guards' names (``G['SCALE']``), as against parameters (``L['n']``)."""
+    return {m[1] for guard in failed_guards(reasons) for m in re.finditer(r"\bG\['([A-Za-z_]\w*)'\]", guard)}
 
 
 def subject_of(expr: str) -> str:
@@ -262,6 +267,19 @@ def origin_line(source: str, function: str, subject: str) -> int | None:
     return None
 
 
+_SELF_ATTR = re.compile(r"^self\.[A-Za-z_]\w*$")
+
+
+def _number(text: str, ints: bool = False) -> bool:
+    """Whether a guard value as shown (``"2.0"``, ``"-3"``) is a Python int (or float)."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    kinds = (int,) if ints else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
 _SHAPE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$")
 
 
@@ -273,13 +291,26 @@ def _dynamic_fixes(change: GuardChange, shape: re.Match[str]) -> tuple[Fix, Fix]
                 "mark_dynamic: torch specialises it instead of raising where the code needs a fixed size)"))
 
 
-def _global_fix(subject: str) -> Fix:
-    return Fix("", f"pass {subject} as a tensor (its value is not guarded) or make it a constant: every new value "
-                   "compiles again (torch.compile specialises Python ints and floats it reads from globals, "
-                   "dynamic=True included)", effect="a change to the code: not tried")
+def _global_fix(subject: str, before: str) -> Fix:
+    kind = ("torch.compile specialises the Python ints it reads from globals, dynamic=True included"
+            if isinstance(ast.literal_eval(before), int) else
+            "a float global compiles once more and then as a dynamic float, unless dynamic=False")
+    return Fix(f"{subject} = torch.tensor({subject})",
+               f"wherever {subject} is assigned: a 0-dim tensor is data, not a guard, so a new value reuses the "
+               f"compiled code ({kind}); a value used as a size or in an `if` must stay a Python number")
 
 
-def limit_fixes(changes_: list[GuardChange]) -> list[Fix]:
+def _attribute_fixes(subject: str) -> list[Fix]:
+    """An int attribute of a module (``self.k``): unspecialised by a config flag, or held as a tensor."""
+    return [Fix("torch._dynamo.config.allow_unspec_int_on_nn_module = True",
+                f"{subject} is an int attribute of the module, which torch.compile treats as static; this flag "
+                "lets a new value compile once as a dynamic int (set it before the first call)"),
+            Fix(f"{subject} = torch.tensor({subject})",
+                f"in __init__: {subject} held as a 0-dim tensor is data, not a guard"),
+            Fix("", f"or keep {subject} constant while the model runs")]
+
+
+def limit_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> list[Fix]:
     """What keeps a frame under ``recompile_limit``, from the guard that keeps failing."""
     fixes: list[Fix] = []
     for change in changes_[:1]:
@@ -287,14 +318,16 @@ def limit_fixes(changes_: list[GuardChange]) -> list[Fix]:
         if shape is not None:
             dynamic, mark = _dynamic_fixes(change, shape)
             fixes.extend([mark, dynamic])
-        elif change.subject.isidentifier():
-            fixes.append(_global_fix(change.subject))
+        elif change.subject in globals_ and _number(change.before):
+            fixes.append(_global_fix(change.subject, change.before))
+        elif _SELF_ATTR.match(change.subject) and _number(change.before, ints=True):
+            fixes.extend(_attribute_fixes(change.subject)[:2])
     fixes.append(Fix("torch._dynamo.config.recompile_limit = 16",
                      "more cache entries, where each variant is worth its own compiled code"))
     return fixes
 
 
-def recompile_fixes(changes_: list[GuardChange]) -> list[Fix]:
+def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> list[Fix]:
     """The changes that would remove a recompile, from what changed (the newest entry's guard)."""
     fixes: list[Fix] = []
     for change in changes_[:1]:
@@ -306,11 +339,13 @@ def recompile_fixes(changes_: list[GuardChange]) -> list[Fix]:
                                  "sizes 0 and 1 are specialised; an unbacked size covers them too"))
                 fixes.append(Fix(f"torch._dynamo.mark_static({shape['name']}, {shape['dim']})",
                                  "if this size should never vary, say so: a static size raises no dynamic guard"))
-        elif change.subject.isidentifier():
-            fixes.append(_global_fix(change.subject))
-        elif change.subject.startswith("self.") and change.before.lstrip("-").isdigit():
-            fixes.append(Fix("", f"{change.subject} is an int attribute of the module, which torch.compile treats "
-                                 "as static: keep it constant, or pass it to forward as a tensor"))
+        elif change.subject in globals_ and _number(change.before):
+            fixes.append(_global_fix(change.subject, change.before))
+        elif change.subject in globals_:
+            fixes.append(Fix("", f"the global {change.subject} is read by the compiled code and guarded: every new "
+                                 "value compiles again; pass it as an argument, or keep it constant"))
+        elif _SELF_ATTR.match(change.subject) and _number(change.before, ints=True):
+            fixes.extend(_attribute_fixes(change.subject))
         elif change.subject.endswith(".training"):
             fixes.append(Fix("", "train and eval are compiled apart: expect one recompile per mode, not more"))
     return fixes

@@ -384,6 +384,9 @@ class Session:
             return
         was_stale = self._stale
         if self._drawn_version != self.recording.version or (self.stale is not None and was_stale is None):
+            why = ("not tried: it came from a later cell, and fixes are tried on the session's --run expression"
+                   if self._run_code is not None else "not tried: the session has no --run expression to try it on")
+            trial.mark_untried(self.report, why)
             self.redraw()
 
     def update_display(self) -> None:

@@ -330,3 +330,12 @@ def recompile_limit() -> int:
     config = torch._dynamo.config
     return int(getattr(config, "recompile_limit", getattr(config, "cache_size_limit", 8)))
 
+
+
+#: The dimension marks a recompile fix may try, by the name the fix is written with.
+MARKS: dict[str, Callable[[torch.Tensor, int], Any]] = {
+    name: fn for name, fn in (
+        ("maybe_mark_dynamic", getattr(torch._dynamo, "maybe_mark_dynamic", None)),
+        ("mark_static", getattr(torch._dynamo, "mark_static", None)),
+        ("mark_unbacked", getattr(getattr(torch._dynamo, "decorators", None), "mark_unbacked", None)),
+    ) if fn is not None}

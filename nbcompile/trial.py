@@ -11,8 +11,10 @@ undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -242,21 +244,13 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         return
     cache = {} if cache is None else cache
     candidates: list[tuple[Fix, str, dict[str, Any]]] = []
-    fallback_fixes = [fix for fb in report.fallbacks if fb.kind == "recompile_limit" for fix in fb.fixes]
-    for fix in [f for r in report.recompiles for f in r.fixes] + fallback_fixes:
-        limit = _LIMIT.match(fix.command)
-        if limit is not None:
-            candidates.append((fix, f"limit {limit[1]}", {"_config": {"recompile_limit": int(limit[1])}}))
     owners = [(r.function, r.fixes) for r in report.recompiles] + [
         (fb.function, fb.fixes) for fb in report.fallbacks if fb.kind == "recompile_limit"]
     for function, fixes in owners:
         for fix in fixes:
-            if fix.command == "--dynamic":
-                candidates.append((fix, "dynamic", {"dynamic": True}))
-            mark = _MARK.match(fix.command)
-            if mark is not None:
-                candidates.append((fix, f"mark {function} {mark['name']} {mark['dim']}",
-                                   {"_mark": (function, mark["name"], int(mark["dim"]))}))
+            candidate = _candidate(function, fix)
+            if candidate is not None:
+                candidates.append((fix, *candidate))
     if not candidates:
         return
     if spec is None:
@@ -291,10 +285,12 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
             else:
                 fewer = after.fallbacks < base.fallbacks or (after.fallbacks == base.fallbacks
                                                              and after.recompiles < base.recompiles)
-            fix.verified = after.error is None and fewer and (after.check is None or after.check.ok)
+            fix.verified = (after.error is None and fewer and after.breaks <= base.breaks and after.graphs > 0
+                            and (after.check is None or after.check.ok))
             fallen = (f"fallbacks {base.fallbacks} -> {after.fallbacks}, " if base.fallbacks or after.fallbacks
                       else "")
-            fix.effect = after.error or (f"{fallen}recompiles {base.recompiles} -> {after.recompiles}, graphs "
+            broken = f"breaks {base.breaks} -> {after.breaks}, " if after.breaks != base.breaks else ""
+            fix.effect = after.error or (f"{fallen}recompiles {base.recompiles} -> {after.recompiles}, {broken}graphs "
                                          f"{base.graphs} -> {after.graphs}, " + _check_word(after))
     rank = {True: 0, None: 1, False: 2}
     for rec in report.recompiles:
@@ -303,31 +299,113 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         fb.fixes.sort(key=lambda f: rank[f.verified])
 
 
-_LIMIT = re.compile(r"^torch\._dynamo\.config\.recompile_limit = (\d+)$")
-_MARK = re.compile(r"^torch\._dynamo\.maybe_mark_dynamic\((?P<name>[A-Za-z_]\w*), (?P<dim>\d+)\)$")
+def mark_untried(report: Report, why: str) -> None:
+    """Say why a fix no trial has looked at (one from a later cell's calls) was not tried."""
+    fixes = [f for b in report.breaks for f in b.fixes] + [f for r in report.recompiles for f in r.fixes] + [
+        f for fb in report.fallbacks for f in fb.fixes]
+    for fix in fixes:
+        if fix.verified is None and not fix.effect and (fix.toggles or _candidate("", fix) is not None):
+            fix.effect = why
 
 
-def _marking(compiled: Any, target: Any, mark: tuple[str, str, int] | None) -> Any:
-    """``compiled``, called as the user would after ``torch._dynamo.maybe_mark_dynamic(param, dim)`` on the
-    named parameter of the entry (a trial of that fix); ``compiled`` itself for other entries."""
+_CONFIG = re.compile(r"^torch\._dynamo\.config\.(?P<key>\w+) = (?P<value>.+)$")
+_MARK = re.compile(r"^torch\._dynamo\.(?:decorators\.)?(?P<kind>maybe_mark_dynamic|mark_static|mark_unbacked)"
+                   r"\((?P<name>[A-Za-z_]\w*), (?P<dim>\d+)\)$")
+_AS_TENSOR = re.compile(r"^(?P<subject>(?:self\.)?[A-Za-z_]\w*) = torch\.tensor\((?P=subject)\)$")
+
+
+def _candidate(function: str, fix: Fix) -> tuple[str, dict[str, Any]] | None:
+    """How a recompile fix is tried: its trial's name and options, or None for a fix no run can try."""
+    if fix.command == "--dynamic":
+        return "dynamic", {"dynamic": True}
+    if (m := _CONFIG.match(fix.command)) is not None:
+        try:
+            value = ast.literal_eval(m["value"])
+        except (ValueError, SyntaxError):
+            return None
+        name = "limit" if m["key"] == "recompile_limit" else "config"
+        return f"{name} {m['key']}={value!r}", {"_config": {m["key"]: value}}
+    if (m := _MARK.match(fix.command)) is not None and m["kind"] in torch_compat.MARKS:
+        return f"{m['kind']} {function} {m['name']} {m['dim']}", {
+            "_mark": (function, m["name"], int(m["dim"]), m["kind"])}
+    if (m := _AS_TENSOR.match(fix.command)) is not None:
+        return f"tensor {function} {m['subject']}", {"_as_tensor": (function, m["subject"])}
+    return None
+
+
+def _marking(compiled: Any, target: Any, options: dict[str, Any]) -> Any:
+    """``compiled``, called as the user would after applying a recompile fix to the entry named in
+    ``options``: ``torch._dynamo.maybe_mark_dynamic(param, dim)`` (or ``mark_static``, ``mark_unbacked``)
+    on its parameter before each call (``_mark``), or a global or ``self.attr`` number held as a 0-dim
+    tensor (``_as_tensor``). ``compiled`` itself for other entries."""
     function = getattr(getattr(target, "forward", target), "__name__", "")
-    if mark is None or mark[0] != function:
+    mark, as_tensor = options.get("_mark"), options.get("_as_tensor")
+    if mark is not None and mark[0] == function:
+        return _marked(compiled, target, mark)
+    if as_tensor is not None and as_tensor[0] == function:
+        return _tensor_held(compiled, target, as_tensor[1])
+    return compiled
+
+
+def _around(compiled: Any, call: Callable[..., Any]) -> Any:
+    """``compiled`` called through ``call(compiled, *args, **kwargs)``. A compiled module stays the module
+    (its class swapped for a subclass whose ``__call__`` goes through ``call``), so code that sets its
+    attributes or asks ``isinstance`` sees what it would without the trial."""
+    if isinstance(compiled, torch.nn.Module):
+        base = type(compiled)
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return call(lambda *a, **k: base.__call__(self, *a, **k), *args, **kwargs)
+
+        compiled.__class__ = type(base.__name__, (base,), {"__call__": __call__})
         return compiled
+    return functools.wraps(compiled)(lambda *args, **kwargs: call(compiled, *args, **kwargs))
+
+
+def _marked(compiled: Any, target: Any, mark: tuple[str, str, int, str]) -> Any:
     import inspect as _inspect
 
     try:
         signature = _inspect.signature(target)
     except (TypeError, ValueError):
         return compiled
-    _, param, dim = mark
+    _, param, dim, kind = mark
+    mark_dim = torch_compat.MARKS[kind]
 
-    def marked(*args: Any, **kwargs: Any) -> Any:
+    def marked(inner: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         value = signature.bind_partial(*args, **kwargs).arguments.get(param)
         if isinstance(value, torch.Tensor) and value.dim() > dim:
-            torch._dynamo.maybe_mark_dynamic(value, dim)
-        return compiled(*args, **kwargs)
+            mark_dim(value, dim)
+        return inner(*args, **kwargs)
 
-    return marked
+    return _around(compiled, marked)
+
+
+def _tensor_held(compiled: Any, target: Any, subject: str) -> Any:
+    """The number ``subject`` names (a global of ``target``, or ``self.attr`` of a module) held as a
+    0-dim tensor for each call, as the fix "SCALE = torch.tensor(SCALE)" would have it."""
+    if subject.startswith("self."):
+        holder, attr = target, subject.removeprefix("self.")
+        get: Callable[[], Any] = lambda: getattr(holder, attr, None)  # noqa: E731
+        put: Callable[[Any], None] = lambda v: setattr(holder, attr, v)  # noqa: E731
+    else:
+        space = getattr(getattr(target, "forward", target), "__globals__", None)
+        if space is None:
+            return compiled
+        get = lambda: space.get(subject)  # noqa: E731
+        put = lambda v: space.__setitem__(subject, v)  # noqa: E731
+
+    def held(inner: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        value = get()
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return inner(*args, **kwargs)
+        put(torch.tensor(value))
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            put(value)
+
+    return _around(compiled, held)
 
 
 def _check_word(outcome: Outcome) -> str:
@@ -396,7 +474,7 @@ def session_spec(session: Any, code: Any) -> Spec:
                 kwargs["isolate_recompiles"] = True
             rec_backend = RecordingBackend(backend, session.options.mode, kwargs.get("dynamic"), recording)
             compiled = torch.compile(copy_function(target), backend=rec_backend, **kwargs)
-            return _marking(compiled, target, options.get("_mark"))
+            return _marking(compiled, target, options)
 
         with session_scratch(session, modes, compile_entry) as (_, bind):
             def call(_extra: Any) -> Any:

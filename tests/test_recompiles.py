@@ -239,7 +239,95 @@ def test_a_shape_recompile_gets_a_proven_fix(ip):
 
 def test_a_global_recompile_from_a_later_cell_says_why_it_was_not_tried(cell):
     rec, _ = _changes(cell, "scaled(torch.ones(3)); SCALE = 3.0; scaled(torch.ones(3))", "scaled")
-    assert rec.fixes and "pass SCALE as a tensor" in rec.fixes[0].why
+    (fix,) = rec.fixes
+    assert fix.command == "SCALE = torch.tensor(SCALE)" and "0-dim tensor is data, not a guard" in fix.why
+    assert fix.verified is None and fix.effect.startswith("not tried")
+
+
+def test_a_parameter_number_is_not_offered_the_global_fix(cell):
+    rec, _ = _changes(cell, "times(torch.ones(3), 2); times(torch.ones(3), 3)", "times")
+    assert not any("torch.tensor" in f.command for f in rec.fixes)
+
+
+SCHEDULE = textwrap.dedent(
+    """\
+    import torch
+    SCALE = 1
+    def scaled(x):
+        return x * SCALE
+    def train():
+        global SCALE
+        out = []
+        for step in range(4):
+            SCALE = 1 + step
+            out.append(scaled(torch.ones(3)))
+        return out
+    """
+)
+
+
+def test_a_global_recompile_gets_a_proven_fix(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --entry scaled --run "train()"', SCHEDULE)
+    report = nbcompile.last().report
+    assert report.recompile_count == 3 and report.recompiles[0].changes[0].subject == "SCALE"
+    (fix,) = report.recompiles[0].fixes
+    assert fix.command == "SCALE = torch.tensor(SCALE)"
+    assert fix.verified is True and fix.effect == "recompiles 3 -> 0, graphs 4 -> 1, check ok"
+    assert ip.user_ns["SCALE"] == 4 and type(ip.user_ns["SCALE"]) is int  # the trial gave the int back
+    # what the trial claims, as the user would write it
+    ip.run_cell("train_scaled = []\nfor step in range(4):\n    SCALE = torch.tensor(1 + step)\n"
+                "    train_scaled.append(scaled(torch.ones(3)))")
+    report = nbcompile.last().report  # one compile for the tensor, then none for its four values
+    assert report.recompile_count == 4 and report.recompiles[-1].changes[0].after.startswith("Tensor")
+
+
+def test_a_global_used_in_an_if_is_tried_and_refused(ip):
+    body = SCHEDULE.replace("x * SCALE", "x * 2 if SCALE > 2 else x - 1")
+    run_compile_cell(ip, '--backend eager --no-panel --entry scaled --run "train()"', body)
+    fix = nbcompile.last().report.recompiles[0].fixes[0]
+    assert fix.command == "SCALE = torch.tensor(SCALE)" and fix.verified is False, fix.effect
+    assert "breaks 0 -> " in fix.effect  # the tensor in the `if` breaks the graph
+
+
+def test_a_module_int_attribute_recompile_gets_proven_fixes(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.k = 1
+            def forward(self, x):
+                return x * self.k
+        net = Net()
+        def sweep():
+            out = []
+            for k in (1, 2, 3, 4):
+                net.k = k
+                out.append(net(torch.ones(3)))
+            return out
+        """
+    )
+    run_compile_cell(ip, '--backend eager --no-panel --entry net --run "sweep()"', body)
+    report = nbcompile.last().report
+    assert report.recompile_count == 3 and report.recompiles[0].changes[0].subject == "self.k"
+    fixes = {f.command: f for f in report.recompiles[0].fixes}
+    flag = fixes["torch._dynamo.config.allow_unspec_int_on_nn_module = True"]
+    assert flag.verified is True and flag.effect.startswith("recompiles 3 -> 0,"), flag.effect
+    held = fixes["self.k = torch.tensor(self.k)"]
+    assert held.verified is True and held.effect.startswith("recompiles 3 -> 0,"), held.effect
+    assert ip.user_ns["net"].k == 4 and not torch._dynamo.config.allow_unspec_int_on_nn_module
+
+
+def test_mark_static_is_tried_and_said_not_to_help(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --run "[f(torch.ones(n)) for n in (3, 5, 1)]"',
+                     "import torch\ndef f(x):\n    return x.sin() * 2\n")
+    report = nbcompile.last().report
+    fixes = {f.command: f for r in report.recompiles for f in r.fixes}
+    static = fixes["torch._dynamo.mark_static(x, 0)"]
+    assert static.verified is False and "recompiles" in static.effect
+    unbacked = fixes["torch._dynamo.decorators.mark_unbacked(x, 0)"]
+    assert unbacked.verified is not None, unbacked.effect  # tried
 
 
 def test_half_the_recompile_limit_is_warned_before_the_fallback(ip):
