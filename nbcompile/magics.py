@@ -9,6 +9,7 @@ frontend's cell id, which identifies a cell across re-runs.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,8 +20,9 @@ from . import torch_compat
 from .options import MODES, CellOptions, NbcompileError
 from .render import fix_proof, set_effect
 from .session import Session, create_session, describe_failure, last, sessions
+from .toggles import available_function_modes
 
-LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset")
+LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix")
 
 
 def _names(values: list[str]) -> list[str]:
@@ -154,7 +156,7 @@ class NbcompileMagics(Magics):
 
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
-        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset`."""
+        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset|fix [--budget S]`."""
         try:
             argv = shlex.split(line)
         except ValueError as exc:
@@ -180,8 +182,9 @@ class NbcompileMagics(Magics):
             return session.function_report(args[0]) if args[0] in session.functions else session.report
         if command == "set":
             if len(args) != 2:
-                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: compile, disable, "
-                                 "allow_in_graph; torch callables: compile, disallow_in_graph)")
+                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: "
+                                 f"{', '.join(available_function_modes())}; torch callables: compile, "
+                                 "disallow_in_graph)")
             before = session.report
             try:
                 session.set(args[0], args[1])
@@ -194,6 +197,8 @@ class NbcompileMagics(Magics):
         if command == "bench":
             _bench(session, " ".join(args) or None)
             return None
+        if command == "fix":
+            return _fix(session, args)
         if command == "panel":
             if session.stale:
                 raise UsageError(f"%nbcompile panel: {session.stale}")
@@ -223,6 +228,56 @@ def _bench(session: Session, expr: str | None) -> None:
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile bench: {exc}") from None
     display(result)
+
+
+def _fix(session: Session, args: list[str]) -> Any:
+    """`%nbcompile fix [--budget S]`: the search, with a progress line that moves as trials land (a
+    widget in a frontend with widgets); interrupt the kernel to stop it with the best so far."""
+    from IPython.display import display
+
+    usage = "usage: %nbcompile fix [--budget SECONDS]"
+    budget = 60.0
+    if args:
+        if len(args) != 2 or args[0] != "--budget":
+            raise UsageError(f"%nbcompile fix: {usage}")
+        try:
+            budget = float(args[1])
+        except ValueError:
+            raise UsageError(f"%nbcompile fix: --budget takes seconds (a number), not {args[1]!r}; {usage}") from None
+    progress: Any = None
+    if widgets_supported():
+        import ipywidgets as widgets
+
+        bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="240px"))
+        label = widgets.HTML("starting the search")
+        display(widgets.HBox([bar, label]))
+
+        def progress(result: Any) -> None:
+            bar.value = min(1.0, result.elapsed_s / result.budget_s)
+            best = result.best
+            label.value = (f"{len(result.trials)} trials; best so far: "
+                           + (f"{best.breaks} breaks, {best.recompiles} recompiles" if best else "none")
+                           + f"; {max(0.0, result.budget_s - result.elapsed_s):.0f} s left")
+    try:
+        result = session.fix(budget_s=budget) if progress is None else _fix_with(session, budget, progress)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile fix: {exc}") from None
+    return result
+
+
+def _fix_with(session: Session, budget: float, progress: Callable[[Any], None]) -> Any:
+    from . import search
+
+    session._check_open()
+
+    def both(result: Any) -> None:
+        progress(result)
+        session._fix_progress(result)
+
+    result = search.search(session, budget, progress=both)
+    session.last_fix = result
+    session.redraw()
+    return result
 
 
 def _export_style(args: list[str]) -> str:

@@ -27,7 +27,7 @@ from .options import MODES, NbcompileError
 from .render import change_text, function_label, guard_cost_text, limit_warnings, plural, set_effect, split_bar
 from .report import Report, ReportDiff
 from .snippet import STYLES
-from .toggles import FUNCTION_MODES, TORCH_MODES
+from .toggles import TORCH_MODES, available_function_modes
 
 #: Most characters of kernel code shown per kernel in the Kernels tab.
 KERNEL_CHARS = 20_000
@@ -201,6 +201,22 @@ class Panel(widgets.VBox):
         self.bench_button.on_click(lambda _: self._run_bench())
         self.bench_html = widgets.HTML()
         self.bench_output = widgets.Output()
+        self.fix_button = widgets.Button(description="Search fixes", icon="magic",
+                                         tooltip="search toggles and dynamism for the fewest breaks, then recompiles, "
+                                                 "then the lowest time; each trial checked against eager")
+        self.fix_button.on_click(lambda _: self.start_fix())
+        self.fix_budget = widgets.BoundedFloatText(value=60.0, min=1.0, max=3600.0, step=10.0, description="budget s",
+                                                   layout=widgets.Layout(width="190px"))
+        self.fix_stop = widgets.Button(description="Stop", icon="stop", disabled=True,
+                                       tooltip="stop after the trial now running; the best so far is applied")
+        self.fix_stop.on_click(lambda _: self.stop_fix())
+        self.fix_progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="",
+                                                  layout=widgets.Layout(width="240px"))
+        self.fix_label = widgets.HTML()
+        self.fix_output = widgets.Output()
+        self.fix_html = widgets.HTML()
+        #: The search the Fix tab runs now (its stop button stops it), or None.
+        self.fix_running: Any = None
         self.tabs = widgets.Tab(children=[
             widgets.HBox([self.figure_output, self.source_html]),
             widgets.VBox([self.guard_filter, self.guards_html]),
@@ -208,8 +224,10 @@ class Panel(widgets.VBox):
             widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
+            widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop]),
+                          widgets.HBox([self.fix_progress, self.fix_label]), self.fix_output, self.fix_html]),
         ])
-        for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export")):
+        for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
         self.children = [
             self.title, self.status, widgets.HTML("<b>Functions</b>"), self.functions_box,
@@ -226,7 +244,8 @@ class Panel(widgets.VBox):
         return session
 
     def _function_row(self, name: str) -> widgets.HBox:
-        toggle = widgets.ToggleButtons(options=FUNCTION_MODES, value=self.session.toggles.get(name, "compile"),
+        toggle = widgets.ToggleButtons(options=available_function_modes(),
+                                       value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         counts = widgets.HTML()
@@ -314,10 +333,96 @@ class Panel(widgets.VBox):
         self.refresh()
         self.last_effect, self.last_diff = None, None  # shown once, by the redraw that follows the change
 
+    # -- the fix search ----------------------------------------------------------------------
+    def start_fix(self) -> None:
+        """Start the search (the Fix tab's button). In a kernel it runs one trial per event-loop turn, so
+        the stop button and other cells are heard between trials; elsewhere it runs to the end now."""
+        import asyncio
+
+        from . import search
+
+        if self.fix_running is not None:
+            return
+        session = self.session
+        try:
+            searcher = search.Searcher(session, float(self.fix_budget.value), progress=self.show_fix)
+        except Exception as exc:
+            self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._draw_status()
+            return
+        self.fix_running = searcher.result
+        self._searching(True)
+        steps = searcher.steps()
+
+        def finish() -> None:
+            self.fix_running = None
+            self._searching(False)
+            try:
+                search.apply_best(session, searcher.result)
+            except Exception as exc:
+                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            session.last_fix = searcher.result
+            self.show_fix(searcher.result)
+            self.refresh()
+
+        def step() -> None:
+            try:
+                next(steps)
+            except StopIteration:
+                finish()
+                return
+            except Exception as exc:
+                searcher.result.state = f"failed: {type(exc).__name__}: {exc}"
+                finish()
+                return
+            if loop is not None:
+                loop.call_soon(step)
+
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            loop.call_soon(step)
+            return
+        searcher.run()
+        finish()
+
+    def stop_fix(self) -> None:
+        if self.fix_running is not None:
+            self.fix_running.stop()
+            self.fix_label.value += " <i>(stopping after this trial)</i>"
+
+    def _searching(self, on: bool) -> None:
+        self.fix_button.disabled = on
+        self.fix_stop.disabled = not on
+        for control in [*self.function_rows.values(), *self.op_rows.values(), self.backend, self.mode,
+                        self.fullgraph, self.dynamic, self.bench_button]:
+            control.disabled = on
+
+    def show_fix(self, result: Any) -> None:
+        """The search's progress (trials, best so far, time left) and its chart, as it goes."""
+        self.fix_progress.value = min(1.0, result.elapsed_s / result.budget_s) if result.state == "searching" else 1.0
+        best = result.best
+        best_text = (f"best so far: {best.breaks} breaks, {best.recompiles} recompiles ({_e(best.describe())})"
+                     if best is not None else "no admissible configuration yet")
+        left = max(0.0, result.budget_s - result.elapsed_s)
+        state = f"{left:.0f} s left" if result.state == "searching" else _e(result.state)
+        self.fix_label.value = f"{len(result.trials)} trials; {best_text}; {state}"
+        self.fix_output.outputs = ({
+            "output_type": "display_data",
+            "data": {_PLOTLY_MIME: result.figure_dict(), "text/plain": "fix search trials"},
+            "metadata": {},
+        },)
+        self.fix_html.value = result._repr_html_() if result.state != "searching" else ""
+
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
+        if self.fix_running is not None:
+            self.fix_running.stop()
         for control in [*self.function_rows.values(), *self.op_rows.values(), self.backend, self.mode,
-                        self.fullgraph, self.dynamic, self.bench_button, self.guard_filter, self.export_style]:
+                        self.fullgraph, self.dynamic, self.bench_button, self.guard_filter, self.export_style,
+                        self.fix_button, self.fix_stop]:
             control.disabled = True
         self.status.value = "<span style='color:#888'>session reset; run its %%compile cell again</span>"
 

@@ -104,7 +104,9 @@ class Session:
         for entry in entries:
             if entry not in bindings:
                 bindings[entry] = binding_for(entry, namespace)
-        self.engine = Toggles(bindings, wrap=self._wrap, functions=tracked)
+        self.engine = Toggles(bindings, wrap=self._wrap, functions=tracked, custom_op=self._custom_op)
+        #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
+        self._op_specs: dict[str, Any] = {}
         self._lint_cache: dict[str, list[LintWarning]] = {}
         self._stale: str | None = None
         self.recording = Recording(self._new_report(), cell_files=(filename,))
@@ -118,6 +120,8 @@ class Session:
         self._closed = False
         #: Scratch-run outcomes by toggles, for proving fixes (cleared when the options change).
         self._trials: dict[Any, trial.Outcome] = {}
+        #: The latest ``fix()`` search (shown in the panel's Fix tab).
+        self.last_fix: Any = None
 
     # -- public surface ------------------------------------------------------------------
     @property
@@ -413,13 +417,146 @@ class Session:
 
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
+        from .custom_ops import export_code
+
+        toggles = {name: mode for name, mode in self.toggles.items() if mode != "compile"}
         return export_ops.export(
-            {name: mode for name, mode in self.toggles.items() if mode != "compile"},
+            toggles,
             source=self.source[1:],  # the body as the user wrote it (the magic line was a blank line)
             entries=self.entries,
             options=self.options.compile_options(),
             style=style,
+            custom_ops={n: export_code(self._op_specs[n]) for n, m in toggles.items()
+                        if m == "custom_op" and not isinstance(self._op_specs.get(n), (str, type(None)))},
         )
+
+    # -- custom_op mode --------------------------------------------------------------------
+    def _custom_op(self, name: str, original: Any) -> tuple[Any, Callable[[], None]]:
+        """The operator ``name`` runs as under ``custom_op``: its spec derived once, from one eager sample
+        call of the --run expression, and checked by opcheck then; each use builds its own operator."""
+        from . import custom_ops
+
+        known = self._op_specs.get(name)
+        if isinstance(known, str):
+            raise NbcompileError(known)
+        if known is not None:
+            return custom_ops.build(known, original)
+        try:
+            sample = self._sample_call(name, original)
+            spec = custom_ops.spec_of(name, original, sample)
+            op, release = custom_ops.build(spec, original, sample)
+        except NbcompileError as exc:
+            self._op_specs[name] = str(exc)
+            raise
+        self._op_specs[name] = spec
+        return op, release
+
+    def _sample_call(self, name: str, original: Any) -> Any:
+        """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
+        sees runs): its arguments (cloned before the call), its result, what it changed in place."""
+        from . import custom_ops
+
+        code = self._run_code
+        if code is None:
+            raise NbcompileError(f"custom_op({name}) reads its argument types from a sample call: add --run EXPR to "
+                                 "the %%compile line")
+        replay = self._replay(code)
+        if replay.refused is not None:
+            raise NbcompileError(f"custom_op({name}): no sample call ({replay.refused})")
+        seen: list[Any] = []
+
+        def recorder(*args: Any, **kwargs: Any) -> Any:
+            if seen:
+                return original(*args, **kwargs)
+            before = custom_ops.clone_tree((args, kwargs))
+            versions = {id(t): t._version for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
+            result = original(*args, **kwargs)
+            try:
+                bound = _inspect.signature(original).bind(*args, **kwargs).arguments
+            except (TypeError, ValueError):
+                bound = {}
+            mutated = tuple(p for p, v in bound.items() if isinstance(v, torch.Tensor)
+                            and v._version != versions.get(id(v), v._version))
+            seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result), mutated))
+            return result
+
+        binding = self.engine.bindings[name]
+        also = {**self._originals(), Slot(binding.owner, binding.attr, name): recorder}
+        rng = check_ops.RngState()
+        try:
+            with check_ops._quiet(), torch_compat.force_eager(), replay.swapped(also), \
+                    check_ops._no_outside_effects():
+                eval(code, self.namespace, {})
+        except Exception as exc:
+            if not seen:
+                raise NbcompileError(f"custom_op({name}): the sample run raised {type(exc).__name__}: "
+                                     f"{check_ops._one_line(str(exc))}") from None
+        finally:
+            rng.restore()
+        if not seen:
+            raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
+        return seen[0]
+
+    def apply_config(self, toggles: dict[str, str], **options: Any) -> Report:
+        """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
+        toggle and option is put back (and the report kept) and the error says why in one line."""
+        self._check_open()
+        for name, mode in toggles.items():
+            self.engine.validate(name, mode)
+        valid = ("backend", "mode", "fullgraph", "dynamic")
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise NbcompileError(f"unknown option {unknown[0]!r}; valid: {', '.join(valid)}")
+        updated = dataclasses.replace(self.options, **options)
+        updated.validate()
+        previous, previous_options, old_report = self.toggles, self.options, self.report
+        wanted = {name: toggles.get(name, "compile") for name in {*previous, *toggles}}
+
+        def put(modes: dict[str, str]) -> None:
+            for name, mode in modes.items():
+                if self.engine.mode(name) != mode:
+                    self.engine.apply(name, mode)
+
+        try:
+            put(wanted)
+            if updated != previous_options:
+                self.options = updated
+                self._trials.clear()
+            self._after_toggle()
+            self._restart()
+        except BaseException as exc:
+            def undo() -> None:
+                self.options = previous_options
+                put({name: previous.get(name, "compile") for name in wanted})
+                self.engine.rebind(self.entries)
+            self._roll_back(undo, old_report)
+            if isinstance(exc, StaleError):
+                self._mark_stale(f"{exc} outside this %%compile cell")
+                raise NbcompileError(self._stale) from None
+            if not isinstance(exc, Exception):
+                raise
+            raise self._failed(f"applying {wanted} failed ({describe_failure(exc)}); kept the previous "
+                               "configuration") from exc
+        self.redraw()
+        self.verify_soon()
+        return self.report
+
+    def fix(self, budget_s: float = 60.0) -> Any:
+        """Search toggles and dynamism for the fewest graph breaks, then recompiles, then the lowest time,
+        each configuration a scratch run gated by the check; the best is applied. Returns the
+        ``FixSearch`` (every trial kept). Interrupting the kernel stops it with the best so far."""
+        from . import search
+
+        self._check_open()
+        result = search.search(self, budget_s, progress=self._fix_progress)
+        self.last_fix = result
+        self.redraw()
+        return result
+
+    def _fix_progress(self, result: Any) -> None:
+        self.last_fix = result
+        if self._panel is not None:
+            self._panel.show_fix(result)
 
     def function_report(self, name: str) -> Report:
         """The part of the report about one tracked function, joined by its code (not its short name);

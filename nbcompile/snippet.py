@@ -16,7 +16,8 @@ from .options import CompileOptions, NbcompileError
 from .toggles import is_torch_name, torch_name, validate
 
 STYLES = ("calls", "decorators")
-_DECORATORS = {"disable": "torch.compiler.disable", "allow_in_graph": "torch.compiler.allow_in_graph"}
+_DECORATORS = {"disable": "torch.compiler.disable", "allow_in_graph": "torch.compiler.allow_in_graph",
+               "nonstrict_trace": "torch._dynamo.nonstrict_trace"}
 
 
 def _name(key: Any) -> str:
@@ -78,11 +79,18 @@ def export(
     entries: Iterable[str] = (),
     options: None | CompileOptions | Mapping[str, Any] = None,
     style: str = "calls",
+    custom_ops: Mapping[str, str] | None = None,
 ) -> str:
-    """The annotation snippet for ``toggles`` (see the module docstring)."""
+    """The annotation snippet for ``toggles`` (see the module docstring). ``custom_ops``: the code that
+    makes each ``custom_op`` function an operator (a session knows it from the function's sample call)."""
     if style not in STYLES:
         raise NbcompileError(f"unknown style {style!r}; valid: {', '.join(STYLES)}")
     functions, disallow = _plan(toggles)
+    custom_ops = custom_ops or {}
+    missing = [n for n, m in functions.items() if m == "custom_op" and n not in custom_ops]
+    if missing:
+        raise NbcompileError(f"custom_op({missing[0]}): its operator is derived from a sample call; export it from "
+                             "the session that set it (%nbcompile export)")
     opts = _options(options)
     compiles = [compile_call(entry, opts) for entry in entries]
     if style == "calls":
@@ -90,6 +98,10 @@ def export(
         for name, mode in functions.items():
             if mode == "disable":
                 lines.append(f"{name} = torch.compiler.disable({name})")
+            elif mode == "nonstrict_trace":
+                lines.append(f"{name} = torch._dynamo.nonstrict_trace({name})")
+            elif mode == "custom_op":
+                lines += ["", custom_ops[name].rstrip("\n"), ""]
             else:
                 lines.append(f"torch.compiler.allow_in_graph({name})")
         lines += [f"torch._dynamo.disallow_in_graph({name})" for name in disallow]
@@ -97,10 +109,11 @@ def export(
         return "\n".join(lines) + "\n"
     if source is None:
         raise NbcompileError("style='decorators' rewrites the cell source: pass source=")
-    return _rewrite(source, functions, disallow, compiles)
+    return _rewrite(source, functions, disallow, compiles, custom_ops)
 
 
-def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compiles: list[str]) -> str:
+def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compiles: list[str],
+             custom_ops: Mapping[str, str]) -> str:
     import libcst as cst
 
     try:
@@ -129,7 +142,7 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
             qualname = ".".join(self.scope)
             self.scope.pop()
             mode = functions.get(qualname)
-            if mode is None or len(self.scope) > 1:
+            if mode is None or mode == "custom_op" or len(self.scope) > 1:
                 return updated
             self.done.add(qualname)
             decorator = cst.Decorator(decorator=cst.parse_expression(_DECORATORS[mode]))
@@ -137,7 +150,7 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
 
     decorate = Decorate()
     module = module.visit(decorate)
-    missing = sorted(set(functions) - decorate.done)
+    missing = sorted(n for n, m in functions.items() if m != "custom_op" and n not in decorate.done)
     if missing:
         raise NbcompileError(f"{', '.join(missing)}: no such def in the source; cannot place the decorator")
 
@@ -148,6 +161,12 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
     if not has_torch:
         registrations.insert(0, cst.parse_statement("import torch\n"))
     body[last_import + 1:last_import + 1] = registrations
+    for name in (n for n, m in functions.items() if m == "custom_op"):  # the operator, after its def
+        at = next((i for i, stmt in enumerate(body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name),
+                  None)
+        if at is None:
+            raise NbcompileError(f"{name}: no such top-level def in the source; cannot place its custom_op")
+        body[at + 1:at + 1] = list(cst.parse_module(custom_ops[name]).body)
     body += [cst.parse_statement(line + "\n") for line in compiles]
     return module.with_changes(body=body).code
 

@@ -476,26 +476,46 @@ def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> 
     compiled copies of the entries (their own caches) and on the copies ``replay`` holds of the state
     the expression reaches. The session's compiled code, its report and the user's objects stay as
     they were; the plans' toggles go through the toggle engine, on a scratch namespace."""
+    saved = session.toggles
+    configs: list[tuple[str, dict[str, str], dict[str, Any]]] = [("session", saved, {})]
+    if any(mode != "compile" for mode in saved.values()):
+        configs.append(("all toggles compile", {}, {}))
+    return _bench_configs(session, code, replay, configs, min_run_time)
+
+
+def bench_configs(session: Any, configs: list[tuple[str, dict[str, str], dict[str, Any]]],
+                  min_run_time: float = 0.5) -> BenchResult:
+    """The session's ``--run`` expression timed eager and under each named configuration (toggles, and
+    compile options such as ``dynamic``), side by side in one run, as ``Session.bench`` times it."""
+    code = session._run_code
+    replay = session._replay(code)
+    if replay.refused is not None:
+        raise ValueError(replay.refused.replace("not compared", "not timed", 1))
+    return _bench_configs(session, code, replay, configs, min_run_time)
+
+
+def _bench_configs(session: Any, code: Any, replay: Any, configs: list[tuple[str, dict[str, str], dict[str, Any]]],
+                   min_run_time: float) -> BenchResult:
     from .capture import HUB, Recording
     from .report import Report
     from .toggles import copy_function
     from .trial import session_scratch
 
-    saved = session.toggles
     device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
     run = lambda: eval(code, session.namespace, {})  # noqa: E731
-    options = session.options.compile_options()
 
-    def fresh_compile(name: str, obj: Any) -> Any:
-        if name not in session.entries:
-            return obj
-        target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
-        kwargs = options.torch_compile_kwargs()
-        if torch_compat.ISOLATE_RECOMPILES:
-            kwargs["isolate_recompiles"] = True
-        return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
+    def plan(modes: dict[str, str], overrides: dict[str, Any]) -> Callable[[], Any]:
+        options = dataclasses.replace(session.options.compile_options(), **overrides)
 
-    def plan(modes: dict[str, str]) -> Callable[[], Any]:
+        def fresh_compile(name: str, obj: Any) -> Any:
+            if name not in session.entries:
+                return obj
+            target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
+            kwargs = options.torch_compile_kwargs()
+            if torch_compat.ISOLATE_RECOMPILES:
+                kwargs["isolate_recompiles"] = True
+            return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
+
         @contextlib.contextmanager
         def context() -> Any:
             with session_scratch(session, modes, fresh_compile) as (engine, bind):
@@ -514,9 +534,7 @@ def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> 
                 yield first_call, run
         return context
 
-    plans = [("session", plan(saved))]
-    if any(mode != "compile" for mode in saved.values()):
-        plans.append(("all toggles compile", plan({})))
+    plans = [(name, plan(modes, overrides)) for name, modes, overrides in configs]
     tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
     scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
     code_state = torch_compat.code_state_snapshot()

@@ -32,7 +32,9 @@ import torch
 from . import torch_compat
 from .options import NbcompileError
 
-FUNCTION_MODES = ("compile", "disable", "allow_in_graph")
+FUNCTION_MODES = ("compile", "disable", "allow_in_graph", "nonstrict_trace", "custom_op")
+#: Function modes that hold an object of their own (a registered copy, a wrapper, an operator).
+_HELD = ("allow_in_graph", "nonstrict_trace", "custom_op")
 TORCH_MODES = ("compile", "disallow_in_graph")
 #: The %%compile flag that sets each mode.
 FLAGS = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
@@ -98,6 +100,13 @@ def torch_name(obj: Any) -> str:
     raise NbcompileError(f"{obj!r} is not a torch callable with a public dotted name; give one such as torch.sub")
 
 
+def available_function_modes() -> tuple[str, ...]:
+    """The function modes this torch has (``nonstrict_trace`` and ``custom_op`` are newer)."""
+    return tuple(m for m in FUNCTION_MODES if m not in ("nonstrict_trace", "custom_op")
+                 or (m == "nonstrict_trace" and torch_compat.NONSTRICT_TRACE)
+                 or (m == "custom_op" and torch_compat.CUSTOM_OP))
+
+
 def is_torch_name(name: str) -> bool:
     return name.startswith("torch.")
 
@@ -111,10 +120,12 @@ def validate(name: str, mode: str, functions: Collection[str], *, where: str = "
     module's globals); dotted ``torch.`` names take the torch modes.
     """
     if name in functions and not is_torch_name(name):
-        if mode not in FUNCTION_MODES:
+        if mode not in available_function_modes():
             hint = (" (disallow_in_graph is for torch callables; for your own function use disable)"
-                    if mode == "disallow_in_graph" else "")
-            raise NbcompileError(f"unknown mode {mode!r} for {name}; valid: {', '.join(FUNCTION_MODES)}{hint}")
+                    if mode == "disallow_in_graph" else
+                    f" ({mode} needs a newer torch than {torch.__version__})" if mode in FUNCTION_MODES else "")
+            raise NbcompileError(
+                f"unknown mode {mode!r} for {name}; valid: {', '.join(available_function_modes())}{hint}")
         return
     if is_torch_name(name):
         if mode not in TORCH_MODES:
@@ -233,11 +244,16 @@ class Registration:
     obj: Any
     kind: str
     done: bool = False
+    #: For what nbcompile made itself (a nonstrict_trace wrapper, a custom operator): how it is undone.
+    release: Callable[[], None] | None = None
 
     def undo(self) -> None:
         if not self.done:
             self.done = True
-            REGISTRY.release(self)
+            if self.release is not None:
+                self.release()
+            else:
+                REGISTRY.release(self)
 
 
 # --- bindings -------------------------------------------------------------------------------
@@ -318,13 +334,17 @@ class Toggles:
     """
 
     def __init__(self, bindings: dict[str, Binding], wrap: Callable[[str, Any], Any] | None = None,
-                 functions: Collection[str] | None = None) -> None:
+                 functions: Collection[str] | None = None,
+                 custom_op: Callable[[str, Any], tuple[Any, Callable[[], None]]] | None = None) -> None:
         self.bindings = bindings
         self.wrap = wrap or (lambda _name, obj: obj)
+        #: ``custom_op(name, original)`` -> (the operator, its release); the owner knows a sample call.
+        self.custom_op = custom_op
         #: The names that take function toggles (default: every binding).
         self.functions = list(bindings if functions is None else functions)
         self.modes: dict[str, str] = {name: "compile" for name in self.functions}
-        self._allow: dict[str, Any] = {}  # name -> the registered copy (or the object itself)
+        #: name -> (mode, the object it runs as: the registered copy, the wrapper, the operator).
+        self._held: dict[str, tuple[str, Any]] = {}
         self._registrations: dict[str, Registration] = {}
         #: Objects whose id stays registered: kept alive so the id is never reused.
         self._keepalive: list[Any] = []
@@ -341,8 +361,8 @@ class Toggles:
         mode = self.mode(name)
         if mode == "disable":
             return torch.compiler.disable(original)  # type: ignore[no-untyped-call]  # unannotated in torch
-        if mode == "allow_in_graph":
-            return self._allow[name]
+        if mode in _HELD:
+            return self._held[name][1]
         return original
 
     def apply(self, name: str, mode: str) -> None:
@@ -356,22 +376,22 @@ class Toggles:
         if problem is not None:
             raise StaleError(problem)
         previous = self.mode(name)
-        old_allow = self._allow.pop(name, None) if mode != previous or mode != "allow_in_graph" else None
+        old_held = self._held.pop(name, None) if mode != previous else None
         try:
-            if mode == "allow_in_graph" and name not in self._allow:
-                self._allow[name] = self._allow_object(name, binding.original)
+            if mode in _HELD and name not in self._held:
+                self._held[name] = (mode, self._hold(name, mode, binding.original))
             self.modes[name] = mode
             binding.write(self.wrap(name, self.toggled(name)))
         except BaseException:
             self.modes[name] = previous
-            new = self._allow.pop(name, None)
-            if new is not None:
-                self._release_allow(name)
-            if old_allow is not None:
-                self._allow[name] = old_allow
+            if name in self._held and (old_held is None or self._held[name] is not old_held):
+                self._release(name)
+                self._held.pop(name, None)
+            if old_held is not None:
+                self._held[name] = old_held
             raise
-        if old_allow is not None:
-            self._release_allow(name)
+        if old_held is not None:
+            self._release(name)
 
     def rebind(self, names: Iterable[str] | None = None) -> None:
         """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a
@@ -379,22 +399,35 @@ class Toggles:
         for name in self.bindings if names is None else names:
             self.bindings[name].write(self.wrap(name, self.toggled(name)))
 
-    def _allow_object(self, name: str, original: Any) -> Any:
+    def _hold(self, name: str, mode: str, original: Any) -> Any:
+        """The object ``name`` runs as under ``mode``, made (and registered) now; ``_release`` undoes it."""
         plain = torch_compat.unwrap_compiled(original)
+        if mode == "nonstrict_trace":
+            wrapped, release = torch_compat.nonstrict_trace(copy_function(plain))
+            wrapped._nbcompile_original = plain  # type: ignore[attr-defined]  # what nbcompile's views show
+            self._registrations[f"held:{name}"] = Registration(wrapped, "nonstrict", release=release)
+            return wrapped
+        if mode == "custom_op":
+            if self.custom_op is None:
+                raise NbcompileError(f"custom_op({name}) needs a sample call to read its argument types from: use it "
+                                     "in a %%compile session with --run")
+            op, release = self.custom_op(name, plain)
+            self._registrations[f"held:{name}"] = Registration(op, "custom_op", release=release)
+            return op
         if isinstance(plain, types.FunctionType):
             copy = copy_function(plain)
-            self._registrations[f"allow:{name}"] = REGISTRY.acquire(copy, "allow", name)
+            self._registrations[f"held:{name}"] = REGISTRY.acquire(copy, "allow", name)
             self._keepalive.append(copy)
             return copy
         # A class or a callable object cannot be copied: register it, counted, undone exactly.
         if not hasattr(plain, "__name__"):
             raise NbcompileError(f"allow_in_graph({name}): {type(plain).__name__} objects have no __name__, which "
                                  "Dynamo needs to name the graph node; give the object a __name__, or use disable")
-        self._registrations[f"allow:{name}"] = REGISTRY.acquire(plain, "allow", name)
+        self._registrations[f"held:{name}"] = REGISTRY.acquire(plain, "allow", name)
         return plain
 
-    def _release_allow(self, name: str) -> None:
-        registration = self._registrations.pop(f"allow:{name}", None)
+    def _release(self, name: str) -> None:
+        registration = self._registrations.pop(f"held:{name}", None)
         if registration is not None:
             registration.undo()
 
@@ -417,7 +450,7 @@ class Toggles:
         left: list[str] = []
         for name in list(self._registrations):
             self._registrations.pop(name).undo()
-        self._allow.clear()
+        self._held.clear()
         for name, binding in self.bindings.items():
             if name in self.modes:
                 self.modes[name] = "compile"

@@ -94,6 +94,9 @@ def unwrap_compiled(obj: Any) -> Any:
     """The original callable behind a ``torch.compile`` wrapper (``obj`` itself if none)."""
     if isinstance(obj, torch._dynamo.eval_frame.OptimizedModule):
         return obj._orig_mod
+    original = getattr(obj, "_nbcompile_original", None)  # nbcompile's own wrappers (custom_op, nonstrict_trace)
+    if original is not None:
+        return original
     return getattr(obj, "_torchdynamo_orig_callable", obj)
 
 
@@ -339,3 +342,31 @@ MARKS: dict[str, Callable[[torch.Tensor, int], Any]] = {
         ("mark_static", getattr(torch._dynamo, "mark_static", None)),
         ("mark_unbacked", getattr(getattr(torch._dynamo, "decorators", None), "mark_unbacked", None)),
     ) if fn is not None}
+
+
+#: ``torch._dynamo.nonstrict_trace`` (torch >= 2.7) and ``torch.library.custom_op`` with ``opcheck``.
+NONSTRICT_TRACE = callable(getattr(torch._dynamo, "nonstrict_trace", None))
+CUSTOM_OP = callable(getattr(torch.library, "custom_op", None)) and callable(getattr(torch.library, "opcheck", None))
+
+
+def nonstrict_trace(fn: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[[], None]]:
+    """``torch._dynamo.nonstrict_trace(fn)`` and a release that takes its registration back now (torch
+    itself lets go only when the wrapper is garbage-collected, by a ``weakref.finalize``)."""
+    import weakref
+
+    wrapped = torch._dynamo.nonstrict_trace(fn)
+
+    def release() -> None:
+        for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+            info = finalizer.peek()
+            if info is not None and info[0] is wrapped:
+                finalizer()  # runs torch's deregistration once; the later collection is then a no-op
+
+    return wrapped, release
+
+
+def destroy_custom_op(op: Any) -> None:
+    """Take a ``torch.library.custom_op`` operator out of the dispatcher (its name is free again)."""
+    destroy = getattr(op, "_destroy", None)
+    if callable(destroy):
+        destroy()

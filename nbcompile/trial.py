@@ -430,7 +430,8 @@ def session_scratch(session: Any, modes: dict[str, str], compile_entry: Callable
     saved = session.toggles
     bindings = session.engine.bindings
     scratch = {name: b.original for name, b in bindings.items()}
-    engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=session.functions)
+    engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=session.functions,
+                     custom_op=getattr(session, "_custom_op", None))
     slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
     torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
     before = {slot: slot.get() for slot in slots.values()}

@@ -1,0 +1,414 @@
+"""Fix it for me: a search over a session's toggles and dynamism for the fewest graph breaks, then the
+fewest recompiles, then the lowest measured time, gated by the check (``Session.fix``).
+
+Each configuration is a scratch run (``trial.run``): copies of the state the ``--run`` expression
+reaches, fresh compiled copies of the entries with their own caches, torch's registrations and the
+user's objects given back as they were. The search starts from the session's configuration and from
+the fixes its breaks and recompiles suggest, then improves a small beam one change at a time (a
+function's mode, a torch callable's mode, ``dynamic``) until nothing improves, the budget is spent or
+it is stopped; it keeps the best configuration found so far. The finalists (the fewest breaks and
+recompiles) are timed side by side with the bench's timer, on the session's own backend.
+
+A configuration is never chosen when it fails to compile, raises, fails the check, leaves nothing
+compiled, or sets ``allow_in_graph`` on a function whose lint warns of a captured tensor or a
+mutation (the check cannot see those go wrong).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import trial
+from .options import NbcompileError
+from .render import _e, plural
+
+#: allow_in_graph lint kinds that rule a configuration out (the check cannot see them go wrong).
+BLOCKING_LINT = ("captured-tensor", "mutation")
+#: How many configurations each round improves on.
+BEAM = 2
+#: Finalists timed at the end (besides the starting configuration).
+FINALISTS = 3
+
+
+@dataclass
+class Trial:
+    """One configuration the search ran."""
+
+    toggles: dict[str, str]
+    breaks: int
+    recompiles: int
+    check_ok: bool
+    median_s: float | None = None
+    #: Compile options besides the toggles ({"dynamic": True}).
+    options: dict[str, Any] = field(default_factory=dict)
+    graphs: int = 0
+    fallbacks: int = 0
+    #: What this configuration changed from the one it was made from ("helper -> disable").
+    label: str = ""
+    #: Why it failed to run ("fails to compile (...)"), or None.
+    error: str | None = None
+    #: Why it can never be chosen (a failed check, an unsafe lint, ...); empty when it can be.
+    rejected: str = ""
+    check_message: str = ""
+    iqr_s: float | None = None
+    #: Seconds since the search began, when this trial ended; and its own duration.
+    at_s: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def admissible(self) -> bool:
+        return not self.rejected
+
+    def describe(self) -> str:
+        """``"helper -> disable, dynamic=True"``: the configuration, as what differs from compile."""
+        parts = [f"{n} -> {m}" for n, m in sorted(self.toggles.items()) if m != "compile"]
+        parts += [f"{k}={v!r}" for k, v in sorted(self.options.items())]
+        return ", ".join(parts) or "all compile"
+
+    def outcome(self) -> str:
+        if self.error:
+            return self.error
+        text = (f"{plural(self.graphs, 'graph')}, {plural(self.breaks, 'break')}, "
+                f"{plural(self.recompiles, 'recompile')}, check {'ok' if self.check_ok else 'FAILED'}")
+        if self.median_s is not None:
+            text += f", {self.median_s * 1e3:.3g} ms"
+        return text
+
+
+@dataclass
+class FixSearch:
+    """What ``Session.fix`` tried and what it chose."""
+
+    trials: list[Trial] = field(default_factory=list)
+    #: The chosen trial (applied to the session), or None when nothing beat the start.
+    best: Trial | None = None
+    budget_s: float = 60.0
+    elapsed_s: float = 0.0
+    #: "searching", "done" (no change improves), "budget" (spent), "stopped" (by the user), "failed: ...".
+    state: str = "searching"
+    #: Why the timed finalists could not be ranked by time, or empty.
+    noisy: str = ""
+    #: Breaks no configuration removed, each with why.
+    unremovable: list[str] = field(default_factory=list)
+    #: Whether ``best`` was applied to the session.
+    applied: bool = False
+    #: The session's configuration when the search began (the first trial).
+    start: Trial | None = None
+    #: Timing: eager's median, when the finalists were timed.
+    eager_s: float | None = None
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    def stop(self) -> None:
+        """Stop after the trial now running; the best found so far is kept."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def summary(self) -> str:
+        start, best = self.start, self.best
+        head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
+        if start is None:
+            return head
+        if best is None or best is start:
+            return f"{head}; nothing beat the start ({start.outcome()})"
+        return (f"{head}; breaks {start.breaks} -> {best.breaks}, recompiles {start.recompiles} -> "
+                f"{best.recompiles} with {best.describe()}")
+
+    def lines(self) -> list[str]:
+        out = [self.summary()]
+        if self.best is not None and self.start is not None and self.best is not self.start:
+            out.append(f"  chosen: {self.best.describe()}: {self.best.outcome()}"
+                       + (" (applied to the session)" if self.applied else ""))
+        if self.noisy:
+            out.append(f"  times: {self.noisy}")
+        out.extend(f"  left: {line}" for line in self.unremovable)
+        rejected = [t for t in self.trials if t.rejected]
+        if rejected:
+            out.append(f"  rejected: {len(rejected)} (" + "; ".join(
+                f"{t.describe()}: {t.rejected}" for t in rejected[:3]) + (", ..." if len(rejected) > 3 else "") + ")")
+        return out
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{t.breaks}</td><td>{t.recompiles}</td>"
+            f"<td>{'ok' if t.check_ok else 'FAILED'}</td>"
+            f"<td>{'' if t.median_s is None else f'{t.median_s * 1e3:.3g} ms'}</td>"
+            f"<td>{_e(t.rejected or ('chosen' if t is self.best else ''))}</td></tr>"
+            for i, t in enumerate(self.trials))
+        head = "".join(f"<li>{_e(line.strip())}</li>" for line in self.lines()[1:])
+        return (f"<div class='nbcompile-fix'><b>{_e(self.summary())}</b><ul>{head}</ul>"
+                "<table><tr><th>#</th><th>configuration</th><th>breaks</th><th>recompiles</th><th>check</th>"
+                f"<th>time</th><th></th></tr>{rows}</table></div>")
+
+    def figure_dict(self) -> dict[str, Any]:
+        """The trials as a plotly figure (a dict): breaks against search time, each trial a point, the
+        chosen one a star, failed checks and failed runs crossed."""
+        def trace(name: str, trials: list[Trial], symbol: str, color: str, size: int = 9) -> dict[str, Any]:
+            return {"type": "scatter", "mode": "markers", "name": name,
+                    "x": [t.at_s for t in trials], "y": [t.breaks for t in trials],
+                    "text": [f"{t.describe()}<br>{_e(t.outcome())}" + (f"<br>{_e(t.rejected)}" if t.rejected else "")
+                             for t in trials],
+                    "hoverinfo": "text", "marker": {"symbol": symbol, "color": color, "size": size}}
+
+        ok = [t for t in self.trials if t.admissible]
+        failed_check = [t for t in self.trials if t.rejected and t.error is None]
+        failed_run = [t for t in self.trials if t.error is not None]
+        data = [trace("tried", ok, "circle", "#4c78a8"),
+                trace("rejected (check, lint, nothing compiled)", failed_check, "x", "#e45756"),
+                trace("failed to run", failed_run, "x-thin-open", "#b279a2", 11)]
+        if self.best is not None:
+            data.append(trace("chosen", [self.best], "star", "#f58518", 16))
+        return {"data": data, "layout": {
+            "title": {"text": "fix search: graph breaks of each trial"},
+            "xaxis": {"title": {"text": "search time (s)"}}, "yaxis": {"title": {"text": "graph breaks"},
+                                                                  "rangemode": "tozero"},
+            "height": 320, "margin": {"l": 50, "r": 20, "t": 40, "b": 40}}}
+
+    def figure(self) -> Any:
+        import plotly.graph_objects as go
+
+        return go.Figure(self.figure_dict())
+
+
+def _rank(t: Trial) -> tuple[int, int, int]:
+    return (t.breaks, t.recompiles, t.fallbacks)
+
+
+class Searcher:
+    """One search over a session; ``steps()`` yields after each trial (the panel runs it a step per
+    event-loop turn, so its stop button is heard), ``run()`` runs it to the end."""
+
+    def __init__(self, session: Any, budget_s: float, progress: Callable[[FixSearch], None] | None = None) -> None:
+        code = session._run_code
+        if code is None:
+            raise NbcompileError("nothing to search on: the session has no --run expression (add --run EXPR to "
+                                 "the %%compile line, then %nbcompile fix)")
+        if not budget_s or budget_s <= 0:
+            raise NbcompileError(f"budget must be a positive number of seconds, not {budget_s!r}")
+        self.session = session
+        self.spec = trial.session_spec(session, code)
+        self.result = FixSearch(budget_s=float(budget_s))
+        self.progress = progress
+        self._seen: dict[Any, Trial] = {}
+        self._began = 0.0
+        self._deadline = 0.0
+
+    # -- the space ---------------------------------------------------------------------------
+    def _function_modes(self) -> dict[str, tuple[str, ...]]:
+        from .toggles import available_function_modes
+
+        session = self.session
+        modes = available_function_modes()
+        return {name: tuple(m for m in modes if not (name in session.entries and m != "compile"))
+                for name in session.functions if name not in session.entries}
+
+    def _torch_names(self) -> list[str]:
+        from .toggles import is_torch_name
+
+        names = [n for n in self.session.toggles if is_torch_name(n)]
+        for brk in self.session.report.breaks:
+            for fix in brk.fixes:
+                names += [n for n in fix.toggles if is_torch_name(n)]
+        return list(dict.fromkeys(names))
+
+    def _seeds(self) -> list[tuple[dict[str, str], dict[str, Any], str]]:
+        """The report's suggested fixes, as configurations one change from the start."""
+        start = self.session.toggles
+        seeds: list[tuple[dict[str, str], dict[str, Any], str]] = []
+        report = self.session.report
+        for fix in (f for b in report.breaks for f in b.fixes if f.toggles and f.verified is not False):
+            seeds.append(({**start, **fix.toggles}, {}, fix.command))
+        if report.recompiles or report.fallbacks:
+            seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
+        return seeds
+
+    def _neighbours(self, base: Trial) -> Iterator[tuple[dict[str, str], dict[str, Any], str]]:
+        """Every configuration one change from ``base``: the functions that hold a break first."""
+        breaking = {b.function for b in self.session.report.breaks}
+        functions = sorted(self._function_modes().items(), key=lambda kv: kv[0] not in breaking)
+        for name, modes in functions:
+            for mode in modes:
+                if base.toggles.get(name, "compile") != mode:
+                    yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
+        for name in self._torch_names():
+            mode = "compile" if base.toggles.get(name, "compile") == "disallow_in_graph" else "disallow_in_graph"
+            yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
+        if self.session.options.dynamic is not True and "dynamic" not in base.options:
+            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
+
+    # -- one trial -----------------------------------------------------------------------------
+    @staticmethod
+    def _key(toggles: dict[str, str], options: dict[str, Any]) -> Any:
+        return (tuple(sorted((n, m) for n, m in toggles.items() if m != "compile")),
+                tuple(sorted(options.items())))
+
+    def _try(self, toggles: dict[str, str], options: dict[str, Any], label: str) -> Trial | None:
+        """Run one configuration (once: repeats are looked up); None when over the budget or stopped."""
+        key = self._key(toggles, options)
+        if key in self._seen:
+            return self._seen[key]
+        if self.result.stopped or time.perf_counter() > self._deadline:
+            return None
+        began = time.perf_counter()
+        try:
+            outcome = trial.run(self.spec, toggles, options)
+        except Exception as exc:  # a trial must never cost the search
+            outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
+        check = outcome.check
+        result = Trial(dict(toggles), outcome.breaks, outcome.recompiles, check is None or check.ok,
+                       options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, label=label,
+                       error=outcome.error, check_message=check.message if check is not None else "",
+                       at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began)
+        result.rejected = self._why_rejected(result)
+        self._seen[key] = result
+        self.result.trials.append(result)
+        self.result.elapsed_s = time.perf_counter() - self._began
+        if result.admissible and (self.result.best is None or _rank(result) < _rank(self.result.best)):
+            self.result.best = result
+        if self.progress is not None:
+            self.progress(self.result)
+        return result
+
+    def _why_rejected(self, t: Trial) -> str:
+        if t.error is not None:
+            return t.error
+        if not t.check_ok:
+            return f"check FAILED ({t.check_message[:100]})"
+        if t.graphs == 0:
+            return "nothing left compiled"
+        for name, mode in t.toggles.items():
+            if mode == "allow_in_graph" and name in self.session.functions:
+                unsafe = [w for w in self.session.lint(name) if w.rule in BLOCKING_LINT]
+                if unsafe:
+                    return f"allow_in_graph lint on {name}: {unsafe[0].rule} ({unsafe[0].message[:80]})"
+        return ""
+
+    # -- the search ------------------------------------------------------------------------------
+    def steps(self) -> Iterator[FixSearch]:
+        self._began = time.perf_counter()
+        self._deadline = self._began + self.result.budget_s
+        start = self._try(dict(self.session.toggles), {}, "start")
+        self.result.start = start
+        yield self.result
+        if start is None:
+            self.result.state = "budget"
+            return
+        if start.error is not None and not start.error.startswith("fails to compile"):
+            self.result.state = f"failed: the session's own run does not go through ({start.error})"
+            return
+        beam = [start]  # a start that fails to compile (fullgraph with a break) is searched from too
+        for toggles, options, label in self._seeds():
+            if self._try(toggles, options, label) is None:
+                break
+            yield self.result
+        improved = True
+        while improved and not self._over():
+            improved = False
+            frontier = sorted([t for t in self.result.trials if t.admissible], key=_rank)[:BEAM]
+            for base in frontier or beam:
+                for toggles, options, label in self._neighbours(base):
+                    t = self._try(toggles, options, f"{label} (from {base.describe()})")
+                    if t is None:
+                        break
+                    yield self.result
+                    if t.admissible and _rank(t) < _rank(base):
+                        improved = True
+            beam = frontier
+        self._time_finalists()
+        yield self.result
+        self.result.state = ("stopped" if self.result.stopped else
+                             "budget" if time.perf_counter() > self._deadline else "done")
+        self._explain_left()
+
+    def _over(self) -> bool:
+        return self.result.stopped or time.perf_counter() > self._deadline
+
+    def run(self) -> FixSearch:
+        try:
+            for _ in self.steps():
+                pass
+        except KeyboardInterrupt:  # the kernel's interrupt: stop, keep the best found so far
+            self.result.stop()
+            self.result.state = "stopped"
+        self.result.elapsed_s = time.perf_counter() - self._began
+        return self.result
+
+    def _time_finalists(self) -> None:
+        """Time the best configurations side by side (the bench's timer, the session's backend); the
+        fastest wins among those with the fewest breaks and recompiles, unless the times are too noisy."""
+        best = self.result.best
+        if best is None:
+            return
+        ties = [t for t in self.result.trials if t.admissible and _rank(t) == _rank(best)]
+        ties.sort(key=lambda t: len([m for m in t.toggles.values() if m != "compile"]) + len(t.options))
+        finalists = ties[:FINALISTS]
+        if len(finalists) < 2 or self._over():
+            if len(finalists) >= 2:
+                self.result.noisy = "not timed: the budget was spent on the search"
+            return
+        from . import timing
+
+        try:
+            bench = timing.bench_configs(self.session, [(t.describe(), t.toggles, t.options) for t in finalists],
+                                         min_run_time=0.2)
+        except Exception as exc:
+            self.result.noisy = f"not timed ({type(exc).__name__}: {exc})"
+            return
+        rows = {row.config: row for row in bench.rows}
+        self.result.eager_s = bench.rows[0].median_s if bench.rows else None
+        for t in finalists:
+            row = rows.get(t.describe())
+            if row is not None:
+                t.median_s, t.iqr_s = row.median_s, row.iqr_s
+        timed = sorted((t for t in finalists if t.median_s is not None), key=lambda t: t.median_s or 0.0)
+        if len(timed) < 2:
+            return
+        fastest, second = timed[0], timed[1]
+        spread = max(fastest.iqr_s or 0.0, second.iqr_s or 0.0)
+        if (second.median_s or 0.0) - (fastest.median_s or 0.0) <= spread:
+            first_ms, second_ms = (fastest.median_s or 0.0) * 1e3, (second.median_s or 0.0) * 1e3
+            self.result.noisy = (f"too noisy to rank: {fastest.describe()} {first_ms:.3g} ms and "
+                                 f"{second.describe()} {second_ms:.3g} ms differ by less than "
+                                 f"their spread ({spread * 1e3:.2g} ms); kept the one with the fewest changes")
+            return
+        self.result.best = fastest
+
+    def _explain_left(self) -> None:
+        """Each break the best configuration still has, with why no toggle removed it."""
+        best = self.result.best or self.result.start
+        if best is None or best.breaks == 0:
+            return
+        tracked = set(self.session.functions)
+        for brk in self.session.report.breaks[:20]:
+            where = f"{brk.function} line {brk.lineno}"
+            if brk.function not in tracked:
+                why = (f"it is in {brk.function} ({brk.filename.rsplit('/', 1)[-1]}), which is not a function of "
+                       "the cell: toggles reach only the cell's functions and torch callables")
+            else:
+                why = "no mode of the function that holds it removed it with the check ok"
+            self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
+
+
+def apply_best(session: Any, result: FixSearch) -> None:
+    """Put the chosen configuration on the session (one restart); the search's record says so."""
+    best = result.best
+    if best is None or best is result.start:
+        return
+    session.apply_config(best.toggles, **best.options)
+    result.applied = True
+
+
+def search(session: Any, budget_s: float, progress: Callable[[FixSearch], None] | None = None) -> FixSearch:
+    searcher = Searcher(session, budget_s, progress)
+    result = searcher.run()
+    apply_best(session, result)
+    return result
