@@ -15,6 +15,7 @@ import linecache
 import logging
 import os
 import random
+import re
 import sys
 import textwrap
 import time
@@ -264,65 +265,56 @@ def seed_all() -> None:
         numpy.random.seed(0)
 
 
-class BreakRecorder:
-    """Records each graph break counted in ``counters["graph_break"]`` with the stack it happened at.
-
-    Dynamo counts a break by calling ``Unsupported.add_to_stats("graph_break")`` on the exception
-    (after ``remove_from_stats``); the exception carries ``real_stack``, the user frames being traced.
-    Patching those two methods pairs each counted break with its stack. Where they are missing
-    (another torch), only the counter is read.
-    """
-
-    def __init__(self) -> None:
-        self.events: dict[int, tuple[str, list[tuple[str, int, str]]]] = {}
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[BreakRecorder]:
-        unsupported = getattr(torch._dynamo.exc, "Unsupported", None)
-        add = getattr(unsupported, "add_to_stats", None)
-        remove = getattr(unsupported, "remove_from_stats", None)
-        if add is None or remove is None:
-            yield self
-            return
-        events = self.events
-
-        def add_to_stats(exc: Any, category: str = "unimplemented") -> None:
-            add(exc, category)
-            if category == "graph_break":
-                stack = [(f.filename, f.lineno or 0, f.name) for f in (getattr(exc, "real_stack", None) or [])]
-                events[id(exc)] = (str(getattr(exc, "msg", exc)), stack)
-                _KEEP_EXC.append(exc)  # ids stay unique while recording
-
-        def remove_from_stats(exc: Any) -> None:
-            if getattr(exc, "category", None) == "graph_break":
-                events.pop(id(exc), None)
-            remove(exc)
-
-        unsupported.add_to_stats = add_to_stats
-        unsupported.remove_from_stats = remove_from_stats
-        try:
-            yield self
-        finally:
-            unsupported.add_to_stats = add
-            unsupported.remove_from_stats = remove
-            _KEEP_EXC.clear()
+_BREAK_AT = re.compile(r"Graph break(?: in user code)? at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
+_REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<fn>.+)$', re.M)
+_WRAPPED = ("Encountered graph break", "Failed to handle graph break")
 
 
-_KEEP_EXC: list[Any] = []
+@dataclass
+class Break:
+    """One ``dynamo_graph_break_reason`` trace artifact: where (innermost user frame) and why."""
+
+    filename: str
+    lineno: int
+    gb_type: str  # the first line of Dynamo's message, e.g. "Data-dependent branching"
+    stack: list[tuple[str, int]]  # the user frames, outermost first
+
+
+def parse_break(text: str) -> Break:
+    head = text.split("\nTraceback (most recent call last):", 1)[0]
+    at = _BREAK_AT.search(head)
+    reason = _REASON.search(head)
+    gb_type = reason.group("reason").strip() if reason else ""
+    if reason and gb_type.startswith(_WRAPPED):  # a break unwinding through a caller, or a skipped frame
+        rest = head[reason.end():].splitlines()
+        gb_type = next((line.strip() for line in rest if line.strip() and not line.startswith((" ", "\t"))),
+                       gb_type)
+    frames = _FRAME.findall(head.split("User code traceback:", 1)[-1]) if "User code traceback:" in head else []
+    stack = [(file, int(line)) for file, line, _ in frames]
+    if at:
+        filename, lineno = at.group("file"), int(at.group("line"))
+    elif stack:
+        filename, lineno = stack[-1]
+    else:
+        filename, lineno = "", 0
+    return Break(filename, lineno, gb_type, stack)
 
 
 class TraceBreaks(logging.Handler):
-    """Counts ``dynamo_graph_break_reason`` trace artifacts (what tests/real_models_oracle.py counts:
-    one per frame level a break unwinds through, so usually more than the counter)."""
+    """Collects the ``dynamo_graph_break_reason`` artifacts of torch's structured trace, as
+    tests/real_models_oracle.py and nbcompile's report count them: one per frame level a break
+    unwinds through (a break inside inlined calls is reported once per caller that had to split),
+    plus one per frame Dynamo gave up on. The logger emits them whenever it has a handler."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.count = 0
+        self.breaks: list[Break] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         artifact = (getattr(record, "metadata", None) or {}).get("artifact") or {}
         if artifact.get("name") == "dynamo_graph_break_reason":
-            self.count += 1
+            self.breaks.append(parse_break(str(getattr(record, "payload", "") or "")))
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -383,30 +375,73 @@ def _module_of_file(filename: str, namespace: dict[str, Any] | None) -> tuple[st
     return None
 
 
-def holder_of(filename: str, lineno: int, namespace: dict[str, Any] | None = None) -> str | None:
-    """``"module:QualName"`` of the innermost function (in a module or class) whose code spans the line."""
+def _innermost_code(code: types.CodeType, lineno: int) -> types.CodeType:
+    """The innermost code object (the function itself or a nested def/lambda) whose span holds the line."""
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and not const.co_name.startswith("<"):
+            first, last = _code_span(const)
+            if first <= lineno <= last:
+                return _innermost_code(const, lineno)
+    return code
+
+
+def holder_of(filename: str, lineno: int, namespace: dict[str, Any] | None = None) -> tuple[str | None, Any]:
+    """``"module:QualName"`` of the innermost function (in a module or class) whose code spans the line,
+    and, where the line is in a function nested in it (a decorator's wrapper), the nested code object."""
     found = _module_of_file(filename, namespace)
     if found is None:
-        return None
+        return None, None
     module_name, module = found
-    best: tuple[int, str] | None = None
+    best: tuple[int, str, Any] | None = None
     own = module_name if not isinstance(module, types.SimpleNamespace) else None
     for qual, fn in _functions_of(module, "", own or "", set()):
         code = fn.__code__
         if code.co_filename != filename or (own is not None and fn.__module__ != own):
             continue
+        if qual.startswith("__resume_at") or code.co_name.startswith("torch_dynamo_resume_in"):
+            continue  # Dynamo's resume functions live in the module's globals too
         first, last = _code_span(code)
         if first <= lineno <= last and (best is None or last - first < best[0]):
-            best = (last - first, qual)
-    return f"{module_name}:{best[1]}" if best else None
+            best = (last - first, qual, code)
+    if best is None:
+        return None, None
+    inner = _innermost_code(best[2], lineno)
+    return f"{module_name}:{best[1]}", (inner if inner is not best[2] else None)
 
 
-def break_site(stack: list[tuple[str, int, str]]) -> tuple[str, int] | None:
-    """The innermost frame outside torch itself (a break inside torch is charged to its caller)."""
-    for filename, lineno, _ in reversed(stack):
+def runs_as(code: types.CodeType, stack: list[tuple[str, int]], namespace: dict[str, Any]) -> list[str]:
+    """Where a closure (a decorator's wrapper) can be marked: the class attributes whose function or whose
+    ``__wrapped__`` chain runs ``code``, among the classes of the cell's modules (``model.modules()``) and
+    the classes of the modules on the break's stack, as ``"module:Class.attr"``. Marking one of those
+    marks the whole decorated method."""
+    classes: list[type] = []
+    for value in namespace.values():
+        if isinstance(value, torch.nn.Module):
+            for sub in value.modules():
+                classes.extend(k for k in type(sub).__mro__ if k.__module__.split(".")[0] not in ("torch", "builtins"))
+    files = {os.path.realpath(filename) for filename, _ in stack}
+    for module_name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.realpath(path) in files:
+            classes.extend(v for v in list(vars(module).values())
+                           if inspect.isclass(v) and v.__module__ == module_name)
+    found: list[str] = []
+    for klass in dict.fromkeys(classes):
+        for name, raw in list(vars(klass).items()):
+            if any(getattr(fn, "__code__", None) is code for fn in _unwrapped(raw)):
+                found.append(f"{klass.__module__}:{klass.__qualname__}.{name}")
+    return found
+
+
+def break_site(brk: Break) -> tuple[str, int]:
+    """Where a break is charged: its line, or where torch's own code broke (a hook, ``nn.Module``
+    internals), the innermost caller outside torch."""
+    if brk.filename and not os.path.realpath(brk.filename).startswith(_TORCH_DIR):
+        return brk.filename, brk.lineno
+    for filename, lineno in reversed(brk.stack):
         if not os.path.realpath(filename).startswith(_TORCH_DIR):
             return filename, lineno
-    return (stack[-1][0], stack[-1][1]) if stack else None
+    return brk.filename, brk.lineno
 
 
 def tensors_of(value: Any) -> list[torch.Tensor]:
@@ -439,10 +474,11 @@ def same_outputs(a: Any, b: Any) -> bool:
         for x, y in zip(ta, tb, strict=True))
 
 
-def run_workload(w: Workload, compiled: bool = True, toggle: tuple[str, str] | None = None) -> dict[str, Any]:
+def run_workload(w: Workload, compiled: bool = True,
+                 toggle: tuple[tuple[str, ...], str] | None = None) -> dict[str, Any]:
     """Executes the cell in a fresh namespace, compiles the entries with a counting backend (``eager``
     behaviour) and evaluates ``run``. Dynamo is reset first, as if in a fresh process. ``toggle``:
-    (holder, mode) to mark during the run (see ``toggled``), after the cell ran."""
+    (holders, mode): marks each holder during the run (see ``toggled``), after the cell ran."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     graphs: list[Any] = []
@@ -456,18 +492,18 @@ def run_workload(w: Workload, compiled: bool = True, toggle: tuple[str, str] | N
     with contextlib.redirect_stdout(sink):
         namespace = cell_namespace(w)
     built = time.perf_counter()
-    recorder = BreakRecorder()
     trace = TraceBreaks()
     trace_log = logging.getLogger("torch.__trace")
     trace_log.addHandler(trace)
     try:
         with contextlib.ExitStack() as stack:
             if toggle is not None:
-                stack.enter_context(toggled(*toggle, namespace))
+                for holder in toggle[0]:
+                    stack.enter_context(toggled(holder, toggle[1], namespace))
             if compiled:
                 for name in entries(w):
                     namespace[name] = torch.compile(namespace[name], backend=counting_backend)
-            with recorder.active(), contextlib.redirect_stdout(sink), \
+            with contextlib.redirect_stdout(sink), \
                     (contextlib.nullcontext() if w.grad else torch.no_grad()):
                 seed_all()
                 output = eval(w.run, namespace)
@@ -475,21 +511,25 @@ def run_workload(w: Workload, compiled: bool = True, toggle: tuple[str, str] | N
         trace_log.removeHandler(trace)
     done = time.perf_counter()
     counter = dict(torch._dynamo.utils.counters["graph_break"])
-    breaks = []
-    for msg, stack in recorder.events.values():
-        site = break_site(stack)
-        breaks.append({
-            "reason": msg.strip().splitlines()[0] if msg.strip() else "",
-            "at": f"{site[0]}:{site[1]}" if site else None,
-            "holder": holder_of(site[0], site[1], namespace) if site else None,
-        })
+    sites: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+    for brk in trace.breaks:
+        filename, lineno = break_site(brk)
+        holder, code = holder_of(filename, lineno, namespace) if filename else (None, None)
+        key = (f"{filename}:{lineno}", brk.gb_type, holder)
+        if key not in sites:
+            sites[key] = {"at": key[0], "reason": brk.gb_type, "holder": holder, "count": 0}
+            if code is not None:
+                sites[key]["closure"] = code.co_qualname
+                sites[key]["via"] = runs_as(code, brk.stack, namespace)
+        sites[key]["count"] += 1
     return {
         "name": w.name,
         "graphs": len(graphs),
-        "breaks": sum(counter.values()),
-        "trace_breaks": trace.count,
-        "reasons": [reason.strip().splitlines()[0] for reason in counter],
-        "sites": breaks,
+        "breaks": len(trace.breaks),
+        "counter_breaks": sum(counter.values()),
+        "reasons": sorted({brk.gb_type for brk in trace.breaks}),
+        "counter_reasons": [reason.strip().splitlines()[0] for reason in counter],
+        "sites": list(sites.values()),
         "build_s": round(built - start, 2),
         "run_s": round(done - built, 2),
         "output": output,
@@ -566,24 +606,59 @@ def toggled(holder: str, mode: str, namespace: dict[str, Any]) -> Iterator[None]
 MODES = ("disable", "allow_in_graph", "nonstrict_trace")
 
 
+def other_references(holder: str) -> list[str]:
+    """Where else the holder's function object is stored (a dict of another module, a mapping such as
+    ``LOSS_MAPPING``): replacing the module attribute does not reach those."""
+    module_name = holder.split(":", 1)[0]
+    module = sys.modules.get(module_name)
+    if module is None or "." in holder.split(":", 1)[1]:
+        return []
+    fn = getattr(module, holder.split(":", 1)[1], None)
+    found = []
+    for ref in gc.get_referrers(fn):
+        if isinstance(ref, dict) and ref is not vars(module):
+            owner = next((name for name, m in list(sys.modules.items()) if getattr(m, "__dict__", None) is ref), None)
+            keys = [key for key, value in ref.items() if value is fn]
+            if keys and owner:
+                found.append(f"{owner}.{keys[0]}")
+            elif keys and "__module__" not in ref and "__builtins__" not in ref:
+                found.append(f"a dict, key {keys[0]!r}")
+    return found
+
+
+def toggle_targets(sites: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """What to mark for each break: its holder, or for a decorator's wrapper the decorated methods that
+    run it (the decorator itself already ran when the class was defined)."""
+    targets: dict[tuple[str, ...], None] = {}
+    for site in sites:
+        if site.get("via"):
+            targets[tuple(site["via"])] = None
+        elif site["holder"]:
+            targets[(site["holder"],)] = None
+    return list(targets)
+
+
 def toggle_trials(w: Workload) -> dict[str, Any]:
     """Breaks before, then for each holder and mode: breaks after and whether the output equals eager."""
     eager = run_workload(w, compiled=False)["output"]
     base = run_workload(w)
-    holders = sorted({site["holder"] for site in base["sites"] if site["holder"]})
     trials = []
-    for holder in holders:
+    for target in toggle_targets(base["sites"]):
         for mode in MODES:
-            trial: dict[str, Any] = {"holder": holder, "mode": mode}
+            trial: dict[str, Any] = {"holder": ",".join(target), "mode": mode}
             try:
-                result = run_workload(w, toggle=(holder, mode))
+                result = run_workload(w, toggle=(target, mode))
                 trial.update(breaks=result["breaks"], graphs=result["graphs"],
-                             equal=same_outputs(eager, result["output"]))
+                             equal=same_outputs(eager, result["output"]),
+                             reasons=sorted({site["reason"] for site in result["sites"]}))
             except Exception as exc:  # reported: a mode that does not apply to this holder
                 trial["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
             trials.append(trial)
+        refs = [ref for holder in target for ref in other_references(holder)]
+        if refs:
+            trials[-1]["also_referenced_from"] = refs
     return {"name": w.name, "breaks": base["breaks"], "graphs": base["graphs"],
-            "equal": same_outputs(eager, base["output"]), "trials": trials}
+            "equal": same_outputs(eager, base["output"]), "run_s": base["run_s"], "trials": trials}
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -602,8 +677,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"unknown workloads: {sorted(unknown)}")
     import_torchvision()
-    logging.getLogger("torch").handlers.clear()  # no Dynamo warnings on stderr
-    logging.getLogger("torch").addHandler(logging.NullHandler())
+    torch._logging.set_logs(dynamo=logging.ERROR)  # no Dynamo warnings ("Graph break from Tensor.item()")
     for w in WORKLOADS:
         if names and w.name not in names:
             continue

@@ -132,9 +132,9 @@ def spec_of(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
         match = next((p for p, v in tensors.items() if v.shape == out.shape and v.device == out.device), None)
         if match is None:
             raise NbcompileError(
-                f"custom_op({name}): its fake implementation cannot be derived: it does not run on meta tensors "
-                f"({meta_error}) and its output {tuple(out.shape)} is shaped like none of its inputs; write a "
-                "register_fake by hand")
+                f"custom_op({name}): no fake implementation: its output {tuple(out.shape)} is shaped like none of its "
+                f"inputs, and it does not run on meta tensors ({meta_error}); write a register_fake by hand, or "
+                "use disable")
         like.append((match, str(out.dtype)))
     return OpSpec(name, tuple(params), schema, "like", tuple(like), tuple_out,
                   how=f"the fake gives outputs shaped like {', '.join(p for p, _ in like)} (from the sample call: the "

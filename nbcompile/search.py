@@ -117,6 +117,9 @@ class FixSearch:
             return head
         if best is None or best is start:
             return f"{head}; nothing beat the start ({start.outcome()})"
+        if not start.admissible:
+            return (f"{head}; the start was rejected ({start.rejected[:80]}); chosen: {best.describe()} with "
+                    f"{plural(best.breaks, 'break')}, {plural(best.recompiles, 'recompile')}")
         return (f"{head}; breaks {start.breaks} -> {best.breaks}, recompiles {start.recompiles} -> "
                 f"{best.recompiles} with {best.describe()}")
 
@@ -320,7 +323,7 @@ class Searcher:
                     if t is None:
                         break
                     yield self.result
-                    if t.admissible and _rank(t) < _rank(base):
+                    if t.admissible and (not base.admissible or _rank(t) < _rank(base)):
                         improved = True
             beam = frontier
         self._time_finalists()

@@ -366,7 +366,20 @@ def nonstrict_trace(fn: Callable[..., Any]) -> tuple[Callable[..., Any], Callabl
 
 
 def destroy_custom_op(op: Any) -> None:
-    """Take a ``torch.library.custom_op`` operator out of the dispatcher (its name is free again)."""
-    destroy = getattr(op, "_destroy", None)
-    if callable(destroy):
-        destroy()
+    """Take a ``torch.library.custom_op`` operator out of the dispatcher and torch's registries (its
+    name is free again, nothing of it is left behind)."""
+    qualname = getattr(op, "_qualname", None)
+    lib = getattr(op, "_lib", None)
+    if lib is not None and callable(getattr(lib, "_destroy", None)):
+        lib._destroy()
+    if qualname is None:
+        return
+    try:
+        from torch._library import custom_ops, simple_registry
+    except ImportError:
+        return
+    if getattr(custom_ops, "OPDEFS", {}).get(qualname) is op:
+        custom_ops.OPDEFS.pop(qualname)
+    data = getattr(getattr(simple_registry, "singleton", None), "_data", None)
+    if isinstance(data, dict):
+        data.pop(qualname, None)

@@ -1,0 +1,172 @@
+"""Fix it for me: ``Session.fix`` / ``%nbcompile fix`` search the toggles and dynamism for the fewest
+breaks, then recompiles, then time, gated by the check; the ``custom_op`` mode; budget, stop, and
+torch's state after ``reset``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import nbcompile
+from nbcompile import search as search_ops
+from nbcompile import torch_compat
+from nbcompile.toggles import available_function_modes
+
+from nbhelpers import run_compile_cell
+
+pytestmark = pytest.mark.skipif("custom_op" not in available_function_modes(),
+                                reason=f"torch {torch.__version__} has no torch.library.custom_op/opcheck")
+
+#: A data-dependent helper (a break: .item()) and a counter whose global the check sees: allow_in_graph
+#: or nonstrict_trace on the counter run its Python once, at trace time, and fail the check.
+CELL = textwrap.dedent(
+    """\
+    import torch
+    CALLS = [0]
+    def helper(x):
+        s = x.sum().item()
+        return x * (2.0 if s > 0 else 3.0)
+    def counter(x):
+        CALLS[0] += 1
+        return x + CALLS[0]
+    def f(x):
+        return counter(helper(x.sin())).cos()
+    xs = [torch.randn(4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    """
+)
+LINE = '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"'
+
+
+def _trial(result, **toggles):
+    wanted = {**{n: "compile" for n in ("helper", "counter", "f")}, **toggles}
+    return next(t for t in result.trials if {n: t.toggles.get(n, "compile") for n in wanted} == wanted
+                and not t.options)
+
+
+def test_the_search_finds_zero_breaks_past_a_failed_compile_and_a_failed_check(ip):
+    run_compile_cell(ip, LINE + " --fullgraph", CELL)  # fullgraph: every break is a compile error
+    session = nbcompile.last()
+    result = session.fix(budget_s=60)
+    assert result.start.error is not None and result.start.error.startswith("fails to compile")
+    failed_compile = _trial(result, helper="disable")  # calling a disabled function breaks the graph
+    assert failed_compile.error.startswith("fails to compile") and failed_compile.rejected
+    failed_check = _trial(result, helper="custom_op", counter="allow_in_graph")
+    assert failed_check.breaks == 0 and not failed_check.check_ok and failed_check.rejected.startswith("check FAILED")
+    best = result.best
+    assert best.toggles["helper"] == "custom_op" and best.breaks == 0 and best.check_ok
+    assert best is not failed_check and all(t.admissible for t in [best])
+    # applied: the session now runs that configuration, and its own check agrees
+    assert result.applied and session.toggles["helper"] == "custom_op"
+    report = session.report
+    assert report.break_count == 0 and report.graph_count >= 1 and report.check.ok and report.check.compared
+    assert not report.errors
+    # every trial is kept, and the chart marks them
+    figure = result.figure()
+    names = [trace.name for trace in figure.data]
+    assert "chosen" in names and "rejected (check, lint, nothing compiled)" in names
+    assert "failed to run" in names
+    assert "breaks" in repr(result) and "chosen: " in repr(result)
+
+
+def test_the_magic_runs_the_search_and_reports_it(ip):
+    run_compile_cell(ip, LINE, CELL)
+    before = nbcompile.last().report.break_count
+    assert before == 2
+    result = ip.run_line_magic("nbcompile", "fix --budget 30")
+    assert isinstance(result, search_ops.FixSearch) and result.best.breaks == 0
+    assert nbcompile.last().report.break_count == 0
+    with pytest.raises(Exception, match="--budget takes seconds"):
+        ip.run_line_magic("nbcompile", "fix --budget soon")
+
+
+def test_budget_and_stop_are_honoured(ip):
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    result = session.fix(budget_s=0.01)  # the start alone outlasts it
+    assert result.state == "budget" and len(result.trials) == 1 and not result.applied
+    assert session.toggles["helper"] == "compile"
+
+    seen = []
+
+    def stop_after_three(search):
+        seen.append(len(search.trials))
+        if len(search.trials) == 3:
+            search.stop()
+
+    result = search_ops.Searcher(session, 60, progress=stop_after_three).run()
+    assert result.state == "stopped" and len(result.trials) == 3 and seen == [1, 2, 3]
+    assert result.best is not None  # the best found so far is kept
+
+
+def test_a_search_leaves_torch_as_it_was_after_reset(ip):
+    registries = torch_compat.registries_snapshot()
+    config = dict(torch._dynamo.config.get_config_copy())
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    result = session.fix(budget_s=60)
+    assert result.applied
+    op_libs = [name for name in dir(torch.ops) if name.startswith("nbcompile")]
+    ip.run_line_magic("nbcompile", "reset")
+    assert torch_compat.registries_snapshot() == registries
+    assert dict(torch._dynamo.config.get_config_copy()) == config
+    assert op_libs
+    for lib in op_libs:  # every operator nbcompile made is gone from the dispatcher
+        with pytest.raises(RuntimeError, match="does not exist"):
+            torch._C._dispatch_has_kernel_for_dispatch_key(f"{lib}::helper", "CPU")
+    assert ip.user_ns["helper"].__name__ == "helper" and not isinstance(ip.user_ns["helper"], torch.nn.Module)
+    assert type(ip.user_ns["helper"]).__name__ == "function"
+
+
+def test_custom_op_round_trips_through_export_in_a_fresh_interpreter(ip, tmp_path):
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    session.set("helper", "custom_op")
+    assert session.report.break_count == 0 and session.report.check.ok
+    for style in ("calls", "decorators"):
+        code = session.export(style=style)
+        assert "torch.library.custom_op('notebook::helper'" in code and "register_fake" in code
+        program = (CELL + code if style == "calls" else code) + textwrap.dedent(
+            """
+            import json
+            from torch._dynamo.testing import CompileCounter
+            counter_backend = CompileCounter()
+            g = torch.compile(f._torchdynamo_orig_callable, backend=counter_backend, fullgraph=False)
+            CALLS[0] = 0
+            out = [g(x) for x in xs]
+            CALLS[0] = 0
+            eager = [f._torchdynamo_orig_callable(x) for x in xs]
+            breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+            print(json.dumps({"same": all(torch.allclose(a, b) for a, b in zip(out, eager)), "breaks": breaks}))
+            """)
+        path = tmp_path / f"exported_{style}.py"
+        path.write_text(program)
+        done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result == {"same": True, "breaks": session.report.break_count}, (style, result)
+
+
+def test_custom_op_refuses_what_it_cannot_be_with_the_reason(ip):
+    body = textwrap.dedent(
+        """\
+        import torch
+        def grow(x):
+            return torch.cat([x, x[x > 0]])   # output size depends on the data
+        def shout(x, name):
+            return x * len(name)
+        def f(x):
+            return grow(x) + 1, shout(x, "ab")
+        """
+    )
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(torch.randn(4))"', body)
+    session = nbcompile.last()
+    with pytest.raises(nbcompile.NbcompileError, match="shaped like none of its inputs"):
+        session.set("grow", "custom_op")
+    with pytest.raises(nbcompile.NbcompileError, match="its argument name is a str"):
+        session.set("shout", "custom_op")
+    assert session.toggles["grow"] == "compile" and session.toggles["shout"] == "compile"
