@@ -170,3 +170,64 @@ def test_custom_op_refuses_what_it_cannot_be_with_the_reason(ip):
     with pytest.raises(nbcompile.NbcompileError, match="its argument name is a str"):
         session.set("shout", "custom_op")
     assert session.toggles["grow"] == "compile" and session.toggles["shout"] == "compile"
+
+
+def test_the_fix_tab_shows_progress_and_the_trials_chart(ip):
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    panel = session.panel()
+    seen = []
+    show = panel.show_fix
+
+    def watch(result):
+        show(result)
+        seen.append((len(result.trials), panel.fix_progress.value, panel.fix_stop.disabled,
+                     panel.function_rows["helper"].disabled))
+
+    panel.show_fix = watch
+    panel.fix_budget.value = 60
+    panel.start_fix()  # no event loop here: it runs to the end
+    counts = [n for n, _, _, _ in seen]
+    assert counts[0] == 1 and counts == sorted(counts) and counts[-1] >= 8
+    assert all(not stop_off and rows_off for _, _, stop_off, rows_off in seen[:-1])  # while searching
+    assert panel.fix_progress.value == 1.0 and not panel.fix_button.disabled and panel.fix_stop.disabled
+    assert "trials; best so far: 0 breaks" in panel.fix_label.value
+    (output,) = panel.fix_output.outputs
+    figure = output["data"]["application/vnd.plotly.v1+json"]
+    assert any(trace["name"] == "chosen" for trace in figure["data"])
+    assert "<table>" in panel.fix_html.value and session.last_fix.applied
+    assert panel.function_rows["helper"].value == "custom_op"  # the panel follows the applied configuration
+
+
+def test_the_stop_button_is_heard_between_trials_in_a_kernel():
+    pytest.importorskip("ipykernel")
+    from test_ipykernel import _run
+
+    from nbhelpers import real_kernel
+
+    with real_kernel() as (_, kc):
+        _, _, reply = _run(kc, "%load_ext nbcompile")
+        assert reply["status"] == "ok"
+        _, _, reply = _run(kc, f"%%compile {LINE}\n{CELL}")
+        assert reply["status"] == "ok", reply
+        # the click handler returns at once: one trial per event-loop turn
+        out, _, reply = _run(kc, "import nbcompile\np = nbcompile.last().panel()\np.fix_budget.value = 600\n"
+                                 "p.start_fix()\nprint(p.fix_running is not None)")
+        assert reply["status"] == "ok" and "".join(out).strip() == "True"
+        out, _, _ = _run(kc, "print(len(p.fix_running.trials) if p.fix_running else -1)\np.stop_fix()")
+        ran = int("".join(out).strip())
+        assert ran >= 1
+        code = ("import time\nfor _ in range(600):\n    if p.fix_running is None: break\n    time.sleep(0.05)\n"
+                "print(p.session.last_fix.state if p.fix_running is None else 'running')")
+        out, _, _ = _run(kc, code)
+        # a cell that sleeps blocks the loop: poll from separate cells instead
+        state = "".join(out).strip()
+        for _ in range(100):
+            if state != "running":
+                break
+            out, _, _ = _run(kc, "print(p.session.last_fix.state if p.fix_running is None else 'running')")
+            state = "".join(out).strip()
+        assert state == "stopped"
+        out, _, _ = _run(kc, "print(len(p.session.last_fix.trials), p.session.last_fix.best is not None)")
+        trials, kept = "".join(out).split()
+        assert int(trials) < 26 and kept == "True"  # stopped well short of the full search; the best kept
