@@ -47,6 +47,8 @@ def _named(name: str) -> Any:
 @argument("--no-dynamic", dest="dynamic_off", action="store_true", help="torch.compile(dynamic=False)")
 @argument("--entry", action="append", default=[], metavar="NAME[,NAME..]",
           help="functions (or nn.Module instances) to compile; default: the cell's functions no other calls")
+@argument("--track", action="append", default=[], metavar="MODULE:NAME[,..]",
+          help="library functions to track too (module:function or module:Class.method), so toggles reach them")
 @argument("--disable", action="append", default=[], metavar="NAME[,NAME..]",
           help="functions of this cell to wrap in torch.compiler.disable")
 @argument("--allow", action="append", default=[], metavar="NAME[,NAME..]",
@@ -85,6 +87,7 @@ def parse_cell_line(line: str) -> CellOptions:
         fullgraph=ns.fullgraph,
         dynamic=True if ns.dynamic_on else False if ns.dynamic_off else None,
         entries=_names(ns.entry),
+        track=_names(ns.track),
         disable=_names(ns.disable),
         allow=_names(ns.allow),
         disallow=_names(ns.disallow),

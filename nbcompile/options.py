@@ -44,6 +44,8 @@ class CellOptions(CompileOptions):
     """Everything a `%%compile` line can say."""
 
     entries: list[str] = field(default_factory=list)
+    #: Library functions to track (module:function, module:Class.method).
+    track: list[str] = field(default_factory=list)
     disable: list[str] = field(default_factory=list)
     allow: list[str] = field(default_factory=list)
     disallow: list[str] = field(default_factory=list)

@@ -151,12 +151,12 @@ def _failed(guard: str, subjects: list[str]) -> bool:
     return False
 
 
-def _label(name: str, note: str = "") -> widgets.HTML:
+def _label(name: str, note: str = "", shown: str | None = None) -> widgets.HTML:
     """A row's name in a fixed column: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
     in an ellipsis, with the whole name on hover, instead of running under the buttons."""
     return widgets.HTML(
         f"<div title='{_e(name)}' style='white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>"
-        f"<code>{_e(name)}</code>{note}</div>",
+        f"<code>{_e(shown or name)}</code>{note}</div>",
         layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, overflow="hidden"))
 
 
@@ -251,7 +251,10 @@ class Panel(widgets.VBox):
         counts = widgets.HTML()
         self.function_rows[name] = toggle
         self.function_counts[name] = counts
-        label = _label(name, " <i>(entry)</i>" if name in self.session.entries else "")
+        if ":" in name:  # a library function: its class and name, the module on hover
+            label = _label(name, " <i>(library)</i>", shown=name.partition(":")[2])
+        else:
+            label = _label(name, " <i>(entry)</i>" if name in self.session.entries else "")
         return widgets.HBox([label, toggle, counts])
 
     def _entry_row(self, name: str) -> widgets.HBox:
@@ -434,6 +437,16 @@ class Panel(widgets.VBox):
             return
         report = session.report
         self.title.value = f"<b>{_e(report.title)}</b>"
+        missing = [n for n in session.functions if n not in self.function_rows and not _construction(n)]
+        if missing:  # library functions tracked since (the fix search tracks the holders of breaks)
+            self.functions_box.children = [*self.functions_box.children, *(self._function_row(n) for n in missing)]
+        gone = [n for n in self.function_rows if n not in session.functions]
+        if gone:
+            self.functions_box.children = [row for row in self.functions_box.children
+                                           if not any(self.function_rows[n] in row.children for n in gone)]
+            for n in gone:
+                self.function_rows.pop(n)
+                self.function_counts.pop(n, None)
         self._sync_controls(session)
         self._draw_counts(report)
         self._draw_ops(session, report)

@@ -32,6 +32,8 @@ BLOCKING_LINT = ("captured-tensor", "mutation")
 BEAM = 2
 #: Finalists timed at the end (besides the starting configuration).
 FINALISTS = 3
+#: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
+MAX_HOLDERS = 6
 
 
 @dataclass
@@ -58,6 +60,8 @@ class Trial:
     #: Seconds since the search began, when this trial ended; and its own duration.
     at_s: float = 0.0
     seconds: float = 0.0
+    #: Where its breaks are: (filename, line, GB type).
+    sites: list[tuple[str, int, str]] = field(default_factory=list, repr=False)
 
     @property
     def admissible(self) -> bool:
@@ -100,6 +104,8 @@ class FixSearch:
     start: Trial | None = None
     #: Timing: eager's median, when the finalists were timed.
     eager_s: float | None = None
+    #: Library functions the search tracked because they hold breaks.
+    tracked: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def stop(self) -> None:
@@ -204,6 +210,37 @@ class Searcher:
         self._seen: dict[Any, Trial] = {}
         self._began = 0.0
         self._deadline = 0.0
+        #: Library functions tracked for the search (the holders of breaks in library code); those the
+        #: chosen configuration leaves at compile are untracked again when the search ends.
+        self.result.tracked = self._track_holders()
+
+    def _track_holders(self) -> list[str]:
+        """Track the library functions that hold the session's breaks (most breaks first), so the search
+        can toggle them as it toggles the cell's own functions."""
+        from . import library
+
+        session = self.session
+        counts: dict[str, int] = {}
+        for brk in session.report.breaks:
+            if not brk.filename or brk.filename == session.filename:
+                continue
+            name = library.holder_of(brk.filename, brk.lineno)
+            if name is not None:
+                counts[name] = counts.get(name, 0) + 1
+        for brk in session.report.breaks:  # the cell's own functions, by the breaks they hold
+            if brk.filename == session.filename and brk.function in session.functions:
+                counts[brk.function] = counts.get(brk.function, 0) + 1
+        self._priority = dict(counts)
+        added: list[str] = []
+        for name in sorted(counts, key=lambda n: -counts[n])[:MAX_HOLDERS]:
+            if name in session.functions:
+                continue
+            try:
+                session.track(name)
+            except Exception:  # a holder nbcompile cannot rebind (a property, a C function): left out
+                continue
+            added.append(name)
+        return added
 
     # -- the space ---------------------------------------------------------------------------
     def _function_modes(self) -> dict[str, tuple[str, ...]]:
@@ -211,7 +248,7 @@ class Searcher:
 
         session = self.session
         modes = available_function_modes()
-        return {name: tuple(m for m in modes if not (name in session.entries and m != "compile"))
+        return {name: tuple(m for m in modes if not (":" in name and m == "custom_op"))
                 for name in session.functions if name not in session.entries}
 
     def _torch_names(self) -> list[str]:
@@ -236,8 +273,8 @@ class Searcher:
 
     def _neighbours(self, base: Trial) -> Iterator[tuple[dict[str, str], dict[str, Any], str]]:
         """Every configuration one change from ``base``: the functions that hold a break first."""
-        breaking = {b.function for b in self.session.report.breaks}
-        functions = sorted(self._function_modes().items(), key=lambda kv: kv[0] not in breaking)
+        priority = getattr(self, "_priority", {})
+        functions = sorted(self._function_modes().items(), key=lambda kv: -priority.get(kv[0], 0))
         for name, modes in functions:
             for mode in modes:
                 if base.toggles.get(name, "compile") != mode:
@@ -270,7 +307,8 @@ class Searcher:
         result = Trial(dict(toggles), outcome.breaks, outcome.recompiles, check is None or check.ok,
                        options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
-                       at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began)
+                       at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
+                       sites=list(outcome.sites))
         result.rejected = self._why_rejected(result)
         self._seen[key] = result
         self.result.trials.append(result)
@@ -332,6 +370,14 @@ class Searcher:
                              "budget" if time.perf_counter() > self._deadline else "done")
         self._explain_left()
 
+    def _all_modes_tried(self, name: str) -> bool:
+        modes = self._function_modes().get(name, ())
+        tried = {t.toggles.get(name, "compile") for t in self.result.trials}
+        return all(m in tried for m in modes)
+
+    def _why_short(self) -> str:
+        return "stopped" if self.result.stopped else f"the {self.result.budget_s:g} s budget ran out"
+
     def _over(self) -> bool:
         return self.result.stopped or time.perf_counter() > self._deadline
 
@@ -390,28 +436,51 @@ class Searcher:
         best = self.result.best or self.result.start
         if best is None or best.breaks == 0:
             return
+        from . import library
+
         tracked = set(self.session.functions)
-        for brk in self.session.report.breaks[:20]:
-            where = f"{brk.function} line {brk.lineno}"
-            if brk.function not in tracked:
-                why = (f"it is in {brk.function} ({brk.filename.rsplit('/', 1)[-1]}), which is not a function of "
-                       "the cell: toggles reach only the cell's functions and torch callables")
+        seen: set[tuple[str, int]] = set()
+        left = {(f, n) for f, n, _ in best.sites}
+        for brk in self.session.report.breaks:
+            if (brk.filename, brk.lineno) in seen or len(seen) >= 20 or (left and (brk.filename, brk.lineno)
+                                                                         not in left):
+                continue
+            seen.add((brk.filename, brk.lineno))
+            where = f"{brk.function} ({brk.filename.rsplit('/', 1)[-1]} line {brk.lineno})"
+            holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.session.filename else None
+            if holder is not None and holder not in tracked:
+                why = (f"its holder {library.short(holder)} was not searched (only the {MAX_HOLDERS} library "
+                       "functions with the most breaks are)")
+            elif holder is None and brk.filename != self.session.filename:
+                why = "no Python function nbcompile can rebind holds it (a property, a lambda, a C function)"
+            elif holder is not None and not self._all_modes_tried(holder):
+                why = f"not every mode of its holder {library.short(holder)} was tried: {self._why_short()}"
             else:
-                why = "no mode of the function that holds it removed it with the check ok"
+                why = ("no mode of the function that holds it removed it with the check ok (disable moves the "
+                       "break to the call; allow_in_graph, nonstrict_trace or custom_op failed to compile or "
+                       "failed the check)")
             self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
 
 
 def apply_best(session: Any, result: FixSearch) -> None:
-    """Put the chosen configuration on the session (one restart); the search's record says so."""
+    """Put the chosen configuration on the session (one restart); the search's record says so. The
+    library functions the search tracked and the choice leaves at compile are untracked again."""
     best = result.best
-    if best is None or best is result.start:
-        return
-    session.apply_config(best.toggles, **best.options)
-    result.applied = True
+    try:
+        if best is not None and best is not result.start:
+            session.apply_config(best.toggles, **best.options)
+            result.applied = True
+    finally:
+        kept = {n for n, m in (best.toggles if result.applied and best is not None else {}).items() if m != "compile"}
+        for name in result.tracked:
+            if name not in kept and name in session.functions:
+                session.untrack(name)
 
 
 def search(session: Any, budget_s: float, progress: Callable[[FixSearch], None] | None = None) -> FixSearch:
     searcher = Searcher(session, budget_s, progress)
-    result = searcher.run()
-    apply_best(session, result)
+    try:
+        result = searcher.run()
+    finally:
+        apply_best(session, searcher.result)
     return result

@@ -100,7 +100,10 @@ class Session:
         self._tracked = tracked
         self.entries = entries
         self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
-        bindings = {name: binding_for(name, namespace) for name in tracked}
+        from . import library
+
+        bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)
+                    for name in tracked}
         for entry in entries:
             if entry not in bindings:
                 bindings[entry] = binding_for(entry, namespace)
@@ -430,12 +433,48 @@ class Session:
                         if m == "custom_op" and not isinstance(self._op_specs.get(n), (str, type(None)))},
         )
 
+    # -- library functions -----------------------------------------------------------------
+    def track(self, name: str) -> None:
+        """Track a library function (``module:function`` or ``module:Class.method``): it takes the function
+        modes like the cell's own functions, and ``reset`` puts the original back."""
+        from . import library
+
+        self._check_open()
+        if name in self._tracked:
+            return
+        if not library.is_library_name(name):
+            raise NbcompileError(f"{name!r}: the cell's own functions are tracked already; give a library function "
+                                 "as module:function or module:Class.method")
+        binding, fn = library.resolve(name)
+        self.engine.bindings[name] = binding
+        self.engine.functions.append(name)
+        self.engine.modes[name] = "compile"
+        self._tracked[name] = fn
+
+    def untrack(self, name: str) -> None:
+        """Stop tracking a library function (back at ``compile`` first: its original put back)."""
+        from . import library
+
+        if not library.is_library_name(name) or name not in self._tracked:
+            raise NbcompileError(f"{name!r} is not a tracked library function; tracked: "
+                                 f"{', '.join(n for n in self._tracked if library.is_library_name(n)) or '(none)'}")
+        if self.engine.mode(name) != "compile":
+            self.engine.apply(name, "compile")
+        self.engine.bindings.pop(name).restore()
+        self.engine.functions.remove(name)
+        self.engine.modes.pop(name, None)
+        self._tracked.pop(name)
+        self._lint_cache.pop(name, None)
+
     # -- custom_op mode --------------------------------------------------------------------
     def _custom_op(self, name: str, original: Any) -> tuple[Any, Callable[[], None]]:
         """The operator ``name`` runs as under ``custom_op``: its spec derived once, from one eager sample
         call of the --run expression, and checked by opcheck then; each use builds its own operator."""
         from . import custom_ops
 
+        if ":" in name:
+            raise NbcompileError(f"custom_op({name}): custom_op is for the cell's own functions; a library function "
+                                 "takes compile, disable, allow_in_graph or nonstrict_trace")
         known = self._op_specs.get(name)
         if isinstance(known, str):
             raise NbcompileError(known)
@@ -729,7 +768,9 @@ class Session:
         """The code objects whose compiled code this session drops: the cell's functions (nested
         code included) and the entries it compiled."""
         codes: list[types.CodeType] = []
-        for fn in self._tracked.values():
+        for name, fn in self._tracked.items():
+            if ":" in name:  # a library function: other models may use its compiled code
+                continue
             code = _code_of(fn)
             if code is not None:
                 codes.extend(torch_compat.iter_code_objects(code))
@@ -850,7 +891,11 @@ def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> Cel
     elif options.bench:
         raise NbcompileError("--bench times the --run expression; add --run EXPR")
     cell = analyse("\n" + body)
-    validate_flags(options.initial_toggles(), cell.names)
+    validate_flags(options.initial_toggles(), [*cell.names, *options.track])
+    for name in options.track:
+        from . import library
+
+        library.resolve(name)  # a one-line error before the body runs
     _check_entries(options.entries, namespace, cell)
     return cell
 
@@ -890,6 +935,12 @@ def create_session(
         entries = _resolve_entries(options.entries, namespace, tracked)
     else:
         entries = _default_entries(namespace, cell, tracked)
+    session_tracked = dict(tracked)
+    for name in options.track:
+        from . import library
+
+        session_tracked[name] = library.resolve(name)[1]
+    tracked = session_tracked
     for name, _mode in options.initial_toggles():
         if not is_torch_name(name) and name not in tracked:
             raise NbcompileError(f"{name} is not a function nbcompile can track (a def of this cell, or a method "

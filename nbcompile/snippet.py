@@ -93,8 +93,13 @@ def export(
                              "the session that set it (%nbcompile export)")
     opts = _options(options)
     compiles = [compile_call(entry, opts) for entry in entries]
+    from .library import export_target, is_library_name
+
+    library = {n: m for n, m in functions.items() if is_library_name(n)}
+    functions = {n: m for n, m in functions.items() if n not in library}
+    library_lines = _library_lines(library, export_target)
     if style == "calls":
-        lines = ["import torch", ""]
+        lines = ["import torch", *library_lines[0], ""] + library_lines[1]
         for name, mode in functions.items():
             if mode == "disable":
                 lines.append(f"{name} = torch.compiler.disable({name})")
@@ -109,11 +114,30 @@ def export(
         return "\n".join(lines) + "\n"
     if source is None:
         raise NbcompileError("style='decorators' rewrites the cell source: pass source=")
-    return _rewrite(source, functions, disallow, compiles, custom_ops)
+    return _rewrite(source, functions, disallow, compiles, custom_ops, library_lines)
+
+
+def _library_lines(library: Mapping[str, str], target: Any) -> tuple[list[str], list[str]]:
+    """(imports, assignments) that toggle library functions in the user's process."""
+    imports: list[str] = []
+    lines: list[str] = []
+    for name, mode in library.items():
+        imported, dotted = target(name)
+        if imported not in imports:
+            imports.append(imported)
+        if mode == "allow_in_graph":
+            lines.append(f"torch.compiler.allow_in_graph({dotted})")
+        elif mode == "disable":
+            lines.append(f"{dotted} = torch.compiler.disable({dotted})")
+        elif mode == "nonstrict_trace":
+            lines.append(f"{dotted} = torch._dynamo.nonstrict_trace({dotted})")
+        else:
+            raise NbcompileError(f"{name}: {mode} cannot be exported for a library function")
+    return imports, lines
 
 
 def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compiles: list[str],
-             custom_ops: Mapping[str, str]) -> str:
+             custom_ops: Mapping[str, str], library_lines: tuple[list[str], list[str]] = ([], [])) -> str:
     import libcst as cst
 
     try:
@@ -157,7 +181,8 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
     body = list(module.body)
     has_torch = any(_imports_torch(stmt) for stmt in body)
     last_import = max((i for i, stmt in enumerate(body) if _is_import(stmt)), default=-1)
-    registrations = [cst.parse_statement(f"torch._dynamo.disallow_in_graph({name})\n") for name in disallow]
+    registrations = [cst.parse_statement(line + "\n") for line in [*library_lines[0], *library_lines[1]]]
+    registrations += [cst.parse_statement(f"torch._dynamo.disallow_in_graph({name})\n") for name in disallow]
     if not has_torch:
         registrations.insert(0, cst.parse_statement("import torch\n"))
     body[last_import + 1:last_import + 1] = registrations

@@ -231,3 +231,63 @@ def test_the_stop_button_is_heard_between_trials_in_a_kernel():
         out, _, _ = _run(kc, "print(len(p.session.last_fix.trials), p.session.last_fix.best is not None)")
         trials, kept = "".join(out).split()
         assert int(trials) < 26 and kept == "True"  # stopped well short of the full search; the best kept
+
+
+FAKELIB = textwrap.dedent(
+    """\
+    import torch
+    def noisy(x):
+        a = x.sum().item()
+        b = x.mean().item()
+        return x * (a + b)
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return noisy(x.sin()).cos()
+    """
+)
+LIB_CELL = "import torch\nimport nbfakelib\nmodel = nbfakelib.Block()\nx = torch.randn(4)\n"
+
+
+@pytest.fixture
+def fakelib(tmp_path, monkeypatch):
+    (tmp_path / "nbfakelib.py").write_text(FAKELIB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import nbfakelib
+
+    yield nbfakelib
+    sys.modules.pop("nbfakelib", None)
+
+
+def test_the_search_reaches_breaks_in_library_code(ip, fakelib):
+    original = fakelib.noisy
+    run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(x)"', LIB_CELL)
+    session = nbcompile.last()
+    before = session.report.break_count
+    assert before >= 2
+    result = session.fix(budget_s=60)
+    assert result.tracked == ["nbfakelib:noisy"]
+    assert result.best.toggles.get("nbfakelib:noisy") == "disable" and result.best.breaks < before
+    assert session.report.break_count == result.best.breaks and session.report.check.ok
+    assert fakelib.noisy is not original  # the module's attribute, rebound while the session holds it
+    code = session.export()
+    assert "import nbfakelib" in code and "nbfakelib.noisy = torch.compiler.disable(nbfakelib.noisy)" in code
+    ip.run_line_magic("nbcompile", "reset")
+    assert fakelib.noisy is original
+
+
+def test_track_names_a_library_function_and_gives_it_back(ip, fakelib):
+    original = fakelib.noisy
+    run_compile_cell(ip, '--backend eager --no-panel --entry model --track nbfakelib:noisy '
+                         '--disable nbfakelib:noisy --run "model(x)"', LIB_CELL)
+    session = nbcompile.last()
+    assert session.toggles["nbfakelib:noisy"] == "disable" and fakelib.noisy is not original
+    session.untrack("nbfakelib:noisy")
+    assert fakelib.noisy is original and "nbfakelib:noisy" not in session.functions
+    with pytest.raises(nbcompile.NbcompileError, match="module:function or module:Class.method"):
+        session.track("nbfakelib.noisy.too.deep")
+    with pytest.raises(nbcompile.NbcompileError, match="not a Python function"):
+        session.track("nbfakelib:torch")
+    with pytest.raises(nbcompile.NbcompileError, match="custom_op is for the cell's own functions"):
+        session.track("nbfakelib:noisy")
+        session.set("nbfakelib:noisy", "custom_op")
+    assert session.toggles["nbfakelib:noisy"] == "compile"
