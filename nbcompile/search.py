@@ -10,8 +10,8 @@ it is stopped; it keeps the best configuration found so far. The finalists (the 
 recompiles) are timed side by side with the bench's timer, on the session's own backend.
 
 A configuration is never chosen when it fails to compile, raises, fails the check, leaves nothing
-compiled, or sets ``allow_in_graph`` on a function whose lint warns of a captured tensor or a
-mutation (the check cannot see those go wrong).
+compiled, or sets ``allow_in_graph`` or ``nonstrict_trace`` on a function whose lint warns of a
+captured tensor, a mutation or a side effect (the check cannot see those go wrong).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from . import trial
 from .options import NbcompileError
 from .render import _e, plural
 
-#: allow_in_graph lint kinds that rule a configuration out (the check cannot see them go wrong).
-BLOCKING_LINT = ("captured-tensor", "mutation")
+#: allow_in_graph lint kinds that rule a configuration out (the check cannot see them go wrong): a
+#: function put in the graph whole (allow_in_graph) or traced by AOT (nonstrict_trace) runs its Python
+#: once, at trace time, so a print, a logger call or a mutation would silently stop happening.
+BLOCKING_LINT = ("captured-tensor", "mutation", "side-effect")
 #: How many configurations each round improves on.
 BEAM = 2
 #: Finalists timed at the end (besides the starting configuration).
@@ -327,10 +329,10 @@ class Searcher:
         if t.graphs == 0:
             return "nothing left compiled"
         for name, mode in t.toggles.items():
-            if mode == "allow_in_graph" and name in self.session.functions:
+            if mode in ("allow_in_graph", "nonstrict_trace") and name in self.session.functions:
                 unsafe = [w for w in self.session.lint(name) if w.rule in BLOCKING_LINT]
                 if unsafe:
-                    return f"allow_in_graph lint on {name}: {unsafe[0].rule} ({unsafe[0].message[:80]})"
+                    return f"{mode} on {name}: the lint warns {unsafe[0].rule} ({unsafe[0].message[:80]})"
         return ""
 
     # -- the search ------------------------------------------------------------------------------
