@@ -9,10 +9,25 @@ from __future__ import annotations
 from .api import inspect
 from .magics import load_ipython_extension, unload_ipython_extension
 from .options import NbcompileError
-from .report import Check, CompileError, Fix, Frame, Graph, GraphBreak, Kernel, LintWarning, Recompile, Report
+from .report import (
+    Check,
+    CompileError,
+    Fallback,
+    Fix,
+    Frame,
+    Graph,
+    GraphBreak,
+    GuardChange,
+    Kernel,
+    LintWarning,
+    Recompile,
+    Report,
+)
+from .search import FixSearch, Trial
 from .session import Session, last, sessions
 from .snippet import export
 from .timing import BenchConfig, BenchResult, BenchRow, bench
+from .traces import Traces, follow, load
 
 __version__ = "0.1.0"
 
@@ -23,17 +38,24 @@ __all__ = [
     "bench",
     "Check",
     "CompileError",
+    "Fallback",
     "Fix",
+    "FixSearch",
     "Frame",
     "Graph",
     "GraphBreak",
+    "GuardChange",
     "Kernel",
     "LintWarning",
     "NbcompileError",
     "Recompile",
     "Report",
     "Session",
+    "Trial",
     "export",
+    "follow",
+    "load",
+    "Traces",
     "inspect",
     "last",
     "load_ipython_extension",

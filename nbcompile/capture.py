@@ -35,7 +35,7 @@ from . import guards as guard_ops
 from . import torch_compat
 from .cell import cell_line_of
 from .report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
-from .trace_parse import parse_graph_break, parse_guards, parse_kernels, parse_recompile_reasons
+from .trace_parse import parse_graph_break, parse_graph_ops, parse_guards, parse_kernels, parse_recompile_reasons
 
 #: Compilations still open at once before the oldest is dropped (a failed
 #: compile that never closed, say); keeps memory bounded.
@@ -112,9 +112,12 @@ class _TraceHandler(logging.Handler):
 
 
 class Hub:
-    """The process-wide router from trace events to recordings."""
+    """The process-wide router from trace events to recordings. ``offline``: a hub fed from a trace
+    file (``traces.py``): the same parsing, without what only a live process has (the recompiling
+    frame's values, timing its guards), and graphs read from ``dynamo_output_graph`` events."""
 
-    def __init__(self) -> None:
+    def __init__(self, offline: bool = False) -> None:
+        self.offline = offline
         self._lock = threading.RLock()
         self._handler = _TraceHandler(self)
         self._users = 0
@@ -201,7 +204,7 @@ class Hub:
                         pending.recompile_reasons = json.loads(payload)
                     except ValueError:
                         pending.recompile_reasons = payload
-                    frame = torch_compat.recompiling_frame()
+                    frame = None if self.offline else torch_compat.recompiling_frame()
                     lookup = guard_ops.frame_lookup(frame[1], frame[2]) if frame else lambda _n: guard_ops.MISSING
                     pending.guard_changes = guard_ops.changes(pending.recompile_reasons, lookup)
                     if frame is not None and not pending.filename:  # no dynamo_start: the recompile limit
@@ -212,7 +215,10 @@ class Hub:
             elif "dynamo_cpp_guards_str" in md and payload:
                 pending = self._get_pending(compile_id)
                 pending.guards = payload
-                pending.guard_check_us = torch_compat.time_new_guards()
+                pending.guard_check_us = None if self.offline else torch_compat.time_new_guards()
+            elif "dynamo_output_graph" in md and payload and self.offline:  # live: the backend's graph
+                ops = parse_graph_ops(payload)
+                self._get_pending(compile_id).graphs.append(Graph(compile_id, len(ops), ops))
             elif "inductor_output_code" in md and payload:
                 self._get_pending(compile_id).output_code.append(payload)
             elif "compilation_metrics" in md:

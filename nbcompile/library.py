@@ -58,8 +58,8 @@ def holder_of(filename: str, lineno: int) -> str | None:
     """The library function (``module:Class.method``) whose code holds ``filename:lineno``, or None."""
     module = next((m for m in list(sys.modules.values())
                    if isinstance(getattr(m, "__file__", None), str) and m.__file__ == filename), None)
-    if module is None:
-        return None
+    if module is None or module.__name__.split(".")[0] in ("torch", "functorch"):
+        return None  # torch's own internals (hooks, nn.Module.__call__) are not nbcompile's to rebind
     for attr, value in list(vars(module).items()):
         if isinstance(value, types.FunctionType) and _holds(value, filename, lineno):
             return f"{module.__name__}{SEP}{attr}"

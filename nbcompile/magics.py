@@ -22,7 +22,7 @@ from .render import fix_proof, set_effect
 from .session import Session, create_session, describe_failure, last, sessions
 from .toggles import available_function_modes
 
-LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix")
+LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache")
 
 
 def _names(values: list[str]) -> list[str]:
@@ -159,7 +159,8 @@ class NbcompileMagics(Magics):
 
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
-        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset|fix [--budget S]`."""
+        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset|fix [--budget S]|load PATH
+        [--follow]|cache save|load PATH`."""
         try:
             argv = shlex.split(line)
         except ValueError as exc:
@@ -169,6 +170,10 @@ class NbcompileMagics(Magics):
                 f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}"
             )
         command, args = argv[0], argv[1:]
+        if command == "load":
+            return _load(args)
+        if command == "cache":
+            return _cache(args)
         if command == "reset":
             for session in sessions():
                 session.reset()
@@ -231,6 +236,41 @@ def _bench(session: Session, expr: str | None) -> None:
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile bench: {exc}") from None
     display(result)
+
+
+def _load(args: list[str]) -> Any:
+    """`%nbcompile load PATH [--follow]`: a TORCH_TRACE directory or log, one report per rank."""
+    from .traces import load
+
+    usage = "usage: %nbcompile load PATH [--follow]"
+    follow = "--follow" in args
+    paths = [a for a in args if a != "--follow"]
+    if len(paths) != 1:
+        raise UsageError(f"%nbcompile load: {usage}")
+    try:
+        return load(paths[0], follow=follow)  # shown as its panel where widgets are (Traces._ipython_display_)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile load: {exc}") from None
+
+
+def _cache(args: list[str]) -> Any:
+    """`%nbcompile cache save PATH` / `load PATH`: torch.compile's cache artifacts, for a warm start."""
+    from . import torch_compat
+
+    usage = "usage: %nbcompile cache save PATH | %nbcompile cache load PATH"
+    if len(args) != 2 or args[0] not in ("save", "load"):
+        raise UsageError(f"%nbcompile cache: {usage}")
+    try:
+        if args[0] == "save":
+            size, what = torch_compat.save_compile_cache(args[1])
+            print(f"saved {size / 1e6:.2f} MB of compile cache artifacts to {args[1]} ({what})")
+        else:
+            size, what = torch_compat.load_compile_cache(args[1])
+            print(f"loaded {size / 1e6:.2f} MB of compile cache artifacts from {args[1]} ({what}): the next "
+                  "compiles of the same code start warm")
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile cache: {exc}") from None
+    return None
 
 
 def _fix(session: Session, args: list[str]) -> Any:

@@ -108,7 +108,8 @@ def available_function_modes() -> tuple[str, ...]:
 
 
 def is_torch_name(name: str) -> bool:
-    return name.startswith("torch.")
+    """A torch callable by dotted name (``torch.sub``); ``module:Class.method`` names a library function."""
+    return name.startswith("torch.") and ":" not in name
 
 
 # --- validation (the only copy) ---------------------------------------------------------------

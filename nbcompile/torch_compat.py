@@ -383,3 +383,63 @@ def destroy_custom_op(op: Any) -> None:
     data = getattr(getattr(simple_registry, "singleton", None), "_data", None)
     if isinstance(data, dict):
         data.pop(qualname, None)
+
+
+def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    from .options import NbcompileError
+
+    save = getattr(torch.compiler, "save_cache_artifacts", None)
+    load = getattr(torch.compiler, "load_cache_artifacts", None)
+    if not callable(save) or not callable(load):
+        raise NbcompileError(f"torch {torch.__version__} has no torch.compiler.save_cache_artifacts (torch >= 2.7)")
+    return save, load
+
+
+def save_compile_cache(path: str) -> tuple[int, str]:
+    """``torch.compiler.save_cache_artifacts()`` written to ``path``: (bytes, what it holds)."""
+    from .options import NbcompileError
+
+    save, _ = _cache_api()
+    artifacts = save()
+    if artifacts is None:
+        raise NbcompileError("nothing to save: no compile in this process has left cache artifacts yet (run the "
+                             "compiled code first; artifacts come from Inductor and AOTAutograd, not backend eager)")
+    data, info = artifacts
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return len(data), _describe_cache_info(info)
+
+
+def load_compile_cache(path: str) -> tuple[int, str]:
+    """``torch.compiler.load_cache_artifacts`` of the bytes in ``path``: (bytes, what it held)."""
+    from .options import NbcompileError
+
+    _, load = _cache_api()
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+    quiet = logging.getLogger("torch.compiler._cache")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # torch logs its own traceback for a file it cannot read; the error says it
+    try:
+        info = load(data)
+    except Exception as exc:
+        raise NbcompileError(f"{path} is not a torch.compile cache artifact file ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    finally:
+        quiet.setLevel(level)
+    if info is None:
+        raise NbcompileError(f"{path} is not a torch.compile cache artifact file (torch could not read it: a "
+                             "different torch version, or not a file %nbcompile cache save wrote)")
+    return len(data), _describe_cache_info(info)
+
+
+def _describe_cache_info(info: Any) -> str:
+    parts = []
+    for name in ("inductor_artifacts", "autotune_artifacts", "aot_autograd_artifacts", "pgo_artifacts"):
+        items = getattr(info, name, None)
+        if items:
+            parts.append(f"{len(items)} {name.replace('_artifacts', '').replace('_', ' ')}")
+    return ", ".join(parts) or "no entries"

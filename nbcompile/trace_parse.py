@@ -173,3 +173,33 @@ def parse_kernels(output_code: str) -> list[tuple[str, str, str]]:
     for m in _CPP_KERNEL.finditer(output_code):
         kernels.append((m.group("name"), "cpp", m.group("code").strip("\n")))
     return kernels
+
+
+_GRAPH_LINE = re.compile(r"^\s+[A-Za-z_]\w*(?::\s*\"[^\"]*\")?\s*=\s*(?P<rhs>.+)$")
+_CALL = re.compile(r"^(?P<call>[A-Za-z_][\w.]*)\(")
+_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
+           "@": "matmul", "&": "and_", "|": "or_", "^": "xor", "<": "lt", ">": "gt", "<=": "le", ">=": "ge",
+           "==": "eq", "!=": "ne", "<<": "lshift", ">>": "rshift"}
+_OPERATOR = re.compile(r"^[\w.]+ (?P<op>\*\*|//|<<|>>|<=|>=|==|!=|[-+*/%@&|^<>]) [\w.()-]+$")
+
+
+def parse_graph_ops(code: str) -> list[str]:
+    """Short names of the calls in a ``dynamo_output_graph`` payload (the graph printed as Python):
+    ``y = l_x_.sin()`` -> ``sin``, ``torch._C._nn.linear(...)`` -> ``linear``, ``a + b`` -> ``add``,
+    ``x[0]`` -> ``getitem``: the names the recording backend reads off the FX nodes."""
+    ops: list[str] = []
+    for line in code.splitlines():
+        match = _GRAPH_LINE.match(line)
+        if match is None or line.lstrip().startswith(("#", "return")):
+            continue
+        rhs = match["rhs"].split(";", 1)[0].strip()
+        call = _CALL.match(rhs)
+        if call is not None:
+            ops.append(call["call"].rsplit(".", 1)[-1])
+        elif (binary := _OPERATOR.match(rhs)) is not None:
+            ops.append(_BINARY[binary["op"]])
+        elif re.match(r"^[\w.]+\[.*\]$", rhs):
+            ops.append("getitem")
+        elif rhs.startswith("-") and re.match(r"^-[\w.]+$", rhs):
+            ops.append("neg")
+    return ops
