@@ -27,11 +27,11 @@ MAX_VALUE_CHARS = 60
 
 MISSING = _MISSING = object()
 _ENTRY = re.compile(r"^\s*-?\s*(?P<id>\d+/\d+):\s*(?P<text>.*)$")
-_TENSOR = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
+_TENSOR = re.compile(r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
                      r"expected (?P<before>[^,]+), actual (?P<after>\S+)")
-_TENSOR_PLAIN = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>rank|dtype|device) mismatch\. "
+_TENSOR_PLAIN = re.compile(r"tensor '(?P<name>.+?)' (?P<what>rank|dtype|device) mismatch\. "
                            r"expected (?P<before>.+?), actual (?P<after>.+?)\.?$")
-_REQUIRES_GRAD = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. "
+_REQUIRES_GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. "
                             r"expected requires_grad=(?P<before>[01])")
 _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[^']+)'>)?")
 _OBJ_ID = re.compile(r"___check_obj_id\((?P<name>[^,]+), \d+\)")
@@ -72,6 +72,7 @@ def subject_of(expr: str) -> str:
     ``L['x'].size()[0]`` -> ``x.shape[0]``, ``self._modules['drop'].training`` -> ``self.drop.training``."""
     expr = re.sub(r"\bG\['([A-Za-z_]\w*)'\]", r"\1", expr.strip())
     expr = re.sub(r"\bL\['([A-Za-z_]\w*)'\]", r"\1", expr)
+    expr = re.sub(r"^kwargs\['([A-Za-z_]\w*)'\]", r"\1", expr)  # a keyword argument, as the call names it
     expr = re.sub(r"\._(?:modules|parameters|buffers)\['([A-Za-z_]\w*)'\]", r".\1", expr)
     expr = re.sub(r"\.size\(\)\[(\d+)\]", r".shape[\1]", expr)
     return expr
