@@ -34,6 +34,8 @@ BLOCKING_LINT = ("captured-tensor", "mutation", "side-effect")
 BEAM = 2
 #: Finalists timed at the end (besides the starting configuration).
 FINALISTS = 3
+#: A faster finalist wins a tie on breaks and recompiles only by more than its spread and this share.
+MIN_GAIN = 0.05
 #: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
 MAX_HOLDERS = 6
 
@@ -425,11 +427,13 @@ class Searcher:
             return
         fastest, second = timed[0], timed[1]
         spread = max(fastest.iqr_s or 0.0, second.iqr_s or 0.0)
-        if (second.median_s or 0.0) - (fastest.median_s or 0.0) <= spread:
+        gap = (second.median_s or 0.0) - (fastest.median_s or 0.0)
+        if gap <= spread or gap <= MIN_GAIN * (second.median_s or 0.0):
             first_ms, second_ms = (fastest.median_s or 0.0) * 1e3, (second.median_s or 0.0) * 1e3
             self.result.noisy = (f"too noisy to rank: {fastest.describe()} {first_ms:.3g} ms and "
                                  f"{second.describe()} {second_ms:.3g} ms differ by less than "
-                                 f"their spread ({spread * 1e3:.2g} ms); kept the one with the fewest changes")
+                                 f"their spread ({spread * 1e3:.2g} ms) or {MIN_GAIN:.0%}; kept the one with the "
+                                 "fewest changes")
             return
         self.result.best = fastest
 
