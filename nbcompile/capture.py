@@ -414,11 +414,20 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
             firstlineno=int(metrics.get("co_firstlineno") or pending.lineno or 0),
             graph_count=len(pending.graphs),
             trace_overhead_s=float(metrics.get("structured_logging_overhead_s") or 0.0),
+            backend_time_s=_seconds(metrics.get("backend_compile_time_s")),
+            inductor_time_s=_seconds(metrics.get("inductor_compile_time_s")),
         ),
     )
 
 
 HUB = Hub()
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 # --- the recording backend ------------------------------------------------------------

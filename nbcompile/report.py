@@ -79,6 +79,9 @@ class Frame:
     guard_latency_us: float | None = None
     #: The guards checked again and again on the compile's own inputs (warm median), microseconds.
     guard_check_us: float | None = None
+    #: Of compile_time_s: the backend's part (AOTAutograd and Inductor), and Inductor's own, when torch says.
+    backend_time_s: float | None = None
+    inductor_time_s: float | None = None
 
 
 @dataclass

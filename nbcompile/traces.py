@@ -205,7 +205,7 @@ class Traces:
 
     def summary(self) -> str:
         parts = [f"rank {r}: {plural(rep.graph_count, 'graph')}, {plural(rep.break_count, 'break')}, "
-                 f"{plural(rep.recompile_count, 'recompile')}, compile {_compile_s(rep):.2f} s"
+                 f"{plural(rep.recompile_count, 'recompile')}, compile {_compile_s(rep):.2f} s{_breakdown(rep)}"
                  for r, rep in sorted(self.ranks.items())]
         head = f"{plural(len(self.ranks), 'rank')} from {self.path}"
         return "\n".join([head, *parts, *(f"  {d}" for d in self.divergences),
@@ -217,7 +217,8 @@ class Traces:
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr><td>{r}</td><td>{rep.graph_count}</td><td>{rep.break_count}</td><td>{rep.recompile_count}</td>"
-            f"<td>{_compile_s(rep):.2f}</td><td><code>{_e(os.path.basename(self.files.get(r, '')))}</code></td></tr>"
+            f"<td>{_compile_s(rep):.2f}{_e(_breakdown(rep))}</td>"
+            f"<td><code>{_e(os.path.basename(self.files.get(r, '')))}</code></td></tr>"
             for r, rep in sorted(self.ranks.items()))
         notes = "".join(f"<li>{_e(d)}</li>" for d in self.divergences)
         errors = "".join(f"<li style='color:#b00'>{_e(e)}</li>" for e in self.errors)
@@ -279,6 +280,15 @@ class Traces:
 
 def _compile_s(report: Report) -> float:
     return sum(f.compile_time_s for f in report.frames)
+
+
+def _breakdown(report: Report) -> str:
+    """`` (backend 1.20 s, inductor 0.90 s)``: where the compile time went, as far as torch says."""
+    backend = [f.backend_time_s for f in report.frames if f.backend_time_s is not None]
+    inductor = [f.inductor_time_s for f in report.frames if f.inductor_time_s is not None]
+    parts = ([f"backend {sum(backend):.2f} s"] if backend else []) + (
+        [f"inductor {sum(inductor):.2f} s"] if inductor else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def divergences(ranks: dict[int, Report], base: int = 0) -> list[str]:

@@ -51,7 +51,8 @@ def test_a_loaded_trace_has_the_live_views_parts():
     assert [(c.subject, c.before, c.after) for c in recompile.changes] == [("x.shape[0]", "3", "5")]
     assert recompile.fixes and recompile.fixes[0].command == "--dynamic"
     assert report.frames[0].guard_count > 0 and report.frames[0].guards
-    assert report.frames[0].compile_time_s > 0
+    assert report.frames[0].compile_time_s > 0 and report.frames[0].backend_time_s is not None  # the breakdown
+    assert "(backend " in traces.summary()
     json.dumps(report.to_json())  # the same JSON as a live report (schema-checked elsewhere)
 
 

@@ -75,6 +75,8 @@ export interface Frame {
   trace_overhead_s: number;
   guard_latency_us: number | null;
   guard_check_us: number | null;
+  backend_time_s: number | null;
+  inductor_time_s: number | null;
 }
 export interface Recompile {
   function: string;
