@@ -36,6 +36,8 @@ BEAM = 2
 FINALISTS = 3
 #: A faster finalist wins a tie on breaks and recompiles only by more than its spread and this share.
 MIN_GAIN = 0.05
+#: A configuration this many times slower than the start is never chosen, whatever breaks it removes.
+SLOWER_LIMIT = 1.5
 #: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
 MAX_HOLDERS = 6
 
@@ -396,32 +398,59 @@ class Searcher:
         return self.result
 
     def _time_finalists(self) -> None:
-        """Time the best configurations side by side (the bench's timer, the session's backend); the
-        fastest wins among those with the fewest breaks and recompiles, unless the times are too noisy."""
-        best = self.result.best
-        if best is None:
-            return
-        ties = [t for t in self.result.trials if t.admissible and _rank(t) == _rank(best)]
-        ties.sort(key=lambda t: len([m for m in t.toggles.values() if m != "compile"]) + len(t.options))
-        finalists = ties[:FINALISTS]
-        if len(finalists) < 2 or self._over():
-            if len(finalists) >= 2:
-                self.result.noisy = "not timed: the budget was spent on the search"
-            return
+        """Time the best configurations and the start side by side (the bench's timer, the session's
+        backend). The fastest wins among those with the fewest breaks and recompiles, unless the times
+        are too noisy to rank; a configuration much slower than the start (``SLOWER_LIMIT``) is
+        rejected, and the next best is timed in its place, while the budget lasts."""
         from . import timing
 
-        try:
-            bench = timing.bench_configs(self.session, [(t.describe(), t.toggles, t.options) for t in finalists],
-                                         min_run_time=0.2)
-        except Exception as exc:
-            self.result.noisy = f"not timed ({type(exc).__name__}: {exc})"
+        start = self.result.start
+        for _ in range(3):
+            best = self.result.best
+            if best is None or best is start:
+                return
+            ties = [t for t in self.result.trials if t.admissible and _rank(t) == _rank(best)]
+            ties.sort(key=lambda t: len([m for m in t.toggles.values() if m != "compile"]) + len(t.options))
+            finalists = ties[:FINALISTS]
+            timed = [t for t in finalists if t.median_s is None]
+            if start is not None and start.admissible and start.median_s is None and start not in finalists:
+                timed.append(start)
+            if self._over():
+                self.result.noisy = "not timed: the budget was spent on the search"
+                return
+            if timed:
+                try:
+                    bench = timing.bench_configs(self.session, [(t.describe(), t.toggles, t.options) for t in timed],
+                                                 min_run_time=0.2)
+                except Exception as exc:
+                    self.result.noisy = f"not timed ({type(exc).__name__}: {exc})"
+                    return
+                rows = {row.config: row for row in bench.rows}
+                self.result.eager_s = bench.rows[0].median_s if bench.rows else self.result.eager_s
+                for t in timed:
+                    row = rows.get(t.describe())
+                    if row is not None and row.timed:
+                        t.median_s, t.iqr_s = row.median_s, row.iqr_s
+            if self._reject_slower(finalists, start):
+                continue  # the next best, timed in the next round
+            self._rank_by_time(finalists)
             return
-        rows = {row.config: row for row in bench.rows}
-        self.result.eager_s = bench.rows[0].median_s if bench.rows else None
-        for t in finalists:
-            row = rows.get(t.describe())
-            if row is not None:
-                t.median_s, t.iqr_s = row.median_s, row.iqr_s
+
+    def _reject_slower(self, finalists: list[Trial], start: Trial | None) -> bool:
+        """Reject the finalists much slower than the start; True when the best changed because of it."""
+        if start is None or not start.median_s:
+            return False
+        slow = [t for t in finalists if t.median_s and t.median_s > SLOWER_LIMIT * start.median_s]
+        for t in slow:
+            t.rejected = (f"{t.median_s / start.median_s:.1f}x slower than the start "  # type: ignore[operator]
+                          f"({(t.median_s or 0.0) * 1e3:.3g} ms against {start.median_s * 1e3:.3g} ms)")
+        if not slow:
+            return False
+        left = [t for t in self.result.trials if t.admissible]
+        self.result.best = min(left, key=_rank) if left else None
+        return True
+
+    def _rank_by_time(self, finalists: list[Trial]) -> None:
         timed = sorted((t for t in finalists if t.median_s is not None), key=lambda t: t.median_s or 0.0)
         if len(timed) < 2:
             return

@@ -291,3 +291,16 @@ def test_track_names_a_library_function_and_gives_it_back(ip, fakelib):
         session.track("nbfakelib:noisy")
         session.set("nbfakelib:noisy", "custom_op")
     assert session.toggles["nbfakelib:noisy"] == "compile"
+
+
+def test_a_configuration_much_slower_than_the_start_is_not_chosen(ip):
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    searcher = search_ops.Searcher(session, 60)
+    result = searcher.run()
+    best, start = result.best, result.start
+    assert best.breaks == 0 and start.breaks == 2
+    start.median_s, best.median_s = 0.001, 0.01  # as if the bench had measured the chosen one 10x slower
+    assert searcher._reject_slower([best], start)
+    assert best.rejected.startswith("10.0x slower than the start") and result.best is not best
+    assert result.best is None or result.best.admissible
