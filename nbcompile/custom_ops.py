@@ -59,6 +59,8 @@ class OpSpec:
     like: tuple[tuple[str, str], ...] = ()
     tuple_out: bool = False
     how: str = ""
+    #: The parameters that are keyword-only (after ``*``).
+    kwonly: tuple[str, ...] = ()
 
 
 def clone_tree(value: Any) -> Any:
@@ -109,23 +111,36 @@ def spec_of(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
         bound = signature.bind(*sample.args, **sample.kwargs)
     except (TypeError, ValueError) as exc:
         raise NbcompileError(f"custom_op({name}): its signature does not take the sample call ({exc})") from None
+    bound.apply_defaults()
     params: list[str] = []
-    types: list[str] = []
+    declared: list[str] = []
+    star = False
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise NbcompileError(f"custom_op({name}): *{param.name} has no operator schema; name each argument")
-        value = bound.arguments.get(param.name, param.default)
+        value = bound.arguments.get(param.name, _inspect.Parameter.empty)
         if value is _inspect.Parameter.empty:
             raise NbcompileError(f"custom_op({name}): the sample call gave no {param.name}")
+        kind = _type(value if param.default is _inspect.Parameter.empty or value is not None else param.default,
+                     param.name, name)
+        if isinstance(param.default, float) and kind == "SymInt":
+            kind = "float"  # an int passed where the default is a float: the parameter takes floats
+        text = f"{kind} {param.name}"
+        if param.default is not _inspect.Parameter.empty:
+            text += f"={_schema_default(param.default, name, param.name)}"
+        if param.kind == param.KEYWORD_ONLY and not star:
+            declared.append("*")
+            star = True
         params.append(param.name)
-        types.append(_type(value, param.name, name))
+        declared.append(text)
     outputs, tuple_out = _outputs(sample.result, name)
     out_schema = "Tensor" if not tuple_out else "(" + ", ".join("Tensor" for _ in outputs) + ")"
-    schema = "(" + ", ".join(f"{t} {p}" for t, p in zip(types, params, strict=True)) + ") -> " + out_schema
+    schema = "(" + ", ".join(declared) + ") -> " + out_schema
+    kwonly = tuple(p.name for p in signature.parameters.values() if p.kind == p.KEYWORD_ONLY)
     meta_error = _runs_on_meta(fn, sample, outputs)
     if meta_error is None:
         return OpSpec(name, tuple(params), schema, "itself", tuple_out=tuple_out,
-                      how="the fake runs the function itself on fake tensors (it runs on meta tensors)")
+                      how="the fake runs the function itself on fake tensors (it runs on meta tensors)", kwonly=kwonly)
     tensors = {p: v for p, v in bound.arguments.items() if isinstance(v, torch.Tensor)}
     like: list[tuple[str, str]] = []
     for out in outputs:
@@ -135,10 +150,55 @@ def spec_of(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
                 f"custom_op({name}): no fake implementation: its output {tuple(out.shape)} is shaped like none of its "
                 f"inputs, and it does not run on meta tensors ({meta_error}); write a register_fake by hand, or "
                 "use disable")
-        like.append((match, str(out.dtype)))
+        # the input's dtype at call time when the sample kept it; else the one dtype the sample gave
+        like.append((match, "" if out.dtype == tensors[match].dtype else str(out.dtype)))
+    _probe_like(name, fn, bound.arguments, [p for p, _ in like], meta_error)
     return OpSpec(name, tuple(params), schema, "like", tuple(like), tuple_out,
-                  how=f"the fake gives outputs shaped like {', '.join(p for p, _ in like)} (from the sample call: the "
-                      f"function does not run on meta tensors: {meta_error})")
+                  how=f"the fake gives outputs shaped like {', '.join(p for p, _ in like)} (the function does not run "
+                      f"on meta tensors: {meta_error}; checked on the sample and on probes with other values)",
+                  kwonly=kwonly)
+
+
+def _schema_default(value: Any, name: str, param: str) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise NbcompileError(f"custom_op({name}): the default of {param} is a {type(value).__name__}; an operator's "
+                         "defaults are numbers, bools or None")
+
+
+def _probe_like(name: str, fn: Callable[..., Any], arguments: dict[str, Any], like: list[str],
+                meta_error: str) -> None:
+    """The "shaped like an input" guess, tried on inputs of other values (negated, zeros, random of both
+    signs): an output whose shape follows the values (``x[x > 0]``) is refused, not guessed."""
+    tensors = {p: v for p, v in arguments.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    generator = torch.Generator().manual_seed(0)
+    variants = [
+        {p: -v for p, v in tensors.items()},
+        {p: torch.zeros_like(v) for p, v in tensors.items()},
+        {p: torch.randn(v.shape, generator=generator, dtype=v.dtype).to(v.device) * 3 for p, v in tensors.items()},
+    ]
+    for variant in variants:
+        values = {**arguments, **variant}
+        try:
+            with torch.no_grad():
+                result = fn(**values)
+            outputs, _ = _outputs(result, name)
+        except NbcompileError:
+            raise
+        except Exception as exc:
+            raise NbcompileError(f"custom_op({name}): no fake implementation: it does not run on meta tensors "
+                                 f"({meta_error}), and on other values it raises {type(exc).__name__}; write a "
+                                 "register_fake by hand, or use disable") from None
+        for out, param in zip(outputs, like, strict=False):
+            if out.shape != values[param].shape:
+                raise NbcompileError(
+                    f"custom_op({name}): no fake implementation: its output's shape depends on the values "
+                    f"({tuple(out.shape)} for an input of {tuple(values[param].shape)}), and it does not run on meta "
+                    f"tensors ({meta_error}); write a register_fake by hand, or use disable")
 
 
 def _runs_on_meta(fn: Callable[..., Any], sample: Sample, outputs: list[torch.Tensor]) -> str | None:
@@ -182,7 +242,7 @@ def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None) ->
             out = fn(*args, **kwargs)
             return tuple(torch.empty_like(o) for o in out) if isinstance(out, tuple) else torch.empty_like(out)
         values = dict(zip(params, args, strict=False)) | kwargs
-        outs = tuple(torch.empty_like(values[p], dtype=getattr(torch, dtype.removeprefix("torch.")))
+        outs = tuple(torch.empty_like(values[p], dtype=getattr(torch, dtype.removeprefix("torch.")) if dtype else None)
                      for p, dtype in spec.like)
         return outs if spec.tuple_out else outs[0]
 
@@ -202,17 +262,28 @@ def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None) ->
     return op, release
 
 
+def export_namespace(spec: OpSpec) -> str:
+    """The library name of an exported operator: ``notebook_<hash>``, from the operator's name and schema, so
+    two cells' ``helper`` operators never replace one another in one process."""
+    import hashlib
+
+    return f"{EXPORT_NAMESPACE}_{hashlib.sha1(f'{spec.name}{spec.schema}'.encode()).hexdigest()[:8]}"
+
+
 def export_code(spec: OpSpec) -> str:
     """Code that makes the same operator in the user's file, after the function's ``def``."""
     name = spec.name
+    positional = [p for p in spec.params if p not in spec.kwonly]
+    params = ", ".join(positional + (["*", *spec.kwonly] if spec.kwonly else []))
+    call = ", ".join(positional + [f"{p}={p}" for p in spec.kwonly])
     args = ", ".join(spec.params)
     lines = [
         f"_{name}_eager = {name}",
         "",
         "",
-        f"@torch.library.custom_op({EXPORT_NAMESPACE + '::' + name!r}, mutates_args=(), schema={spec.schema!r})",
-        f"def {name}({args}):",
-        f"    out = _{name}_eager({args})",
+        f"@torch.library.custom_op({export_namespace(spec) + '::' + name!r}, mutates_args=(), schema={spec.schema!r})",
+        f"def {name}({params}):",
+        f"    out = _{name}_eager({call})",
         "    # an operator returns new tensors: an output sharing an input's memory is copied",
         f"    shared = {{t.untyped_storage().data_ptr() for t in ({args},) if isinstance(t, torch.Tensor)}}",
     ]
@@ -220,12 +291,13 @@ def export_code(spec: OpSpec) -> str:
         lines.append("    return tuple(o.clone() if o.untyped_storage().data_ptr() in shared else o for o in out)")
     else:
         lines.append("    return out.clone() if out.untyped_storage().data_ptr() in shared else out")
-    lines += ["", "", f"@{name}.register_fake", f"def _({args}):"]
+    lines += ["", "", f"@{name}.register_fake", f"def _({params}):"]
     if spec.fake == "itself":
-        lines.append(f"    out = _{name}_eager({args})  # shapes only: it runs on fake tensors")
+        lines.append(f"    out = _{name}_eager({call})  # shapes only: it runs on fake tensors")
         lines.append("    return tuple(torch.empty_like(o) for o in out)" if spec.tuple_out
                      else "    return torch.empty_like(out)")
     else:
-        outs = [f"torch.empty_like({p}, dtype={dtype})" for p, dtype in spec.like]
+        outs = [f"torch.empty_like({p}, dtype={dtype})" if dtype else f"torch.empty_like({p})"
+                for p, dtype in spec.like]
         lines.append(f"    return ({', '.join(outs)},)" if spec.tuple_out else f"    return {outs[0]}")
     return "\n".join(lines) + "\n"

@@ -280,6 +280,8 @@ def _fix(session: Session, args: list[str]) -> Any:
 
     usage = "usage: %nbcompile fix [--budget SECONDS]"
     budget = 60.0
+    if len(args) == 1 and args[0].startswith("--budget="):
+        args = ["--budget", args[0].split("=", 1)[1]]
     if args:
         if len(args) != 2 or args[0] != "--budget":
             raise UsageError(f"%nbcompile fix: {usage}")

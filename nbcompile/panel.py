@@ -369,8 +369,12 @@ class Panel(widgets.VBox):
             self.refresh()
 
         def step() -> None:
+            import contextlib
+            import io
+
             try:
-                next(steps)
+                with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial
+                    next(steps)
             except StopIteration:
                 finish()
                 return

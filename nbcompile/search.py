@@ -207,7 +207,10 @@ class Searcher:
         if code is None:
             raise NbcompileError("nothing to search on: the session has no --run expression (add --run EXPR to "
                                  "the %%compile line, then %nbcompile fix)")
-        if not budget_s or budget_s <= 0:
+        import math
+
+        if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not math.isfinite(budget_s) \
+                or budget_s <= 0:
             raise NbcompileError(f"budget must be a positive number of seconds, not {budget_s!r}")
         self.session = session
         self.spec = trial.session_spec(session, code)
@@ -388,9 +391,13 @@ class Searcher:
         return self.result.stopped or time.perf_counter() > self._deadline
 
     def run(self) -> FixSearch:
+        import contextlib
+        import io
+
         try:
-            for _ in self.steps():
-                pass
+            with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial and timed call
+                for _ in self.steps():
+                    pass
         except KeyboardInterrupt:  # the kernel's interrupt: stop, keep the best found so far
             self.result.stop()
             self.result.state = "stopped"
@@ -415,8 +422,11 @@ class Searcher:
             timed = [t for t in finalists if t.median_s is None]
             if start is not None and start.admissible and start.median_s is None and start not in finalists:
                 timed.append(start)
-            if self._over():
-                self.result.noisy = "not timed: the budget was spent on the search"
+            slowest = max((t.seconds for t in self.result.trials), default=0.0)
+            if self._over() or time.perf_counter() + 4 * slowest * len(timed) > self._deadline:
+                if timed:
+                    self.result.noisy = ("not timed: the budget left is shorter than timing them would take "
+                                         f"(about {4 * slowest * len(timed):.0f} s)")
                 return
             if timed:
                 try:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect as _inspect
+import io
 import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -480,19 +481,22 @@ class Session:
             raise NbcompileError(known)
         if known is not None:
             return custom_ops.build(known, original)
-        try:
-            sample = self._sample_call(name, original)
+        def derive(sample: Any) -> tuple[Any, Any, Callable[[], None]]:
             spec = custom_ops.spec_of(name, original, sample)
-            op, release = custom_ops.build(spec, original, sample)
+            return (spec, *custom_ops.build(spec, original, sample))
+
+        try:  # on copies of the state --run reaches: the probes and opcheck call the function again
+            spec, op, release = self._sample_call(name, original, derive)
         except NbcompileError as exc:
             self._op_specs[name] = str(exc)
             raise
         self._op_specs[name] = spec
         return op, release
 
-    def _sample_call(self, name: str, original: Any) -> Any:
+    def _sample_call(self, name: str, original: Any, then: Callable[[Any], Any]) -> Any:
         """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
-        sees runs): its arguments (cloned before the call), its result, what it changed in place."""
+        sees runs): its arguments (cloned before the call), its result, what it changed in place; and
+        ``then(sample)``, run on those same copies (what it calls changes them, not the user's state)."""
         from . import custom_ops
 
         code = self._run_code
@@ -523,18 +527,22 @@ class Session:
         also = {**self._originals(), Slot(binding.owner, binding.attr, name): recorder}
         rng = check_ops.RngState()
         try:
-            with check_ops._quiet(), torch_compat.force_eager(), replay.swapped(also), \
-                    check_ops._no_outside_effects():
-                eval(code, self.namespace, {})
-        except Exception as exc:
-            if not seen:
-                raise NbcompileError(f"custom_op({name}): the sample run raised {type(exc).__name__}: "
-                                     f"{check_ops._one_line(str(exc))}") from None
+            with contextlib.redirect_stdout(io.StringIO()), check_ops._quiet(), torch_compat.force_eager(), \
+                    replay.swapped(also), check_ops._no_outside_effects(compiler_may=True):
+                try:
+                    eval(code, self.namespace, {})
+                except Exception as exc:
+                    if not seen:
+                        raise NbcompileError(f"custom_op({name}): the sample run raised {type(exc).__name__}: "
+                                             f"{check_ops._one_line(str(exc))}") from None
+                if not seen:
+                    raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
+                return then(seen[0])
+        except check_ops.OutsideEffect as exc:
+            raise NbcompileError(f"custom_op({name}): the sample run {exc}, which nbcompile will not do "
+                                 "again") from None
         finally:
             rng.restore()
-        if not seen:
-            raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
-        return seen[0]
 
     def apply_config(self, toggles: dict[str, str], **options: Any) -> Report:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every

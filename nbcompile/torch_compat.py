@@ -405,8 +405,11 @@ def save_compile_cache(path: str) -> tuple[int, str]:
         raise NbcompileError("nothing to save: no compile in this process has left cache artifacts yet (run the "
                              "compiled code first; artifacts come from Inductor and AOTAutograd, not backend eager)")
     data, info = artifacts
-    with open(path, "wb") as handle:
-        handle.write(data)
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise NbcompileError(f"cannot write {path}: {exc.strerror}") from None
     return len(data), _describe_cache_info(info)
 
 

@@ -67,9 +67,12 @@ class LogReader:
             self._take(line, out)
         return out
 
-    def flush(self) -> list[_Record]:
-        """The last record too (the file is complete, or stopped growing)."""
+    def flush(self, final: bool = True) -> list[_Record]:
+        """The last record too (the file is complete, or stopped growing). Not ``final`` (a writer may
+        only have paused): nothing is read while the last line is unfinished."""
         out: list[_Record] = []
+        if self._rest and not final:
+            return out
         if self._rest:
             self._line += 1
             rest, self._rest = self._rest, ""
@@ -145,14 +148,25 @@ class RankTrace:
         if self.path.endswith(".gz"):  # a compressed log (CI artifacts): read whole, once
             if self.offset:
                 return False
-            import gzip
+            import zlib
 
             try:
-                with gzip.open(self.path, "rt", encoding="utf-8", errors="replace") as handle:
-                    text = handle.read()
-            except (OSError, EOFError) as exc:
-                self.reader.errors.append(f"{self.path}: {exc}; kept what could be read")
+                raw = pathlib.Path(self.path).read_bytes()
+            except OSError as exc:
+                self.reader.errors.append(f"{self.path}: {exc.strerror}")
                 return False
+            stream = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip, read as far as it goes
+            try:
+                data = stream.decompress(raw)
+                complete = stream.eof
+            except zlib.error as exc:
+                data, complete = b"", False
+                self.reader.errors.append(f"{self.path}: not a gzip file ({exc})")
+            if not complete and data:
+                self.reader.errors.append(f"{self.path}: a truncated or damaged gzip file; read the "
+                                          f"{len(data)} bytes before the damage")
+            chunks = [data.decode("utf-8", errors="replace")]
+            text = "".join(chunks)
             self.offset = self.bytes = len(text.encode())
             self.feed(self.reader.feed(text))
             self.feed(self.reader.flush())
@@ -171,7 +185,7 @@ class RankTrace:
             self._grown_at = time.monotonic()
             self.feed(self.reader.feed(text))
         if final or (not grew and time.monotonic() - self._grown_at > SETTLE_S):
-            last = self.reader.flush()
+            last = self.reader.flush(final=final)
             if last:
                 self.feed(last)
                 return True
@@ -201,7 +215,7 @@ class Traces:
 
     @property
     def divergences(self) -> list[str]:
-        return divergences(self.ranks)
+        return divergences(self.ranks, min(self.ranks) if self.ranks else 0)
 
     def summary(self) -> str:
         parts = [f"rank {r}: {plural(rep.graph_count, 'graph')}, {plural(rep.break_count, 'break')}, "
@@ -292,7 +306,8 @@ def _breakdown(report: Report) -> str:
 
 
 def divergences(ranks: dict[int, Report], base: int = 0) -> list[str]:
-    """One line per way a rank differs from ``base``: graphs, breaks, recompiles (with what changed),
+    """One line per way a rank differs from ``base`` (``Traces`` uses its lowest rank): graphs, breaks,
+    recompiles (with what changed),
     compile time (over twice or under half, and more than 1 s apart)."""
     if base not in ranks:
         return []
@@ -352,16 +367,19 @@ def _rank_files(path: pathlib.Path) -> dict[int, pathlib.Path]:
     if path.is_file():
         match = _RANK_FILE.search(path.name)
         return {int(match["rank"]) if match else 0: path}
-    if not path.is_dir():
+    if not path.exists():
         raise TraceError(f"{path}: no such file or directory; give a TORCH_TRACE directory or one of its .log files")
+    if not path.is_dir():
+        raise TraceError(f"{path}: not a directory or a regular file; give a TORCH_TRACE directory or one of its "
+                         ".log files")
     files: dict[int, pathlib.Path] = {}
-    logs = sorted([*path.glob("*.log"), *path.glob("*.log.gz")], key=lambda p: p.stat().st_mtime)
+    logs = sorted([*path.glob("*.log"), *path.glob("*.log.gz")], key=lambda p: p.name)
     for log in logs:
         match = _RANK_FILE.search(log.name)
         rank = int(match["rank"]) if match else 0
         if rank in files and match is None:
             rank = max(files) + 1  # several unranked logs (one process after another): one "rank" each
-        files[rank] = log  # the newest log of a rank (a job re-run into the same directory)
+        files[rank] = log
     return files
 
 

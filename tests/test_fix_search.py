@@ -5,6 +5,7 @@ torch's state after ``reset``."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -129,7 +130,7 @@ def test_custom_op_round_trips_through_export_in_a_fresh_interpreter(ip, tmp_pat
     assert session.report.break_count == 0 and session.report.check.ok
     for style in ("calls", "decorators"):
         code = session.export(style=style)
-        assert "torch.library.custom_op('notebook::helper'" in code and "register_fake" in code
+        assert re.search(r"torch\.library\.custom_op\('notebook_[0-9a-f]{8}::helper'", code) and "register_fake" in code
         program = (CELL + code if style == "calls" else code) + textwrap.dedent(
             """
             import json
@@ -304,3 +305,72 @@ def test_a_configuration_much_slower_than_the_start_is_not_chosen(ip):
     assert searcher._reject_slower([best], start)
     assert best.rejected.startswith("10.0x slower than the start") and result.best is not best
     assert result.best is None or result.best.admissible
+
+
+def _session(ip, body: str, run: str, entry: str = "f"):
+    run_compile_cell(ip, f'--backend eager --no-panel --entry {entry} --run "{run}"', textwrap.dedent(body))
+    return nbcompile.last()
+
+
+def test_custom_op_refuses_a_shape_that_follows_the_values_even_when_the_sample_hides_it(ip):
+    session = _session(ip, """\
+        import torch
+        def helper(x):
+            return x[x > 0]
+        def f(x):
+            return x * helper(x).shape[0]
+        xs = torch.rand(1000) + 0.1   # every sample value positive: the output looks shaped like x
+        """, "f(xs)")
+    with pytest.raises(nbcompile.NbcompileError, match="its output's shape depends on the values"):
+        session.set("helper", "custom_op")
+    result = session.fix(budget_s=30)
+    assert all(t.toggles.get("helper") != "custom_op" or t.rejected for t in result.trials)
+
+
+def test_custom_op_follows_the_input_dtype_defaults_and_keywords_and_leaves_the_state_alone(ip):
+    session = _session(ip, """\
+        import torch
+        LOG = []
+        def helper(x, scale=2.0, *, bias=1):
+            LOG.append(1)
+            s = x.sum().item()
+            return x * scale + bias if s > 0 else x - bias
+        def f(x):
+            return helper(x.sin(), bias=3).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    logged = len(ip.user_ns["LOG"])
+    session.set("helper", "custom_op")
+    assert len(ip.user_ns["LOG"]) == logged + 1  # the re-run only: the sample, probes and opcheck ran on copies
+    assert session.report.break_count == 0 and session.report.check.ok
+    helper, f = ip.user_ns["helper"], ip.user_ns["f"]
+    x64 = torch.ones(4, dtype=torch.float64)
+    assert f(x64).dtype == torch.float64  # the fake takes the dtype from the input at call time
+    assert torch.allclose(helper(torch.ones(2), 2.5), torch.full((2,), 3.5))  # defaults and a float scale
+    code = session.export()
+    assert "schema='(Tensor x, float scale=2.0, *, SymInt bias=1) -> Tensor'" in code
+
+
+def test_bad_budgets_are_refused_with_one_line(ip):
+    run_compile_cell(ip, LINE, CELL)
+    session = nbcompile.last()
+    for budget in (float("nan"), "5", -1, 0, float("inf")):
+        with pytest.raises(nbcompile.NbcompileError, match="budget must be a positive number of seconds"):
+            session.fix(budget_s=budget)
+    ip.run_line_magic("nbcompile", "fix --budget=1")  # the = form too
+
+
+def test_the_users_prints_do_not_flood_the_cell(ip, capsys):
+    session = _session(ip, """\
+        import torch
+        def helper(x):
+            print("hi from helper")
+            return x * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    capsys.readouterr()
+    session.fix(budget_s=30)
+    out = capsys.readouterr().out
+    assert out.count("hi from helper") <= 2, out.count("hi from helper")  # the applied configuration's re-run

@@ -218,3 +218,22 @@ def test_tlparse_style_directory_with_one_unranked_log(tmp_path):
     traces = nbcompile.load(tmp_path)
     assert list(traces.ranks) == [0] and traces.ranks[0].graph_count == 4
 
+
+
+def test_divergences_without_rank_zero_and_a_cut_off_gzip(tmp_path):
+    source = CORPUS / "torchrun2"
+    (tmp_path / "ranks").mkdir()
+    for rank in (1, 2):  # rank 0's log is missing: the lowest rank is the reference
+        src = source / f"dedicated_log_torch_trace_rank_{0 if rank == 2 else 1}.log.gz"
+        shutil.copy(src, tmp_path / "ranks" / f"dedicated_log_torch_trace_rank_{rank}.log.gz")
+    lines = nbcompile.load(tmp_path / "ranks").divergences
+    assert lines and all(line.startswith("rank 2:") and "rank 1" in line for line in lines), lines
+    whole = (source / "dedicated_log_torch_trace_rank_1.log.gz").read_bytes()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "dedicated_log_torch_trace_rank_0.log.gz").write_bytes(whole[: len(whole) * 2 // 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(tmp_path / "cut")
+    assert traces.ranks[0].graph_count >= 1 and "truncated or damaged gzip" in traces.errors[0]
+    with pytest.raises(TraceError, match="not a directory or a regular file"):
+        nbcompile.load("/dev/null")
