@@ -172,8 +172,11 @@ def main() -> None:
         if "error" in row:
             print(f"{name}: ERROR {row['error']}", flush=True)
             continue
-        speed = (f"eager {row['eager_s'] * 1e3:.2f} ms, before {row['before_s'] * 1e3:.2f} ms, after "
-                 f"{row['after_s'] * 1e3:.2f} ms" if row.get("eager_s") else row.get("timing_error", ""))
+        def ms(key: str, row: dict = row) -> str:
+            return f"{row[key] * 1e3:.2f} ms" if row.get(key) is not None else "not timed"
+
+        speed = (f"eager {ms('eager_s')}, before {ms('before_s')}, after {ms('after_s')}"
+                 if "timing_error" not in row else row["timing_error"])
         print(f"{name}: breaks {row['breaks_before']} -> {row['breaks_after']}, recompiles "
               f"{row['recompiles_before']} -> {row['recompiles_after']}, check {row['check_after']}, "
               f"{row['trials']} trials in {row['search_s']} s ({row['state']}); {speed}; chosen: {row['chosen']}",

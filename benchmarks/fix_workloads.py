@@ -98,7 +98,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.util
 import inspect
 import io
 import json
@@ -331,32 +330,14 @@ WORKLOADS: list[Workload] = [
 
 # --- running a workload ---------------------------------------------------------------------
 
-_KEEP: list[Any] = []
-
-
 def import_torchvision() -> Any:
-    """``import torchvision``, also where its C++ ops cannot load (as tests/real_models_oracle.py does).
+    """The tests' torchvision import (a CUDA wheel against a CPU torch): tests/real_models_oracle.py."""
+    import pathlib
 
-    PyPI's torchvision wheels are CUDA builds whose ``_C.so`` does not load against a CPU torch;
-    its import then fails on the fake kernels of ``torchvision::nms``/``qnms``. Declare those two
-    schemas (no kernels) and import again. transformers imports torchvision when installed.
-    """
-    if importlib.util.find_spec("torchvision") is None:
-        return None
-    try:
-        import torchvision
-        return torchvision
-    except RuntimeError as exc:
-        if "torchvision::" not in str(exc):
-            raise
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        del sys.modules[name]
-    lib = torch.library.Library("torchvision", "FRAGMENT")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _KEEP.append(lib)
-    import torchvision
-    return torchvision
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+    from real_models_oracle import import_torchvision as tests_import
+
+    return tests_import()
 
 
 def cell_namespace(w: Workload) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import inspect as _inspect
 import io
 import types
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -302,6 +302,18 @@ class Session:
         self.redraw()
         return NbcompileError(message)
 
+    def _give_up(self, exc: BaseException, undo: Callable[[], None], old_report: Report,
+                 message: Callable[[str], str]) -> NoReturn:
+        """A change that failed: rolled back (``undo``, the old report kept), then raised as one line
+        (``message(cause)``); an interrupt is re-raised as it came, once rolled back."""
+        self._roll_back(undo, old_report)
+        if isinstance(exc, StaleError):
+            self._mark_stale(f"{exc} outside this %%compile cell")
+            raise NbcompileError(self._stale) from None
+        if not isinstance(exc, Exception):
+            raise exc
+        raise self._failed(message(describe_failure(exc))) from exc
+
     def _roll_back(self, undo: Callable[[], None], old_report: Report) -> None:
         try:
             undo()
@@ -336,14 +348,8 @@ class Session:
             def undo() -> None:
                 self.options = previous
                 self.engine.rebind(self.entries)
-            self._roll_back(undo, old_report)
-            if isinstance(exc, StaleError):
-                self._mark_stale(f"{exc} outside this %%compile cell")
-                raise NbcompileError(self._stale) from None
-            if not isinstance(exc, Exception):
-                raise
             said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-            raise self._failed(f"{said} failed ({describe_failure(exc)}); kept the previous options") from exc
+            self._give_up(exc, undo, old_report, lambda cause: f"{said} failed ({cause}); kept the previous options")
         self.redraw()
         self.verify_soon()
         return self.report
@@ -576,14 +582,8 @@ class Session:
                 self.options = previous_options
                 put({name: previous.get(name, "compile") for name in wanted})
                 self.engine.rebind(self.entries)
-            self._roll_back(undo, old_report)
-            if isinstance(exc, StaleError):
-                self._mark_stale(f"{exc} outside this %%compile cell")
-                raise NbcompileError(self._stale) from None
-            if not isinstance(exc, Exception):
-                raise
-            raise self._failed(f"applying {wanted} failed ({describe_failure(exc)}); kept the previous "
-                               "configuration") from exc
+            self._give_up(exc, undo, old_report,
+                          lambda cause: f"applying {wanted} failed ({cause}); kept the previous configuration")
         self.redraw()
         self.verify_soon()
         return self.report
