@@ -10,8 +10,9 @@ it is stopped; it keeps the best configuration found so far. The finalists (the 
 recompiles) are timed side by side with the bench's timer, on the session's own backend.
 
 A configuration is never chosen when it fails to compile, raises, fails the check, leaves nothing
-compiled, or sets ``allow_in_graph`` or ``nonstrict_trace`` on a function whose lint warns of a
-captured tensor, a mutation or a side effect (the check cannot see those go wrong).
+compiled (or under a quarter of the ops the start compiled), sets ``allow_in_graph`` or
+``nonstrict_trace`` on a function whose lint warns of a captured tensor, a mutation or a side effect
+(the check cannot see those go wrong), or is timed over 1.5x slower than the start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ BEAM = 2
 FINALISTS = 3
 #: A faster finalist wins a tie on breaks and recompiles only by more than its spread and this share.
 MIN_GAIN = 0.05
+#: A configuration that compiles less than this share of the start's ops is never chosen (disabling a
+#: whole model's forward removes its breaks by compiling nothing).
+MIN_COMPILED = 0.25
 #: A configuration this many times slower than the start is never chosen, whatever breaks it removes.
 SLOWER_LIMIT = 1.5
 #: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
@@ -55,6 +59,8 @@ class Trial:
     options: dict[str, Any] = field(default_factory=dict)
     graphs: int = 0
     fallbacks: int = 0
+    #: Ops in its graphs (how much of the work is compiled).
+    ops: int = 0
     #: What this configuration changed from the one it was made from ("helper -> disable").
     label: str = ""
     #: Why it failed to run ("fails to compile (...)"), or None.
@@ -314,7 +320,8 @@ class Searcher:
             outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
         check = outcome.check
         result = Trial(dict(toggles), outcome.breaks, outcome.recompiles, check is None or check.ok,
-                       options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, label=label,
+                       options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, ops=outcome.ops,
+                       label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
                        at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
                        sites=list(outcome.sites))
@@ -335,6 +342,11 @@ class Searcher:
             return f"check FAILED ({t.check_message[:100]})"
         if t.graphs == 0:
             return "nothing left compiled"
+        start = self.result.start
+        if start is not None and start is not t and start.error is None and start.ops and \
+                t.ops < MIN_COMPILED * start.ops:
+            return (f"compiles {t.ops} of the start's {start.ops} ops: that turns compilation off rather "
+                    "than fixing a break")
         for name, mode in t.toggles.items():
             if mode in ("allow_in_graph", "nonstrict_trace") and name in self.session.functions:
                 unsafe = [w for w in self.session.lint(name) if w.rule in BLOCKING_LINT]

@@ -55,12 +55,15 @@ class Outcome:
     seconds: float = 0.0
     #: Where the breaks were: (filename, lineno, gb_type).
     sites: list[tuple[str, int, str]] = dataclasses.field(default_factory=list)
+    #: Ops in all its graphs: how much of the work is compiled.
+    ops: int = 0
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
         return cls(dict(modes), graphs=report.graph_count, breaks=report.break_count,
                    recompiles=report.recompile_count, fallbacks=len(report.fallbacks), check=report.check,
-                   sites=[(b.filename, b.lineno, b.gb_type) for b in report.breaks])
+                   sites=[(b.filename, b.lineno, b.gb_type) for b in report.breaks],
+                   ops=sum(g.op_count for g in report.graphs))
 
 
 @dataclasses.dataclass
@@ -117,6 +120,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         torch_compat.restore_code_state(code_state, recording.codes)
     report = recording.report
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
+    outcome.ops = sum(g.op_count for g in report.graphs)
     outcome.fallbacks = len(report.fallbacks)
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
     if outcome.error is None:
