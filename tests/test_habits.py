@@ -129,14 +129,14 @@ def test_reset_keeps_redefined_and_deleted_names(ip):
 def test_reset_after_percent_reset_brings_nothing_back(ip):
     _ok(run_compile_cell(ip, '--backend eager --no-panel --disable helper --run "caller(torch.ones(3))"', HELPER_CELL))
     session = nbcompile.last()
-    # torch keeps the graphs it compiled in the namespace (__compiled_fn_N) and deletes them from weakref
+    # torch keeps what it compiled in the namespace (__compiled_fn_N, __builtins_dict___N) and deletes them from weakref
     # callbacks when their code dies; %reset's own loop over the keys then meets a key torch already
     # deleted (KeyError), depending on when the garbage collector runs. This shell holds every earlier
     # test's: they go first, as a fresh notebook would not have them.
     import gc
 
     gc.collect()
-    for key in [k for k in ip.user_ns if k.startswith(("__compiled_fn", "__resume"))]:
+    for key in [k for k in ip.user_ns if k.startswith("__") and not k.endswith("__")]:  # __compiled_fn_3, ...
         ip.user_ns.pop(key, None)
     ip.run_line_magic("reset", "-f")
     ip.run_line_magic("load_ext", "nbcompile")
