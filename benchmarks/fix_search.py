@@ -31,22 +31,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from fix_workloads import WORKLOADS, Workload  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent / "tests"))
 from _common import RESULTS, environment, write  # noqa: E402
+from nbhelpers import MY_CUSTOM_FUNCTION_CELL  # noqa: E402  (the seed cell the tests use)
 
 #: The seed documents' graph-breaking scenarios (../shared/seeds), as cells.
 SEEDS = [
-    Workload("seed_allow_in_graph_custom_function", "torch", textwrap.dedent("""\
-        import torch
-        def my_custom_function(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def fn(a):
-            x = torch.add(a, 1)
-            x = my_custom_function(x)
-            x = torch.add(x, 1)
-            return x
-        a = torch.ones(3)
-        """), "fn", "fn(a)", note="seed 000/001: a graph break inside the function allow_in_graph makes opaque"),
+    Workload("seed_allow_in_graph_custom_function", "torch", MY_CUSTOM_FUNCTION_CELL + "a = torch.ones(3)\n", "fn",
+             "fn(a)", note="seed 000/001: a graph break inside the function allow_in_graph makes opaque"),
     Workload("seed_print_in_helper", "torch", textwrap.dedent("""\
         import torch
         def helper(x):
