@@ -75,7 +75,7 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
     from IPython.testing.globalipapp import get_ipython
 
     import nbcompile
-    from nbcompile import timing
+    from nbcompile.engine import timing
 
     ip = get_ipython()
     ip.run_line_magic("load_ext", "nbcompile")

@@ -50,7 +50,7 @@ def _per_call(rounds: int, calls: int) -> dict[str, object]:
     shell.run_cell_magic("compile", "--no-panel", CELL)
     session = nbcompile.last()
     ours = shell.user_ns["head"]
-    original = session._tracked["head"]
+    original = session.workload.tracked["head"]
     # Plain torch.compile of the same function, on its own code object so the two
     # wrappers do not share (and evict) one code's cache entries.
     twin = types.FunctionType(original.__code__.replace(), original.__globals__, "head")

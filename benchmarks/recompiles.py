@@ -43,7 +43,7 @@ for n in {SIZES}:
 FRESH_DOCTOR = f"""
 import torch, nbcompile
 from nbcompile.capture import HUB, Recording, RecordingBackend
-from nbcompile.report import Report
+from nbcompile.model.report import Report
 {SOURCE}
 torch._dynamo.config.recompile_limit = 16
 rec = Recording(Report(title="f"))
@@ -79,8 +79,8 @@ def _doctor() -> tuple[float, int, str]:
     import torch
 
     from nbcompile.capture import HUB, Recording, RecordingBackend
-    from nbcompile.render import change_text
-    from nbcompile.report import Report
+    from nbcompile.model.render import change_text
+    from nbcompile.model.report import Report
 
     rec = Recording(Report(title="f"))
     HUB.acquire()

@@ -126,7 +126,7 @@ def main() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     import nbcompile
-    from nbcompile.timing import time_call
+    from nbcompile.engine.timing import time_call
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "nbcompile")

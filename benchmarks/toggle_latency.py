@@ -48,7 +48,7 @@ def _plain(backend: str, mode: str):
     """The same cell in its own namespace, compiled by plain torch.compile; a call that recompiles."""
     import torch
 
-    from nbcompile import torch_compat
+    from nbcompile.core import torch_compat
 
     namespace: dict = {}
     exec(compile(CELL, "<plain>", "exec"), namespace)

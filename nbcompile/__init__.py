@@ -2,14 +2,29 @@
 
 Public names: ``inspect``, ``export``, ``last``, ``sessions``, ``Report`` and its parts,
 and the IPython extension hooks (``%load_ext nbcompile``).
+
+The package is a house in layers (subpackages), imports pointing down only: this module and
+``magics``, ``runner`` and ``__main__`` are the front doors; ``facades`` (Session, inspect,
+Traces) -> ``views`` (panel, widgets) -> ``engine`` (toggles, trials, timing, the search) and
+``analysis`` (lint, suggestions) -> ``capture`` (the hub, trace records, guards) -> ``model`` (the
+Report, rendering) -> ``core`` (errors, names, options, ``torch_compat``). ``tests/test_layers.py``
+and ``lint-imports`` check the rule.
 """
 
 from __future__ import annotations
 
-from .api import inspect
+from .core.errors import NbcompileError
+from .engine.search import FixSearch, Trial
+from .engine.snippet import export
+from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
+from .engine.toggles import available_function_modes
+from .facades.api import inspect
+from .facades.session import Session, last, sessions
+from .facades.traces import Traces, follow, load
 from .magics import load_ipython_extension, unload_ipython_extension
-from .options import NbcompileError
-from .report import (
+from .model.render import MIME_TYPE
+from .model.report import (
+    SCHEMA_PATH,
     Check,
     CompileError,
     Fallback,
@@ -23,15 +38,13 @@ from .report import (
     Recompile,
     Report,
 )
-from .search import FixSearch, Trial
-from .session import Session, last, sessions
-from .snippet import export
-from .timing import BenchConfig, BenchResult, BenchRow, bench
-from .traces import Traces, follow, load
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MIME_TYPE",
+    "SCHEMA_PATH",
+    "available_function_modes",
     "BenchConfig",
     "BenchResult",
     "BenchRow",

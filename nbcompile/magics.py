@@ -9,18 +9,19 @@ frontend's cell id, which identifies a cell across re-runs.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import torch_compat
-from .options import MODES, CellOptions, NbcompileError
-from .render import fix_proof, set_effect
-from .session import Session, create_session, describe_failure, last, sessions
-from .toggles import available_function_modes
+from .core import torch_compat
+from .core.errors import NbcompileError, describe_failure
+from .core.options import MODES, CellOptions
+from .engine.toggles import available_function_modes
+from .facades.session import Session, create_session, last, sessions
+from .model.render import fix_proof, set_effect
+from .views.env import widgets_supported
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache")
 
@@ -240,7 +241,7 @@ def _bench(session: Session, expr: str | None) -> None:
 
 def _load(args: list[str]) -> Any:
     """`%nbcompile load PATH [--follow]`: a TORCH_TRACE directory or log, one report per rank."""
-    from .traces import load
+    from .facades.traces import load
 
     usage = "usage: %nbcompile load PATH [--follow]"
     follow = "--follow" in args
@@ -255,7 +256,7 @@ def _load(args: list[str]) -> Any:
 
 def _cache(args: list[str]) -> Any:
     """`%nbcompile cache save PATH` / `load PATH`: torch.compile's cache artifacts, for a warm start."""
-    from . import torch_compat
+    from .core import torch_compat
 
     usage = "usage: %nbcompile cache save PATH | %nbcompile cache load PATH"
     if len(args) != 2 or args[0] not in ("save", "load"):
@@ -304,29 +305,14 @@ def _fix(session: Session, args: list[str]) -> Any:
                            + (f"{best.breaks} breaks, {best.recompiles} recompiles" if best else "none")
                            + f"; {max(0.0, result.budget_s - result.elapsed_s):.0f} s left")
     try:
-        result = session.fix(budget_s=budget) if progress is None else _fix_with(session, budget, progress)
+        result = session.fix(budget_s=budget, progress=progress)
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile fix: {exc}") from None
     return result
 
 
-def _fix_with(session: Session, budget: float, progress: Callable[[Any], None]) -> Any:
-    from . import search
-
-    session._check_open()
-
-    def both(result: Any) -> None:
-        progress(result)
-        session._fix_progress(result)
-
-    result = search.search(session, budget, progress=both)
-    session.last_fix = result
-    session.redraw()
-    return result
-
-
 def _export_style(args: list[str]) -> str:
-    from .snippet import STYLES
+    from .engine.snippet import STYLES
 
     usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}]"
     if not args:
@@ -345,17 +331,6 @@ def _need_session() -> Session:
     return session
 
 
-def widgets_supported() -> bool:
-    """True in a kernel whose frontend can show ipywidgets (not in terminal IPython)."""
-    try:
-        import ipywidgets  # noqa: F401
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
 def _display(session: Session, force_panel: bool = False) -> None:
     """The panel (with a widget frontend) and the report.
 
@@ -372,7 +347,7 @@ def _display(session: Session, force_panel: bool = False) -> None:
     if in_kernel:
         import uuid
 
-        from .report import MIME_TYPE
+        from .model.render import MIME_TYPE
 
         session.display_id = session.display_id or f"nbcompile-{uuid.uuid4().hex}"
         # The id in the output's metadata too: it is saved with the notebook, so after a page reload
@@ -416,7 +391,7 @@ class StatusTable:
         return "\n".join([*(fmt.format(*map(str, r)) for r in [self.headers, *self.rows]), *self.notes])
 
     def _repr_html_(self) -> str:
-        from .render import _e, _table
+        from .core.text import _e, _table
 
         notes = "".join(f"<li>{_e(n.strip())}</li>" for n in self.notes)
         return _table(self.headers, self.rows) + (f"<ul>{notes}</ul>" if notes else "")

@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from .render import plural
-from .report import MIME_TYPE
+from .core.text import plural
+from .model.render import MIME_TYPE
 
 BENCH_MIME = "application/vnd.nbcompile.bench+json"
 _PEAK_RSS = ("import resource, json; "

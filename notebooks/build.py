@@ -195,7 +195,7 @@ def branch(x):
 '''),
     code('''
 assert torch.equal(nbcompile.last().report.result, torch.full((3,), 2.0))
-assert torch.equal(nbcompile.last()._tracked["branch"](torch.ones(3)), torch.zeros(3))
+assert torch.equal(nbcompile.last().workload.tracked["branch"](torch.ones(3)), torch.zeros(3))
 report = nbcompile.inspect(lambda x: x.sin() if torch.compiler.is_dynamo_compiling() else x.cos(), torch.ones(3),
                            backend="eager", check=False)
 assert [g.ops for g in report.graphs] == [["sin"]]

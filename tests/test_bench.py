@@ -10,7 +10,7 @@ import torch
 from IPython.core.error import UsageError
 
 import nbcompile
-from nbcompile import torch_compat
+from nbcompile.core import torch_compat
 
 from nbhelpers import run_compile_cell
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile import check as check_ops
-from nbcompile.state import Replay, Slot
+from nbcompile.engine import check as check_ops
+from nbcompile.engine.state import Replay, Slot
 
 from nbhelpers import run_compile_cell
 
@@ -179,5 +179,5 @@ def test_compare_walks_nested_values_with_dtype_tolerances():
 
 def test_random_ops_under_inductor_explain_the_mismatch():
     comparison = check_ops.Comparison(problems=["result: values differ"], diffs=[1.0])
-    message = check_ops._verdict(comparison, ["dropout", "mul"], "inductor").message
+    message = check_ops.verdict(comparison, ["dropout", "mul"], "inductor").message
     assert "fallback_random" in message and "dropout" in message

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile import search as search_ops
-from nbcompile import torch_compat
-from nbcompile.toggles import available_function_modes
+from nbcompile.core import torch_compat
+from nbcompile.engine import search as search_ops
+from nbcompile.engine.toggles import available_function_modes
 
 from nbhelpers import run_compile_cell
 

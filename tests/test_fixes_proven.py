@@ -13,7 +13,8 @@ import textwrap
 import torch
 
 import nbcompile
-from nbcompile import torch_compat, trial
+from nbcompile.core import torch_compat
+from nbcompile.engine import trial
 
 from nbhelpers import run_compile_cell
 

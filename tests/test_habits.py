@@ -13,8 +13,8 @@ import torch
 from IPython.core.error import UsageError
 
 import nbcompile
-from nbcompile import torch_compat
-from nbcompile.toggles import REGISTRY
+from nbcompile.core import torch_compat
+from nbcompile.engine.toggles import REGISTRY
 
 from nbhelpers import run_compile_cell
 
@@ -244,7 +244,7 @@ def test_an_unrelated_big_tensor_is_not_copied(ip):
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "scale(torch.ones(3))"',
                          "def scale(x):\n    return x * W\n"))
     session = nbcompile.last()
-    replay = session._replay(session._run_code)
+    replay = session.workload.replay(session.workload.run_code)
     assert "W" in replay.reals and "BIG" not in replay.reals
 
 

@@ -73,7 +73,7 @@ def test_rerunning_a_cell_by_id_replaces_its_session(kernel):
     for _ in range(5):
         _, reply = _run(kc, CELL, cell_id="cell-rerun")
         assert reply["status"] == "ok", reply
-    facts = _json(kc, "import json, nbcompile, torch\nfrom nbcompile.toggles import REGISTRY\n"
+    facts = _json(kc, "import json, nbcompile, torch\nfrom nbcompile.engine.toggles import REGISTRY\n"
                       "ip = get_ipython()\n"
                       "hooks = [h for h in ip.events.callbacks['post_run_cell']"
                       " if h.__module__.startswith('nbcompile')]\n"

@@ -8,7 +8,7 @@ import textwrap
 import torch
 
 import nbcompile
-from nbcompile.lint import lint_allow_in_graph
+from nbcompile.analysis.lint import lint_allow_in_graph
 
 from nbhelpers import run_compile_cell
 

@@ -47,15 +47,15 @@ def test_entry_is_rebound_to_compiled_and_source_is_inspectable(ip):
     session = nbcompile.last()
     assert session.entries == ["f"]
     f = ip.user_ns["f"]
-    assert f is not session._tracked["f"]
+    assert f is not session.workload.tracked["f"]
     assert hasattr(f, "_torchdynamo_orig_callable")
-    assert "print(\"break here\")" in inspect.getsource(session._tracked["f"])
+    assert "print(\"break here\")" in inspect.getsource(session.workload.tracked["f"])
 
 
 def test_traceback_points_at_the_cell_lines(ip):
     body = "import torch\ndef boom(x):\n    y = x + 1\n    raise ValueError('bad')\n"
     run_compile_cell(ip, "--backend eager --no-panel", body)
-    original = nbcompile.last()._tracked["boom"]
+    original = nbcompile.last().workload.tracked["boom"]
     with pytest.raises(ValueError) as info:
         original(torch.ones(1))
     frame = info.traceback[-1]
@@ -219,7 +219,7 @@ def test_status_and_report_line_magics(ip):
 def test_reset_restores_functions_and_handler(ip):
     run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', BREAK_CELL)
     session = nbcompile.last()
-    original = session._tracked["f"]
+    original = session.workload.tracked["f"]
     assert HUB.installed
     assert torch._dynamo.eval_frame._debug_get_cache_entry_list(original.__code__)
     ip.run_line_magic("nbcompile", "reset")

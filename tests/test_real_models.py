@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.report import MIME_TYPE, SCHEMA_PATH
+from nbcompile.model.report import MIME_TYPE, SCHEMA_PATH
 
 from nbhelpers import run_compile_cell
 from real_models_oracle import CASES, Case, cell_namespace, grad_mode, import_torchvision, split_call

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile import guards
+from nbcompile.capture import guards
 
 from nbhelpers import run_compile_cell
 
@@ -212,7 +212,7 @@ def test_guard_cost_on_a_module_with_fifty_parameters(ip):
     assert sum(p.numel() > 0 for p in session.namespace["deep"].parameters()) == 50
     assert frame.guard_count > 50 and frame.guard_check_us is not None and frame.guard_latency_us is not None
     assert 0 < frame.guard_check_us < 10_000  # timed: warm checks of real guards take microseconds
-    from nbcompile.render import guard_cost_text
+    from nbcompile.model.render import guard_cost_text
 
     text = guard_cost_text(frame, call_s=frame.guard_check_us * 1e-6 * 5)  # a call 5x the guard check
     assert "20% of the call (over 10%" in text and "mostly " in text
@@ -426,7 +426,7 @@ def test_a_compile_error_dynamo_swallows_is_a_fallback(ip):
     torch._dynamo.config.suppress_errors = True
     try:
         from nbcompile.capture import HUB, Recording, RecordingBackend
-        from nbcompile.report import Report
+        from nbcompile.model.report import Report
 
         ns: dict = {}
         exec(body, ns)

@@ -8,8 +8,8 @@ import jsonschema
 import torch
 
 import nbcompile
-from nbcompile.render import to_html, to_text
-from nbcompile.report import MAX_ITEMS, MIME_TYPE, SCHEMA_PATH, Graph, Report, json_schema
+from nbcompile.model.render import to_html, to_text
+from nbcompile.model.report import MAX_ITEMS, MIME_TYPE, SCHEMA_PATH, Graph, Report, json_schema
 
 
 def hostile(x):
@@ -82,7 +82,7 @@ def test_memory_is_bounded_but_counts_go_on():
 
 def test_triton_kernels_are_parsed_from_inductor_output_code():
     """The layout Inductor writes for CUDA (checked for real by the gpu-marked tests)."""
-    from nbcompile.trace_parse import parse_kernels
+    from nbcompile.capture.trace_parse import parse_kernels
 
     code = (
         "from torch._inductor.async_compile import AsyncCompile\n"

@@ -9,7 +9,7 @@ import torch
 from IPython.core.error import UsageError
 
 import nbcompile
-from nbcompile import torch_compat
+from nbcompile.core import torch_compat
 
 from nbhelpers import run_compile_cell
 
@@ -65,7 +65,7 @@ def test_disable_via_the_cell_line_and_reset_undoes_it(ip):
     assert session.toggles["helper"] == "disable"
     assert session.report.break_count >= 1
     assert all("cos" not in g.ops for g in session.report.graphs)
-    original = session._tracked["helper"]
+    original = session.workload.tracked["helper"]
     assert ip.user_ns["helper"] is not original
     ip.run_line_magic("nbcompile", "reset")
     assert ip.user_ns["helper"] is original
@@ -137,6 +137,6 @@ def test_set_takes_objects_as_well_as_names(ip):
     assert session.toggles == {"fn": "compile", "torch.sub": "disallow_in_graph"}
     session.set(torch.sub, "compile")
     assert torch_compat.registries_snapshot() == before
-    assert nbcompile.toggles.torch_name(torch.nn.functional.gelu) == "torch.nn.functional.gelu"
+    assert nbcompile.core.names.torch_name(torch.nn.functional.gelu) == "torch.nn.functional.gelu"
     with pytest.raises(nbcompile.NbcompileError, match="public dotted name"):
         session.set(object(), "disallow_in_graph")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.traces import TraceError
+from nbcompile.facades.traces import TraceError
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE / "data"))
@@ -165,7 +165,7 @@ CACHE_JOB = textwrap.dedent(
     """\
     import sys, time, torch
     import nbcompile  # noqa: F401 (the magic's helpers)
-    from nbcompile import torch_compat
+    from nbcompile.core import torch_compat
     torch._inductor.config.fx_graph_cache = True
     def f(x):
         return (x.sin() * 2 + x.cos()).relu().sum()

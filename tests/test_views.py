@@ -9,7 +9,7 @@ import textwrap
 import torch
 
 import nbcompile
-from nbcompile.check import compare
+from nbcompile.engine.check import compare
 
 from nbhelpers import run_compile_cell
 
@@ -97,12 +97,12 @@ def test_panel_rough_edges(ip):
     assert "Net.__init__" not in panel.function_rows and "Net.forward" in panel.function_rows
     assert "1 frame," in panel.function_counts["Net.forward"].value
     assert "1 graph," in panel.status.value
-    testing_only = set(nbcompile.torch_compat.list_backends()) - set(panel.backend.options)
+    testing_only = set(nbcompile.core.torch_compat.list_backends()) - set(panel.backend.options)
     assert "inductor" in panel.backend.options and testing_only
 
 
 def test_a_timing_that_is_not_steady_is_marked_noisy_and_not_plotted():
-    from nbcompile.timing import BenchResult, BenchRow, steady_time
+    from nbcompile.engine.timing import BenchResult, BenchRow, steady_time
 
     asked = []
 
@@ -128,7 +128,7 @@ def test_when_eager_itself_moves_during_the_bench_every_row_is_noisy():
     import contextlib
     import time
 
-    from nbcompile.timing import run_plans
+    from nbcompile.engine.timing import run_plans
 
     slow = [False]
 
@@ -147,8 +147,8 @@ def test_when_eager_itself_moves_during_the_bench_every_row_is_noisy():
 
 
 def test_exported_html_needs_no_network_for_the_figures():
+    from nbcompile.engine.timing import BenchResult, BenchRow
     from nbcompile.runner import inline_plotly
-    from nbcompile.timing import BenchResult, BenchRow
 
     rows = [BenchRow("eager", 1e-3, 1e-5, 1.0, None), BenchRow("default", 5e-4, 1e-5, 2.0, 1.0, 0.5)]
     bundle = BenchResult(rows, "cpu", "torch.utils.benchmark", None, 0, 0)._repr_mimebundle_()
@@ -195,7 +195,7 @@ def test_a_module_entry_has_a_row_in_the_panel(ip):
 
 
 def test_rows_never_cut_a_mode_nor_run_a_long_name_under_the_buttons(ip):
-    from nbcompile import panel as panel_ops
+    from nbcompile.views import panel as panel_ops
 
     body = "import torch\ndef f(x):\n    return torch.nn.functional.scaled_dot_product_attention(x, x, x) + 1\n"
     run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(1, 2, 4))"', body)
@@ -250,7 +250,7 @@ def test_the_run_summary_numbers_cells_as_a_user_counts_them(capsys):
     import nbformat
 
     from nbcompile import runner
-    from nbcompile.report import MIME_TYPE, Report
+    from nbcompile.model.report import MIME_TYPE, Report
 
     data = Report(title="%%compile [3]: f").to_json()
     nb = nbformat.v4.new_notebook(cells=[
@@ -280,7 +280,7 @@ def test_run_without_the_nbconvert_stack_says_what_to_install(tmp_path):
 
 def test_classes_of_c_code_are_never_state_a_check_would_write_back():
     """timm's modules import functools.partial and read `.func`: a C type's descriptor is not state."""
-    from nbcompile.state import reach
+    from nbcompile.engine.state import reach
 
     ns: dict = {"__name__": "__main__"}
     exec(textwrap.dedent(

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .report import Fix, GuardChange
+from ..model.report import Fix, GuardChange
 
 #: Most guard changes kept per recompile.
 MAX_CHANGES = 8

@@ -23,11 +23,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from .options import MODES, NbcompileError
-from .render import change_text, function_label, guard_cost_text, limit_warnings, plural, set_effect, split_bar
-from .report import Report, ReportDiff
-from .snippet import STYLES
-from .toggles import TORCH_MODES, available_function_modes
+from ..core.errors import NbcompileError
+from ..core.options import MODES
+from ..core.text import function_label, plural
+from ..engine.snippet import STYLES
+from ..engine.toggles import TORCH_MODES, available_function_modes
+from ..model.render import change_text, guard_cost_text, limit_warnings, set_effect, split_bar
+from ..model.report import Report, ReportDiff
 
 #: Most characters of kernel code shown per kernel in the Kernels tab.
 KERNEL_CHARS = 20_000
@@ -141,7 +143,7 @@ LABEL_WIDTH = "220px"
 
 def _failed(guard: str, subjects: list[str]) -> bool:
     """Whether a guard line checks one of the expressions a recompile named (``x.shape[0]``, ``SCALE``)."""
-    from .guards import subject_of
+    from ..capture.guards import subject_of
 
     text = subject_of(guard)
     for subject in subjects:
@@ -274,7 +276,7 @@ class Panel(widgets.VBox):
         return widgets.HBox([_label(name), toggle])
 
     def _controls(self, session: Any) -> widgets.HBox:
-        from . import torch_compat
+        from ..core import torch_compat
 
         opts = session.options
         backends = torch_compat.list_backends(user_facing=True)
@@ -342,44 +344,32 @@ class Panel(widgets.VBox):
         the stop button and other cells are heard between trials; elsewhere it runs to the end now."""
         import asyncio
 
-        from . import search
-
         if self.fix_running is not None:
             return
-        session = self.session
         try:
-            searcher = search.Searcher(session, float(self.fix_budget.value), progress=self.show_fix)
+            run = self.session.fix_run(float(self.fix_budget.value))
         except Exception as exc:
             self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self._draw_status()
             return
-        self.fix_running = searcher.result
+        self.fix_running = run.result
         self._searching(True)
-        steps = searcher.steps()
+        steps = run.steps()
 
-        def finish() -> None:
+        def finish() -> None:  # the session applied the best and redrew the panel
             self.fix_running = None
             self._searching(False)
-            try:
-                search.apply_best(session, searcher.result)
-            except Exception as exc:
-                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            session.last_fix = searcher.result
-            self.show_fix(searcher.result)
-            self.refresh()
+            self.show_fix(run.result)
 
         def step() -> None:
-            import contextlib
-            import io
-
             try:
-                with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial
-                    next(steps)
+                next(steps)
             except StopIteration:
                 finish()
                 return
             except Exception as exc:
-                searcher.result.state = f"failed: {type(exc).__name__}: {exc}"
+                run.result.state = f"failed: {type(exc).__name__}: {exc}"
+                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 finish()
                 return
             if loop is not None:
@@ -392,7 +382,7 @@ class Panel(widgets.VBox):
         if loop is not None:
             loop.call_soon(step)
             return
-        searcher.run()
+        run.run()
         finish()
 
     def stop_fix(self) -> None:
@@ -589,8 +579,8 @@ class Panel(widgets.VBox):
 
     def _draw_timeline(self, report: Report) -> None:
         """Set as widget state, like the split figure (exported pages draw its HTML form)."""
-        from . import torch_compat
-        from .plots import recompile_timeline
+        from ..core import torch_compat
+        from ..model.plots import recompile_timeline
 
         if not report.recompiles and not report.fallbacks:
             self.timeline_output.outputs = ()

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from . import torch_compat
-from .options import NbcompileError
+from ..core import torch_compat
+from ..core.errors import NbcompileError
 
 _COUNTER = itertools.count()
 #: The library name the exported code registers its operators under.

@@ -18,9 +18,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.text import function_label as label
+from .render import MIME_TYPE as MIME_TYPE
+from .render import mimebundle, summary_line, to_text
+
 SCHEMA_VERSION = 1
-MIME_TYPE = "application/vnd.nbcompile.report+json"
-SCHEMA_PATH = pathlib.Path(__file__).parent / "schema" / "report.schema.json"
+SCHEMA_PATH = pathlib.Path(__file__).parent.parent / "schema" / "report.schema.json"
 
 #: Most items of one kind a report keeps; the counts go on past it.
 MAX_ITEMS = 500
@@ -313,8 +316,6 @@ class Report:
         return data
 
     def summary(self) -> str:
-        from .render import summary_line
-
         return summary_line(self)
 
     def diff(self, other: Report, *, speed: tuple[float | None, float | None] = (None, None)) -> ReportDiff:
@@ -322,8 +323,6 @@ class Report:
         graphs, breaks, recompiles and guards added and removed, and the speedup change when both were
         benched (``speed``: this report's and the other's speedup over eager)."""
         import re
-
-        from .render import function_label as label
 
         def graphs(r: Report) -> list[str]:
             return [f"{label(g.function)}: {', '.join(g.ops) or 'no ops'}" for g in r.graphs]
@@ -351,13 +350,9 @@ class Report:
         )
 
     def __str__(self) -> str:
-        from .render import to_text
-
         return to_text(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        from .render import mimebundle
-
         return mimebundle(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:

@@ -6,26 +6,14 @@ HTML goes through ``html.escape``.
 
 from __future__ import annotations
 
-import html
-import re
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .report import MIME_TYPE, Fix, Report
+from ..core.text import _e, _table, function_label, plural
 
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+if TYPE_CHECKING:  # types only: the Report imports this module to show itself
+    from .report import Fix, Report
 
-
-def function_label(name: str) -> str:
-    """``torch_dynamo_resume_in_f_at_5`` -> ``f (resumed at line 5)``."""
-    m = _RESUME.match(name)
-    return f"{m.group('fn')} (resumed at line {m.group('line')})" if m else name
-
-
-def plural(n: int, word: str) -> str:
-    """``1 break``, ``2 breaks``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith(("sh", "ch")) else f"{n} {word}s"
-
+MIME_TYPE = "application/vnd.nbcompile.report+json"
 
 def summary_line(report: Report) -> str:
     parts = [
@@ -97,26 +85,6 @@ def to_text(report: Report) -> str:
     if dropped:
         lines.append(f"  (not kept, counted: {dropped})")
     return "\n".join(lines)
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-_CELL_STYLE = "text-align:left;vertical-align:top"
-
-
-def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tuple[int, ...] = ()) -> str:
-    # Left-aligned and top-aligned inline: notebook HTML exports right-align table cells, which
-    # makes a column of reasons unreadable.
-    head = "".join(f"<th style='{_CELL_STYLE}'>{_e(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = "".join(
-            f"<td style='{_CELL_STYLE}'>{cell if i in raw_cols else _e(cell)}</td>" for i, cell in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table class='nbcompile-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 _PROOF_CLASS = {True: "proven", False: "unhelpful", None: "untried"}
@@ -309,7 +277,7 @@ def limit_warnings(report: Report, limit: int | None = None) -> list[str]:
     """Functions that used half of ``recompile_limit`` or more: warned before they fall back to eager."""
     from collections import Counter
 
-    from . import torch_compat
+    from ..core import torch_compat
 
     limit = limit or torch_compat.recompile_limit()
     fallen = {f.function for f in report.fallbacks if f.kind == "recompile_limit"}

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from . import torch_compat
-from .report import Check
+from ..core import torch_compat
+from ..model.report import Check
 from .state import Replay
 
 #: (rtol, atol) by dtype: assert_close's documented defaults. Integers, bools: exact.
@@ -256,10 +256,10 @@ def _compare_tensors(a: Any, b: Any, path: str, out: Comparison) -> None:
     try:
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True)
     except AssertionError as exc:
-        out.problems.append(f"{path}: {_one_line(str(exc))}")
+        out.problems.append(f"{path}: {one_line(str(exc))}")
 
 
-def _one_line(message: str) -> str:
+def one_line(message: str) -> str:
     """assert_close's message, which spans lines, as one line."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     keep = [line for line in lines if line.startswith(("Mismatched elements", "Greatest absolute difference"))]
@@ -346,13 +346,13 @@ def against_eager(
     rng_after = RngState()
     rng_before.restore()
     try:
-        with _quiet(), torch_compat.force_eager(), replay.swapped(bind) as extra, _no_outside_effects():
+        with quiet(), torch_compat.force_eager(), replay.swapped(bind) as extra, no_outside_effects():
             expected = run_eager(extra)
     except OutsideEffect as exc:
         return Check(True, None, f"not compared: the run {exc} outside Python, which the check will not do a "
                                  "second time", compared=False)
     except Exception as exc:
-        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {_one_line(str(exc))}")
+        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {one_line(str(exc))}")
     finally:
         rng_after.restore()
     comparison = Comparison(pairs=replay.memo)
@@ -369,7 +369,7 @@ def against_eager(
                                                                                     torch.optim.Optimizer)):
             continue  # compared tensor by tensor above, skipping what neither run touched
         compare(compiled_left, eager_left, f"{label} (after the run)", comparison)
-    return _verdict(comparison, random_ops, backend)
+    return verdict(comparison, random_ops, backend)
 
 
 def nothing_compiled(why: str) -> Check:
@@ -378,7 +378,7 @@ def nothing_compiled(why: str) -> Check:
 
 
 @contextlib.contextmanager
-def _quiet() -> Any:
+def quiet() -> Any:
     """What the eager run prints or logs is not shown: the user sees one run."""
     import logging
 
@@ -437,7 +437,7 @@ _CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
 
 
 @contextlib.contextmanager
-def _no_outside_effects(compiler_may: bool = False) -> Any:
+def no_outside_effects(compiler_may: bool = False) -> Any:
     """The eager run may not write files, start processes or use the network: an audit hook stops the
     first attempt (before it happens), and the check says it could not compare. ``compiler_may``: a
     compiled run, in which torch.compile itself may write its caches while it compiles."""
@@ -452,7 +452,7 @@ def _no_outside_effects(compiler_may: bool = False) -> Any:
         _GUARD.on, _GUARD.compiler_may = False, False
 
 
-def _verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:
+def verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:
     diff = comparison.max_abs_diff
     diff_text = f"max abs diff {diff:.3g}" if diff is not None else "no floating-point values"
     if not comparison.problems:

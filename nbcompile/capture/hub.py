@@ -31,10 +31,10 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import torch_compat
+from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
-from . import torch_compat
 from .cell import cell_line_of
-from .report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from .trace_parse import parse_graph_break, parse_graph_ops, parse_guards, parse_kernels, parse_recompile_reasons
 
 #: Compilations still open at once before the oldest is dropped (a failed
@@ -459,7 +459,7 @@ def torch_callables(gm: Any) -> list[str]:
     These are what ``disallow_in_graph`` can take; operators (``x * y``) and
     tensor methods are not.
     """
-    from .toggles import torch_name
+    from ..core.names import torch_name
 
     names: list[str] = []
     for node in gm.graph.nodes:

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .errors import NbcompileError
+
 #: Features that this torch lacks, name -> what nbcompile does without it.
 MISSING: dict[str, str] = {}
 
@@ -386,8 +388,6 @@ def destroy_custom_op(op: Any) -> None:
 
 
 def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    from .options import NbcompileError
-
     save = getattr(torch.compiler, "save_cache_artifacts", None)
     load = getattr(torch.compiler, "load_cache_artifacts", None)
     if not callable(save) or not callable(load):
@@ -397,8 +397,6 @@ def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
 
 def save_compile_cache(path: str) -> tuple[int, str]:
     """``torch.compiler.save_cache_artifacts()`` written to ``path``: (bytes, what it holds)."""
-    from .options import NbcompileError
-
     save, _ = _cache_api()
     artifacts = save()
     if artifacts is None:
@@ -415,8 +413,6 @@ def save_compile_cache(path: str) -> tuple[int, str]:
 
 def load_compile_cache(path: str) -> tuple[int, str]:
     """``torch.compiler.load_cache_artifacts`` of the bytes in ``path``: (bytes, what it held)."""
-    from .options import NbcompileError
-
     _, load = _cache_api()
     try:
         with open(path, "rb") as handle:

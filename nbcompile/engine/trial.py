@@ -12,20 +12,20 @@ undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
+from ..core import torch_compat
+from ..core.errors import describe_failure
+from ..model.report import Check, Fix, Report
 from . import check as check_ops
-from . import torch_compat
-from .report import Check, Fix, Report
 from .state import Replay, Slot
 
 #: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
@@ -89,8 +89,7 @@ def trial_backend(backend: str) -> str:
 
 def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None) -> Outcome:
     """One scratch run with ``modes``, compared with an eager run on a second copy of the state."""
-    from .capture import HUB, Recording
-    from .session import describe_failure
+    from ..capture.hub import HUB, Recording
 
     start = time.perf_counter()
     outcome = Outcome(dict(modes))
@@ -106,14 +105,14 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 torch._dynamo.config.patch(**(options or {}).get("_config", {})), \
-                HUB.active(recording), check_ops._quiet(), check_ops._no_outside_effects(compiler_may=True):
+                HUB.active(recording), check_ops.quiet(), check_ops.no_outside_effects(compiler_may=True):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
         outcome.error = f"not tried: the run {exc}, which a trial will not do again"
     except torch_compat.DYNAMO_ERRORS as exc:
         outcome.error = f"fails to compile ({describe_failure(exc)})"
     except Exception as exc:
-        outcome.error = f"the run raised {type(exc).__name__}: {check_ops._one_line(str(exc))}"
+        outcome.error = f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}"
     finally:
         HUB.release()
         rng.restore()
@@ -134,14 +133,14 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
 def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec, random_ops: list[str]) -> Check:
     """The eager run on the second copy, and every value the two runs returned or left compared."""
     try:
-        with check_ops._quiet(), torch_compat.force_eager(), eager_copy.swapped(spec.originals) as extra, \
-                check_ops._no_outside_effects():
+        with check_ops.quiet(), torch_compat.force_eager(), eager_copy.swapped(spec.originals) as extra, \
+                check_ops.no_outside_effects():
             expected = spec.eager(extra)
     except check_ops.OutsideEffect as exc:
         return Check(True, None, f"not compared: the run {exc}", compared=False)
     except Exception as exc:
         return Check(False, None, f"the eager reference run raised {type(exc).__name__}: "
-                                  f"{check_ops._one_line(str(exc))}")
+                                  f"{check_ops.one_line(str(exc))}")
     # The two copies were taken from the same objects: copy A's object and copy B's are one object.
     pairs = {id(a): eager_copy.memo[real_id] for real_id, a in compiled_copy.memo.items() if real_id in eager_copy.memo}
     comparison = check_ops.Comparison(pairs=pairs)
@@ -165,7 +164,7 @@ def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec,
     for label, _, value in compiled_copy.outcomes:
         if label in left and not isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
             check_ops.compare(value, left[label], f"{label} (after the run)", comparison)
-    return check_ops._verdict(comparison, random_ops, spec.backend)
+    return check_ops.verdict(comparison, random_ops, spec.backend)
 
 
 # --- proving the suggested fixes ------------------------------------------------------------
@@ -337,7 +336,7 @@ def _candidate(function: str, fix: Fix) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def _marking(compiled: Any, target: Any, options: dict[str, Any]) -> Any:
+def marking(compiled: Any, target: Any, options: dict[str, Any]) -> Any:
     """``compiled``, called as the user would after applying a recompile fix to the entry named in
     ``options``: ``torch._dynamo.maybe_mark_dynamic(param, dim)`` (or ``mark_static``, ``mark_unbacked``)
     on its parameter before each call (``_mark``), or a global or ``self.attr`` number held as a 0-dim
@@ -418,75 +417,3 @@ def _check_word(outcome: Outcome) -> str:
     if not outcome.check.compared:
         return "check not compared"
     return "check ok" if outcome.check.ok else f"check FAILED ({outcome.check.message[:80]})"
-
-
-# --- the session's workload -------------------------------------------------------------------
-
-@contextlib.contextmanager
-def session_scratch(session: Any, modes: dict[str, str], compile_entry: Callable[[str, Any], Any]) -> Iterator[
-        tuple[Any, Callable[[], None]]]:
-    """The session's names bound, for the duration, to what ``modes`` makes of their originals on a
-    scratch engine (entries through ``compile_entry``: fresh compiled copies). Yields the engine and
-    ``bind()``, which puts the scratch values in the user's slots (again, after a rebind). Torch
-    callables are set as ``modes`` says (process-wide) and put back as the session had them."""
-    from .toggles import Binding, Toggles, is_torch_name
-
-    saved = session.toggles
-    bindings = session.engine.bindings
-    scratch = {name: b.original for name, b in bindings.items()}
-    engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=session.functions,
-                     custom_op=getattr(session, "_custom_op", None))
-    slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
-    torch_names = [n for n in {*saved, *modes} if is_torch_name(n)]
-    before = {slot: slot.get() for slot in slots.values()}
-
-    def bind() -> None:
-        for name, slot in slots.items():
-            slot.set(scratch[name])
-
-    try:
-        for name in torch_names:
-            session.engine.apply(name, modes.get(name, "compile"))
-        for name in session.functions:
-            engine.apply(name, modes.get(name, "compile"))
-        engine.rebind()
-        yield engine, bind
-    finally:
-        for slot, value in before.items():
-            slot.set(value)
-        engine.undo_all()
-        for name in torch_names:
-            session.engine.apply(name, saved.get(name, "compile"))
-
-
-def session_spec(session: Any, code: Any) -> Spec:
-    """Scratch runs of a session's ``--run`` expression (``code``)."""
-    from .capture import RecordingBackend
-    from .toggles import copy_function
-
-    backend = trial_backend(session.options.backend)
-
-    @contextlib.contextmanager
-    def compiled(modes: dict[str, str], replay: Replay, recording: Any,
-                 options: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
-        def compile_entry(name: str, obj: Any) -> Any:
-            if name not in session.entries:
-                return obj
-            target = replay.counterpart(torch_compat.unwrap_compiled(obj))
-            kwargs: dict[str, Any] = {**session.options.torch_compile_kwargs(),
-                                      **{k: v for k, v in options.items() if not k.startswith("_")}}
-            if torch_compat.ISOLATE_RECOMPILES:
-                kwargs["isolate_recompiles"] = True
-            rec_backend = RecordingBackend(backend, session.options.mode, kwargs.get("dynamic"), recording)
-            compiled = torch.compile(copy_function(target), backend=rec_backend, **kwargs)
-            return _marking(compiled, target, options)
-
-        with session_scratch(session, modes, compile_entry) as (_, bind):
-            def call(_extra: Any) -> Any:
-                bind()
-                return eval(code, session.namespace, {})
-            yield call
-
-    return Spec(capture=lambda: session._replay(code), compiled=compiled,
-                eager=lambda _extra: eval(code, session.namespace, {}), originals=session._originals(),
-                backend=backend)

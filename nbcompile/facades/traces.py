@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guards as guard_ops
-from .options import NbcompileError
-from .render import _e, plural
-from .report import Report
+from ..capture import guards as guard_ops
+from ..core.errors import NbcompileError
+from ..core.text import _e, plural
+from ..model.report import Report
 
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
 _RANK_FILE = re.compile(r"rank_(?P<rank>\d+)")
@@ -119,7 +119,7 @@ class RankTrace:
     """One rank's log, read into a report through an offline hub."""
 
     def __init__(self, rank: int, path: str) -> None:
-        from .capture import Hub, Recording
+        from ..capture.hub import Hub, Recording
 
         self.rank = rank
         self.path = path
@@ -245,7 +245,7 @@ class Traces:
         """In a frontend with widgets: the panel (it follows a followed job); elsewhere HTML and text."""
         from IPython.display import display
 
-        from .magics import widgets_supported
+        from ..views.env import widgets_supported
 
         if widgets_supported():
             display(self.panel().widget)
@@ -500,7 +500,7 @@ class TracesPanel:
                               "data": {"application/vnd.plotly.v1+json": self.traces.figure_dict(),
                                        "text/plain": "per-rank counts"}},)
         report = self.traces.ranks.get(self.rank.value) if self.rank.value is not None else None
-        from .render import to_html
+        from ..model.render import to_html
 
         self.report_html.value = to_html(report) if report is not None else "<i>no rank yet</i>"
 

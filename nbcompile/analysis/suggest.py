@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .report import Fix, GraphBreak, LintWarning
+from ..model.report import Fix, GraphBreak, LintWarning
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*)`")
 _SIDE_EFFECT_WORDS = ("print", "logging", "logger", "warn")

@@ -27,8 +27,8 @@ from typing import Any, cast
 
 import torch
 
-from .cell import cell_line_of
-from .report import LintWarning
+from ..capture.cell import cell_line_of
+from ..model.report import LintWarning
 
 #: Attribute reads and calls that look at a tensor's metadata, not its values.
 _STATIC_ATTRS = frozenset({

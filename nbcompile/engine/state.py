@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import torch_compat
+from ..core import torch_compat
 
 #: The most bytes of tensor state copied to replay a run.
 MAX_COPY_BYTES = 256 * 2**20

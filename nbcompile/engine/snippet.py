@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .options import CompileOptions, NbcompileError
-from .toggles import is_torch_name, torch_name, validate
+from ..core.errors import NbcompileError
+from ..core.names import is_torch_name, torch_name
+from ..core.options import CompileOptions
+from .toggles import validate
 
 STYLES = ("calls", "decorators")
 _DECORATORS = {"disable": "torch.compiler.disable", "allow_in_graph": "torch.compiler.allow_in_graph",

@@ -63,7 +63,8 @@ def recompile_timeline(report: Any, limit: int) -> dict[str, Any]:
     """The Recompiles tab's timeline, as a plotly figure dict: one row per function, one point per compile
     of it in call order (the first compile, then each recompile with the change that triggered it), the
     cache entries it holds against ``recompile_limit``, and a fallback past the limit marked."""
-    from .render import change_text, function_label
+    from ..core.text import function_label
+    from .render import change_text
 
     order: list[str] = []
     points: dict[str, list[tuple[int, str]]] = {}

@@ -19,18 +19,18 @@ nbcompile validates or applies a toggle.
 
 from __future__ import annotations
 
-import functools
-import importlib
+import contextlib
 import threading
 import types
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import torch_compat
-from .options import NbcompileError
+from ..core import torch_compat
+from ..core.errors import NbcompileError
+from ..core.names import copy_function, is_torch_name, resolve_torch_callable
 
 FUNCTION_MODES = ("compile", "disable", "allow_in_graph", "nonstrict_trace", "custom_op")
 #: Function modes that hold an object of their own (a registered copy, a wrapper, an operator).
@@ -46,70 +46,11 @@ class StaleError(NbcompileError):
     """A binding no longer holds what nbcompile put there; the message says what happened."""
 
 
-# --- names ----------------------------------------------------------------------------------
-
-def copy_function(fn: Any) -> Any:
-    """A function equal to ``fn`` with its own identity and code object."""
-    fn = torch_compat.unwrap_compiled(fn)
-    if not isinstance(fn, types.FunctionType):
-        return fn
-    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    functools.update_wrapper(copy, fn)
-    del copy.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; typeshed does not declare it
-    return copy
-
-
-def resolve_torch_callable(name: str) -> Any:
-    """``"torch.nn.functional.gelu"`` -> the callable; a one-line error otherwise."""
-    if not (name == "torch" or name.startswith("torch.")):
-        raise NbcompileError(f"{name!r} is not a torch callable; give a dotted name such as torch.sub")
-    parts = name.split(".")
-    obj: Any = importlib.import_module("torch")
-    for i, part in enumerate(parts[1:], start=1):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            try:
-                obj = importlib.import_module(".".join(parts[: i + 1]))
-            except ImportError:
-                raise NbcompileError(f"{name!r} not found: torch has no {'.'.join(parts[: i + 1])}") from None
-    if not callable(obj):
-        raise NbcompileError(f"{name!r} is not callable")
-    return obj
-
-
-_PUBLIC_TORCH_MODULES = (
-    "torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.func", "torch.Tensor",
-)
-
-
-def torch_name(obj: Any) -> str:
-    """The public dotted name of a torch callable (``torch.sub``, ``torch.nn.functional.gelu``)."""
-    name = getattr(obj, "__name__", None)
-    if name:
-        for module_name in _PUBLIC_TORCH_MODULES:
-            owner: Any = torch
-            for part in module_name.split(".")[1:]:
-                owner = getattr(owner, part, None)
-            if owner is not None and getattr(owner, name, None) is obj:
-                return f"{module_name}.{name}"
-        module = getattr(obj, "__module__", "") or ""
-        if module.startswith("torch") and not any(p.startswith("_") for p in module.split(".")):
-            return f"{module}.{name}"
-    raise NbcompileError(f"{obj!r} is not a torch callable with a public dotted name; give one such as torch.sub")
-
-
 def available_function_modes() -> tuple[str, ...]:
     """The function modes this torch has (``nonstrict_trace`` and ``custom_op`` are newer)."""
     return tuple(m for m in FUNCTION_MODES if m not in ("nonstrict_trace", "custom_op")
                  or (m == "nonstrict_trace" and torch_compat.NONSTRICT_TRACE)
                  or (m == "custom_op" and torch_compat.CUSTOM_OP))
-
-
-def is_torch_name(name: str) -> bool:
-    """A torch callable by dotted name (``torch.sub``); ``module:Class.method`` names a library function."""
-    return name.startswith("torch.") and ":" not in name
 
 
 # --- validation (the only copy) ---------------------------------------------------------------
@@ -216,6 +157,27 @@ class Registry:
                 _register(held.obj, kind, "")
             if not remaining:
                 del self._held[id(registration.obj)]
+
+    @contextlib.contextmanager
+    def suspended(self, objs: Iterable[Any], kind: str) -> Iterator[None]:
+        """``objs`` as torch had them before any holder registered them as ``kind``, for the duration (a
+        scratch run's configuration without them); every holder's registration is back afterwards. The
+        counts are left alone: nothing a holder did is undone, only lent."""
+        with self._lock:
+            lent = []
+            for obj in objs:
+                held = self._held.get(id(obj))
+                if held is not None and held.counts.get(kind, 0):
+                    torch_compat.restore_registry_membership(held.obj, held.before)
+                    for other in [k for k, n in held.counts.items() if n and k != kind]:
+                        _register(held.obj, other, "")
+                    lent.append(held)
+            try:
+                yield
+            finally:
+                for held in lent:
+                    if held.counts.get(kind, 0):
+                        _register(held.obj, kind, "")
 
     def held(self) -> dict[int, dict[str, int]]:
         """id(obj) -> holders per kind (for tests and diagnostics)."""

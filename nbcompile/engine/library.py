@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any
 
-from .options import NbcompileError
+from ..core.errors import NbcompileError
 from .toggles import Binding
 
 SEP = ":"

@@ -26,9 +26,15 @@ from typing import Any
 
 import torch
 
+from ..capture.hub import HUB, Recording
+from ..core import torch_compat
+from ..core.errors import NbcompileError
+from ..core.options import MODES, CompileOptions
+from ..model.report import Report
 from . import check as check_ops
-from . import torch_compat
-from .options import MODES, CompileOptions, NbcompileError
+from .compiler import applied, compiled_copy, replay_for, toggle_engine
+from .state import Replay
+from .workload import Workload
 
 #: Fewest timed samples a median and an IQR are given from.
 MIN_SAMPLES = 5
@@ -98,7 +104,7 @@ class BenchResult:
         return {**dataclasses.asdict(self), "memory_bound": self.memory_bound}
 
     def figure(self) -> Any:
-        from .plots import bench_figure
+        from ..model.plots import bench_figure
 
         return bench_figure(self)
 
@@ -420,7 +426,6 @@ def bench(fn: Callable[..., Any], *args: Any, configs: None | Iterable[Any] = No
 
 def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
            configs: None | Iterable[Any], min_run_time: float) -> BenchResult:
-    from .api import _fresh_copy, applied, replay_for, toggle_engine
 
     if not callable(fn):
         raise NbcompileError(f"bench needs a callable, got {type(fn).__name__}")
@@ -435,20 +440,17 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         def setup(plan: BenchConfig, engine: Any) -> Any:
             @contextlib.contextmanager
             def context() -> Any:
-                kw = plan.options().torch_compile_kwargs()
-                if torch_compat.ISOLATE_RECOMPILES:  # callees' frames too get a cache of this wrapper's own
-                    kw["isolate_recompiles"] = True
-
-                def compiled_copy() -> Callable[..., Any]:
-                    return torch.compile(_fresh_copy(target), backend=plan.backend, mode=plan.mode, **kw)
+                def fresh() -> Callable[..., Any]:
+                    compiled: Callable[..., Any] = compiled_copy(target, plan.options())
+                    return compiled
 
                 with applied(*engine):
-                    steady_fn = compiled_copy()
+                    steady_fn = fresh()
 
                     def first_call() -> tuple[float, float, Any]:
-                        _first_call(lambda: compiled_copy()(*c_args, **c_kwargs), device)  # fills the caches
+                        _first_call(lambda: fresh()(*c_args, **c_kwargs), device)  # fills the caches
                         with _cold_caches():
-                            cold, _ = _first_call(lambda: compiled_copy()(*c_args, **c_kwargs), device)
+                            cold, _ = _first_call(lambda: fresh()(*c_args, **c_kwargs), device)
                         warm, out = _first_call(lambda: steady_fn(*c_args, **c_kwargs), device)
                         return cold, warm, out
 
@@ -471,54 +473,49 @@ def _forgetting(code_state: dict[Any, Any], recording: Any) -> Iterator[None]:
         torch_compat.restore_code_state(code_state, recording.codes)
 
 
-def bench_session(session: Any, code: Any, replay: Any, min_run_time: float) -> BenchResult:
+def bench_session(workload: Workload, code: Any, replay: Replay, min_run_time: float) -> BenchResult:
     """``Session.bench``: the session's toggles, and (if any is set) all at compile, each on fresh
     compiled copies of the entries (their own caches) and on the copies ``replay`` holds of the state
     the expression reaches. The session's compiled code, its report and the user's objects stay as
     they were; the plans' toggles go through the toggle engine, on a scratch namespace."""
-    saved = session.toggles
+    saved = workload.toggles
     configs: list[tuple[str, dict[str, str], dict[str, Any]]] = [("session", saved, {})]
     if any(mode != "compile" for mode in saved.values()):
         configs.append(("all toggles compile", {}, {}))
-    return _bench_configs(session, code, replay, configs, min_run_time)
+    return _bench_configs(workload, code, replay, configs, min_run_time)
 
 
-def bench_configs(session: Any, configs: list[tuple[str, dict[str, str], dict[str, Any]]],
-                  min_run_time: float = 0.5) -> BenchResult:
+def bench_configs(workload: Workload, configs: list[tuple[str, dict[str, str], dict[str, Any]]],
+                  min_run_time: float = 0.5, also_track: tuple[str, ...] = ()) -> BenchResult:
     """The session's ``--run`` expression timed eager and under each named configuration (toggles, and
     compile options such as ``dynamic``), side by side in one run, as ``Session.bench`` times it."""
-    code = session._run_code
-    replay = session._replay(code)
+    code = workload.run_code
+    if code is None:
+        raise NbcompileError("nothing to time: the workload has no --run expression")
+    replay = workload.replay(code)
     if replay.refused is not None:
         raise ValueError(replay.refused.replace("not compared", "not timed", 1))
-    return _bench_configs(session, code, replay, configs, min_run_time)
+    return _bench_configs(workload, code, replay, configs, min_run_time, also_track)
 
 
-def _bench_configs(session: Any, code: Any, replay: Any, configs: list[tuple[str, dict[str, str], dict[str, Any]]],
-                   min_run_time: float) -> BenchResult:
-    from .capture import HUB, Recording
-    from .report import Report
-    from .toggles import copy_function
-    from .trial import session_scratch
+def _bench_configs(workload: Workload, code: Any, replay: Replay,
+                   configs: list[tuple[str, dict[str, str], dict[str, Any]]], min_run_time: float,
+                   also_track: tuple[str, ...] = ()) -> BenchResult:
 
     device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
-    run = lambda: eval(code, session.namespace, {})  # noqa: E731
+    run = lambda: workload.evaluate(code)  # noqa: E731
 
     def plan(modes: dict[str, str], overrides: dict[str, Any]) -> Callable[[], Any]:
-        options = dataclasses.replace(session.options.compile_options(), **overrides)
+        options = dataclasses.replace(workload.options.compile_options(), **overrides)
 
         def fresh_compile(name: str, obj: Any) -> Any:
-            if name not in session.entries:
+            if name not in workload.entries:
                 return obj
-            target = replay.counterpart(torch_compat.unwrap_compiled(obj))  # a module entry: its copy
-            kwargs = options.torch_compile_kwargs()
-            if torch_compat.ISOLATE_RECOMPILES:
-                kwargs["isolate_recompiles"] = True
-            return torch.compile(copy_function(target), backend=options.backend, mode=options.mode, **kwargs)
+            return compiled_copy(replay.counterpart(torch_compat.unwrap_compiled(obj)), options)  # a module: its copy
 
         @contextlib.contextmanager
         def context() -> Any:
-            with session_scratch(session, modes, fresh_compile) as (engine, bind):
+            with workload.scratch(modes, fresh_compile, also_track) as (engine, bind):
                 def first_call() -> tuple[float, float, Any]:
                     bind()
                     _first_call(run, device)  # fills Inductor's caches

@@ -14,25 +14,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect as _inspect
 import io
-import types
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, NoReturn
 
-import torch
-
-from . import check as check_ops
-from . import snippet as export_ops
-from . import suggest, torch_compat, trial
-from .capture import HUB, Recording, RecordingBackend
-from .cell import CellFunctions, analyse
-from .lint import lint_allow_in_graph
-from .options import CellOptions, NbcompileError
-from .render import plural
-from .report import CompileError, LintWarning, Report
-from .state import Replay, Slot, reach
-from .toggles import StaleError, Toggles, binding_for, is_torch_name, torch_name, validate_flags
+from ..analysis import suggest
+from ..analysis.lint import lint_allow_in_graph
+from ..capture.cell import CellFunctions
+from ..capture.hub import HUB, Recording
+from ..core import torch_compat
+from ..core.errors import NbcompileError, describe_failure
+from ..core.names import is_torch_name, torch_name
+from ..core.options import CellOptions
+from ..core.text import plural
+from ..engine import check as check_ops
+from ..engine import library, trial
+from ..engine import snippet as export_ops
+from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objects, cell_key, plan_cell
+from ..engine.search import FixSearch, Searcher, apply_best
+from ..engine.toggles import StaleError, Toggles
+from ..engine.workload import Workload, code_of, unwrap
+from ..model.report import CompileError, LintWarning, Report
 
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
@@ -47,31 +49,6 @@ def sessions() -> list[Session]:
 def last() -> Session | None:
     """The most recent session, or None before the first `%%compile` cell."""
     return _SESSIONS[-1] if _SESSIONS else None
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception behind a compile failure (Dynamo wraps the user's ``ValueError``)."""
-    seen = {id(exc)}
-    while True:
-        inner = exc.__cause__ or exc.__context__  # Dynamo raises its wrappers "from None"
-        if inner is None or id(inner) in seen:
-            return exc
-        seen.add(id(inner))
-        exc = inner
-
-
-def describe_failure(exc: BaseException) -> str:
-    """``ValueError: boom`` (the cause), with Dynamo's wrapper named when it differs."""
-    cause = _root_cause(exc)
-    lines = [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
-    first = lines[0][:200] if lines else ""
-    explanation = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Explanation:")), "")
-    if explanation:  # Dynamo's graph-break text: the explanation says what it could not trace
-        first += f": {explanation[:200]}"
-    text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
-    if cause is not exc:
-        text += f", raised as {type(exc).__name__}"
-    return text
 
 
 class Session:
@@ -93,27 +70,18 @@ class Session:
         self.namespace = namespace
         self.source = source
         self.filename = filename
-        self.options = options
         self.cell = cell
         self.label = label
         self.cell_key = cell_key
-        #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
-        self._tracked = tracked
         self.entries = entries
-        self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
-        from . import library
-
-        bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)
-                    for name in tracked}
-        for entry in entries:
-            if entry not in bindings:
-                bindings[entry] = binding_for(entry, namespace)
-        self.engine = Toggles(bindings, wrap=self._wrap, functions=tracked, custom_op=self._custom_op)
-        #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
-        self._op_specs: dict[str, Any] = {}
         self._lint_cache: dict[str, list[LintWarning]] = {}
         self._stale: str | None = None
-        self.recording = Recording(self._new_report(), cell_files=(filename,))
+        self.recording = Recording(self._new_report(options), cell_files=(filename,))
+        #: What the session runs, handed to the engine (trials, timing, the search) in its place.
+        self.workload = Workload(namespace, filename=filename, options=options, tracked=tracked, entries=entries,
+                                 recording=self.recording, label=label, lint=self.lint)
+        self.report.warnings = self._current_warnings()
+        self.report.snippet = self._snippet()
         self.recording.advise = lambda brk: self._advisor()(brk)
         self._panel: Any = None
         self._drawn_version = -1
@@ -126,34 +94,40 @@ class Session:
         self._trials: dict[Any, trial.Outcome] = {}
         #: The latest ``fix()`` search (shown in the panel's Fix tab).
         self.last_fix: Any = None
+        #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
+        self._deferred = 0
 
     # -- public surface ------------------------------------------------------------------
     @property
     def functions(self) -> list[str]:
-        return list(self._tracked)
+        return self.workload.functions
 
     @property
     def toggles(self) -> dict[str, str]:
         """name -> mode: every tracked function, and the torch callables set to a mode."""
-        return dict(self.engine.modes)
+        return self.workload.toggles
+
+    @property
+    def options(self) -> CellOptions:
+        return self.workload.options
+
+    @options.setter
+    def options(self, value: CellOptions) -> None:
+        self.workload.options = value
+
+    @property
+    def engine(self) -> Toggles:
+        """The toggle engine of the session's names (the workload's)."""
+        return self.workload.engine
+
+    @property
+    def closed(self) -> bool:
+        """True once the session was reset."""
+        return self._closed
 
     @property
     def report(self) -> Report:
         return self.recording.report
-
-    @property
-    def _run_code(self) -> types.CodeType | None:
-        """The --run expression, compiled once per text (``options.run`` may be changed)."""
-        text = self.options.run
-        if text is None:
-            return None
-        if self._compiled_run[0] != text:
-            import linecache
-
-            filename = f"<--run {self.label}>".replace(" >", ">")
-            linecache.cache[filename] = (len(text), None, [text + "\n"], filename)  # tracebacks show it
-            self._compiled_run = (text, compile(text, filename, "eval"))
-        return self._compiled_run[1]
 
     @property
     def stale(self) -> str | None:
@@ -178,23 +152,23 @@ class Session:
     def run(self) -> Any:
         """Evaluate the `--run` expression again; its value is returned and kept in the report."""
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
-        if self._run_code is None:
+        if self.workload.run_code is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
-        replay = self._replay(self._run_code) if self.options.check else None
+        replay = self.workload.replay(self.workload.run_code) if self.options.check else None
         rng = check_ops.RngState() if replay is not None else None
         with HUB.active(self.recording):
             try:
-                result = eval(self._run_code, self.namespace)
+                result = eval(self.workload.run_code, self.namespace)
             except Exception as exc:
                 self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
                 self.recording.notify()
                 raise
         self.report.result = result
         if replay is not None and rng is not None:
-            code = self._run_code
+            code = self.workload.run_code
             self.report.check = check_ops.against_eager(
-                result, lambda _: eval(code, self.namespace, {}), replay, rng, bind=self._originals(),
+                result, lambda _: self.workload.evaluate(code), replay, rng, bind=self.workload.originals(),
                 random_ops=[op for g in self.report.graphs for op in g.ops], backend=self.options.backend,
             )
             if not self.report.check.ok:
@@ -210,7 +184,7 @@ class Session:
         """Prove the report's fixes after the views are drawn: in a kernel, once the current request is
         done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now."""
         def prove() -> None:
-            if self._closed or self.stale is not None or self._run_code is None:
+            if self._closed or self.stale is not None or self.workload.run_code is None:
                 return
             self.verify_fixes()
             self.recording.notify()
@@ -230,7 +204,7 @@ class Session:
         compiled copies of the entries, torch as before) and mark each fix ``verified`` with its
         ``effect``; proven fixes come first. Trials already run for the same toggles are reused."""
         self._check_open()
-        spec = trial.session_spec(self, self._run_code) if self._run_code is not None else None
+        spec = self.workload.spec(self.workload.run_code) if self.workload.run_code is not None else None
         try:
             why_not = "not tried: the session has no --run expression to try it on"
             trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not)
@@ -242,20 +216,6 @@ class Session:
                     if fix.toggles and fix.verified is None and not fix.effect:
                         fix.effect = f"not tried ({type(exc).__name__}: {exc})"
         return self.report
-
-    def _replay(self, code: types.CodeType) -> Replay:
-        """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
-        originals = [b.original for b in self.engine.bindings.values()]
-        roots = {}
-        for label, slot in reach(self.namespace, code, originals).items():
-            binding = self.engine.bindings.get(slot.key) if slot.owner is self.namespace else None
-            roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
-        return Replay.capture(roots)
-
-    def _originals(self) -> dict[Slot, Any]:
-        """Names this session rebound (their slots) -> their originals (for the eager run)."""
-        return {Slot(b.owner, b.attr, b.name): b.original for b in self.engine.bindings.values()
-                if b.expected is not b.original and b.problem() is None}
 
     def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
@@ -286,7 +246,7 @@ class Session:
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt: rolled back, then as the user asked
             lint = ""
-            if mode == "allow_in_graph" and name in self._tracked and self.lint(name):
+            if mode == "allow_in_graph" and name in self.workload.tracked and self.lint(name):
                 lint = "; the allow_in_graph lint says: " + "; ".join(w.message for w in self.lint(name)[:3])
             raise self._failed(
                 f"{name} -> {mode} failed ({describe_failure(exc)}); kept {name} -> {previous}{lint}") from exc
@@ -320,7 +280,7 @@ class Session:
             self._after_toggle()
         except StaleError:
             pass
-        self._drop_compiled_code()
+        self.workload.drop_compiled_code()
         self.recording.report = old_report
         self.recording.notify()
 
@@ -368,7 +328,7 @@ class Session:
         return result
 
     def _bench(self, expr: str | None, min_run_time: float) -> Any:
-        from . import timing as bench_ops
+        from ..engine import timing as bench_ops
 
         expr = expr or self.options.run
         if not expr:
@@ -377,10 +337,10 @@ class Session:
             code = compile(expr, "<nbcompile bench>", "eval")
         except SyntaxError as exc:
             raise NbcompileError(f"{expr!r} is not an expression ({exc.msg})") from None
-        replay = self._replay(code)
+        replay = self.workload.replay(code)
         if replay.refused is not None:
             raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
-        self.last_bench = bench_ops.bench_session(self, code, replay, min_run_time)
+        self.last_bench = bench_ops.bench_session(self.workload, code, replay, min_run_time)
         return self.last_bench
 
     # -- display ---------------------------------------------------------------------------
@@ -399,7 +359,8 @@ class Session:
         was_stale = self._stale
         if self._drawn_version != self.recording.version or (self.stale is not None and was_stale is None):
             why = ("not tried: it came from a later cell, and fixes are tried on the session's --run expression"
-                   if self._run_code is not None else "not tried: the session has no --run expression to try it on")
+                   if self.workload.run_code is not None
+                   else "not tried: the session has no --run expression to try it on")
             trial.mark_untried(self.report, why)
             self.redraw()
 
@@ -409,7 +370,7 @@ class Session:
             return
         from IPython.display import update_display
 
-        from .report import MIME_TYPE
+        from ..model.render import MIME_TYPE
 
         # the metadata as first displayed (magics._display): an update replaces the output whole
         update_display(self.report, display_id=self.display_id, metadata={MIME_TYPE: {"display_id": self.display_id}})
@@ -418,7 +379,7 @@ class Session:
         """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""
         self._check_open()
         if self._panel is None:
-            from .panel import Panel
+            from ..views.panel import Panel
 
             self._panel = Panel(self)
         else:
@@ -427,7 +388,7 @@ class Session:
 
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
-        from .custom_ops import export_code
+        from ..engine.custom_ops import export_code
 
         toggles = {name: mode for name, mode in self.toggles.items() if mode != "compile"}
         return export_ops.export(
@@ -436,119 +397,21 @@ class Session:
             entries=self.entries,
             options=self.options.compile_options(),
             style=style,
-            custom_ops={n: export_code(self._op_specs[n]) for n, m in toggles.items()
-                        if m == "custom_op" and not isinstance(self._op_specs.get(n), (str, type(None)))},
+            custom_ops={n: export_code(self.workload.op_specs[n]) for n, m in toggles.items()
+                        if m == "custom_op" and not isinstance(self.workload.op_specs.get(n), (str, type(None)))},
         )
 
     # -- library functions -----------------------------------------------------------------
     def track(self, name: str) -> None:
         """Track a library function (``module:function`` or ``module:Class.method``): it takes the function
         modes like the cell's own functions, and ``reset`` puts the original back."""
-        from . import library
-
         self._check_open()
-        if name in self._tracked:
-            return
-        if not library.is_library_name(name):
-            raise NbcompileError(f"{name!r}: the cell's own functions are tracked already; give a library function "
-                                 "as module:function or module:Class.method")
-        binding, fn = library.resolve(name)
-        self.engine.bindings[name] = binding
-        self.engine.functions.append(name)
-        self.engine.modes[name] = "compile"
-        self._tracked[name] = fn
+        self.workload.track(name)
 
     def untrack(self, name: str) -> None:
         """Stop tracking a library function (back at ``compile`` first: its original put back)."""
-        from . import library
-
-        if not library.is_library_name(name) or name not in self._tracked:
-            raise NbcompileError(f"{name!r} is not a tracked library function; tracked: "
-                                 f"{', '.join(n for n in self._tracked if library.is_library_name(n)) or '(none)'}")
-        if self.engine.mode(name) != "compile":
-            self.engine.apply(name, "compile")
-        self.engine.bindings.pop(name).restore()
-        self.engine.functions.remove(name)
-        self.engine.modes.pop(name, None)
-        self._tracked.pop(name)
+        self.workload.untrack(name)
         self._lint_cache.pop(name, None)
-
-    # -- custom_op mode --------------------------------------------------------------------
-    def _custom_op(self, name: str, original: Any) -> tuple[Any, Callable[[], None]]:
-        """The operator ``name`` runs as under ``custom_op``: its spec derived once, from one eager sample
-        call of the --run expression, and checked by opcheck then; each use builds its own operator."""
-        from . import custom_ops
-
-        if ":" in name:
-            raise NbcompileError(f"custom_op({name}): custom_op is for the cell's own functions; a library function "
-                                 "takes compile, disable, allow_in_graph or nonstrict_trace")
-        known = self._op_specs.get(name)
-        if isinstance(known, str):
-            raise NbcompileError(known)
-        if known is not None:
-            return custom_ops.build(known, original)
-        def derive(sample: Any) -> tuple[Any, Any, Callable[[], None]]:
-            spec = custom_ops.spec_of(name, original, sample)
-            return (spec, *custom_ops.build(spec, original, sample))
-
-        try:  # on copies of the state --run reaches: the probes and opcheck call the function again
-            spec, op, release = self._sample_call(name, original, derive)
-        except NbcompileError as exc:
-            self._op_specs[name] = str(exc)
-            raise
-        self._op_specs[name] = spec
-        return op, release
-
-    def _sample_call(self, name: str, original: Any, then: Callable[[Any], Any]) -> Any:
-        """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
-        sees runs): its arguments (cloned before the call), its result, what it changed in place; and
-        ``then(sample)``, run on those same copies (what it calls changes them, not the user's state)."""
-        from . import custom_ops
-
-        code = self._run_code
-        if code is None:
-            raise NbcompileError(f"custom_op({name}) reads its argument types from a sample call: add --run EXPR to "
-                                 "the %%compile line")
-        replay = self._replay(code)
-        if replay.refused is not None:
-            raise NbcompileError(f"custom_op({name}): no sample call ({replay.refused})")
-        seen: list[Any] = []
-
-        def recorder(*args: Any, **kwargs: Any) -> Any:
-            if seen:
-                return original(*args, **kwargs)
-            before = custom_ops.clone_tree((args, kwargs))
-            versions = {id(t): t._version for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
-            result = original(*args, **kwargs)
-            try:
-                bound = _inspect.signature(original).bind(*args, **kwargs).arguments
-            except (TypeError, ValueError):
-                bound = {}
-            mutated = tuple(p for p, v in bound.items() if isinstance(v, torch.Tensor)
-                            and v._version != versions.get(id(v), v._version))
-            seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result), mutated))
-            return result
-
-        binding = self.engine.bindings[name]
-        also = {**self._originals(), Slot(binding.owner, binding.attr, name): recorder}
-        rng = check_ops.RngState()
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), check_ops._quiet(), torch_compat.force_eager(), \
-                    replay.swapped(also), check_ops._no_outside_effects(compiler_may=True):
-                try:
-                    eval(code, self.namespace, {})
-                except Exception as exc:
-                    if not seen:
-                        raise NbcompileError(f"custom_op({name}): the sample run raised {type(exc).__name__}: "
-                                             f"{check_ops._one_line(str(exc))}") from None
-                if not seen:
-                    raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
-                return then(seen[0])
-        except check_ops.OutsideEffect as exc:
-            raise NbcompileError(f"custom_op({name}): the sample run {exc}, which nbcompile will not do "
-                                 "again") from None
-        finally:
-            rng.restore()
 
     def apply_config(self, toggles: dict[str, str], **options: Any) -> Report:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
@@ -588,35 +451,40 @@ class Session:
         self.verify_soon()
         return self.report
 
-    def fix(self, budget_s: float = 60.0) -> Any:
+    def fix(self, budget_s: float = 60.0, progress: Callable[[FixSearch], None] | None = None) -> FixSearch:
         """Search toggles and dynamism for the fewest graph breaks, then recompiles, then the lowest time,
         each configuration a scratch run gated by the check; the best is applied. Returns the
-        ``FixSearch`` (every trial kept). Interrupting the kernel stops it with the best so far."""
-        from . import search
+        ``FixSearch`` (every trial kept). ``progress`` is called with it after each trial; an exception it
+        raises (a ``KeyboardInterrupt``) stops the search with the best so far kept and applied."""
+        return self.fix_run(budget_s, progress).run()
 
+    def fix_run(self, budget_s: float = 60.0, progress: Callable[[FixSearch], None] | None = None) -> FixRun:
+        """The one driver of the fix search (``fix``, ``%nbcompile fix`` and the panel's Fix tab use it):
+        set up now (a bad budget or a session without --run is refused here), run by ``steps()`` or
+        ``run()``; the chosen configuration is applied once, when the search ends."""
         self._check_open()
-        result = search.search(self, budget_s, progress=self._fix_progress)
-        self.last_fix = result
-        self.redraw()
-        return result
 
-    def _fix_progress(self, result: Any) -> None:
-        self.last_fix = result
-        if self._panel is not None:
-            self._panel.show_fix(result)
+        def both(result: FixSearch) -> None:
+            self.last_fix = result
+            if self._panel is not None:
+                self._panel.show_fix(result)
+            if progress is not None:
+                progress(result)
+
+        return FixRun(self, Searcher(self.workload, budget_s, both, report=self.report))
 
     def function_report(self, name: str) -> Report:
         """The part of the report about one tracked function, joined by its code (not its short name);
         for an entry that is not a function of the cell (an nn.Module instance), the whole report."""
-        if name not in self._tracked and name in self.entries:
+        if name not in self.workload.tracked and name in self.entries:
             return self.report
-        code = _code_of(self._tracked.get(name))
+        code = code_of(self.workload.tracked.get(name))
         if code is None:
             return self.report.for_function(name)
         lines = [line for _, _, line in code.co_lines() if line]
         spans = [(code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno))]
-        original = self._tracked[name]
-        if name in self.entries and _unwrap(original) is not original:
+        original = self.workload.tracked[name]
+        if name in self.entries and unwrap(original) is not original:
             # torch.compile of a decorated entry (@torch.no_grad()) compiles a frame torch adds around it
             spans.append(torch_compat.WRAPPER_FRAME_SPAN)
         return self.report.for_function(name, spans)
@@ -629,8 +497,8 @@ class Session:
         self._closed = True
         try:
             self.engine.undo_all()
-            self._drop_compiled_code()
-            self._forget_dynamism()
+            self.workload.drop_compiled_code()
+            self.workload.forget_dynamism()
         finally:
             HUB.unregister(self.recording)
             HUB.release()
@@ -653,18 +521,20 @@ class Session:
         return self.report._repr_mimebundle_(include, exclude)
 
     def lint(self, name: str) -> list[LintWarning]:
-        """The allow_in_graph lint of a tracked function (whatever its toggle is now)."""
-        if name not in self._tracked:
+        """The allow_in_graph lint of a tracked function (whatever its toggle is now), or of a library
+        function by ``module:function`` name (the fix search's holders)."""
+        fn = self.workload.tracked.get(name)
+        if fn is None and library.is_library_name(name):
+            fn = library.resolve(name)[1]
+        if fn is None:
             raise NbcompileError(f"unknown function {name!r}; valid: {', '.join(self.functions)}")
         if name not in self._lint_cache:
-            self._lint_cache[name] = lint_allow_in_graph(
-                _unwrap(self._tracked[name]), name, suggest.owner_class(name, self.namespace)
-            )
+            self._lint_cache[name] = lint_allow_in_graph(unwrap(fn), name, suggest.owner_class(name, self.namespace))
         return self._lint_cache[name]
 
     def _advisor(self) -> suggest.Advisor:
         return suggest.Advisor(
-            tracked={n: _unwrap(v) for n, v in self._tracked.items()},
+            tracked={n: unwrap(v) for n, v in self.workload.tracked.items()},
             toggles=self.toggles,
             entries=self.entries,
             command=suggest.session_command,
@@ -678,46 +548,26 @@ class Session:
     # -- toggles ---------------------------------------------------------------------------
     def _name_of(self, obj: Any) -> str:
         plain = torch_compat.unwrap_compiled(obj)
-        for name, fn in self._tracked.items():
-            if plain is fn or getattr(plain, "__func__", None) is fn or _unwrap(plain) is _unwrap(fn):
+        for name, fn in self.workload.tracked.items():
+            if plain is fn or getattr(plain, "__func__", None) is fn or unwrap(plain) is unwrap(fn):
                 return name
         return torch_name(plain)
-
-    def _wrap(self, name: str, obj: Any) -> Any:
-        """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
-        other names as they are."""
-        if name in self.entries and self.engine.mode(name) != "disable":
-            return self._compile(obj)
-        return obj
 
     def _after_toggle(self) -> None:
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
 
-    def _drop_compiled_code(self) -> None:
-        for code in self._owned_codes():
-            torch_compat.drop_compiled_code(code)
-
-    def _forget_dynamism(self) -> None:
-        """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
-        session: a re-run, a toggle or a later session compiles them as a fresh process would."""
-        torch_compat.restore_code_state(getattr(self, "_code_state", {}), self.recording.codes)
-
     def _restart(self) -> None:
-        self._drop_compiled_code()
-        self._forget_dynamism()
-        # Entries compiled anew: a fresh cache region, so library frames are compiled (and captured)
-        # again as well, and setting a toggle back gives the same graphs.
-        self.engine.rebind(self.entries)
+        self.workload.restart()
         self.recording.report = self._new_report()
-        if self._run_code is not None:
+        if self.workload.run_code is not None:
             self.run()
         else:
             self.recording.notify()
 
     # -- set-up ----------------------------------------------------------------------------
-    def _new_report(self) -> Report:
-        opts = self.options
+    def _new_report(self, options: CellOptions | None = None) -> Report:
+        opts = options or self.options
         report = Report(
             title=f"%%compile {self.label}".strip() + f": {', '.join(self.entries) or 'no entry'}",
             backend=opts.backend,
@@ -725,7 +575,7 @@ class Session:
             fullgraph=opts.fullgraph,
             dynamic=opts.dynamic,
         )
-        if hasattr(self, "engine"):
+        if options is None:
             report.warnings = self._current_warnings()
             report.snippet = self._snippet()
         return report
@@ -736,26 +586,17 @@ class Session:
         except NbcompileError:
             return ""
 
-    def _compile(self, obj: Any) -> Any:
-        """``torch.compile`` behind a recording backend, in a cache region of its own where torch has them
-        (``isolate_recompiles``): frames of library code the entry calls (a model's ``forward`` after a
-        break) get entries in this region only, so a re-run or a toggle, which compiles anew, neither
-        recompiles against an old session's entries nor fills their recompile limit."""
-        backend = RecordingBackend(self.options.backend, self.options.mode, self.options.dynamic, self.recording)
-        extra: dict[str, Any] = {"isolate_recompiles": True} if torch_compat.ISOLATE_RECOMPILES else {}
-        return torch.compile(obj, backend=backend, **self.options.compile_options().torch_compile_kwargs(), **extra)
-
     def _start(self) -> None:
         """Rebind the entries to their compiled form and start capturing."""
-        self._code_state = torch_compat.code_state_snapshot()
+        self.workload.code_state = torch_compat.code_state_snapshot()
         HUB.acquire()
         HUB.register(self.recording)
         _SESSIONS.append(self)
         try:
             for entry in self.entries:
                 binding = self.engine.bindings[entry]
-                binding.write(self._compile(binding.original))
-                self._own(binding.original)
+                binding.write(self.workload.compile(binding.original))
+                self.workload.own(binding.original)
             for name, mode in self.options.initial_toggles():
                 self.engine.apply(name, mode)
             self._after_toggle()
@@ -765,147 +606,11 @@ class Session:
         if self.cell_key is not None:
             _BY_CELL[self.cell_key] = self
 
-    def _own(self, obj: Any) -> None:
-        """Claim an entry defined outside the cell, by its code's file and lines."""
-        code = _code_of(obj)
-        if code is not None and code.co_filename != self.filename:
-            last_line = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
-            self.recording.own_span(code.co_filename, code.co_firstlineno, last_line)
-
-    def _owned_codes(self) -> list[types.CodeType]:
-        """The code objects whose compiled code this session drops: the cell's functions (nested
-        code included) and the entries it compiled."""
-        codes: list[types.CodeType] = []
-        for name, fn in self._tracked.items():
-            if ":" in name:  # a library function: other models may use its compiled code
-                continue
-            code = _code_of(fn)
-            if code is not None:
-                codes.extend(torch_compat.iter_code_objects(code))
-        for entry in self.entries:
-            code = _code_of(self.engine.bindings[entry].original)
-            if code is not None and code not in codes:
-                codes.append(code)
-        return codes
-
     def _check_open(self) -> None:
         if self._closed:
             raise NbcompileError("this session was reset; run its %%compile cell again")
         if self.stale is not None:
             raise NbcompileError(self.stale)
-
-
-def _unwrap(obj: Any) -> Any:
-    """The function a decorator (``@torch.no_grad()``, ``functools.wraps``) wrapped."""
-    obj = torch_compat.unwrap_compiled(obj)
-    try:
-        return _inspect.unwrap(obj) if callable(obj) else obj
-    except ValueError:  # a __wrapped__ cycle
-        return obj
-
-
-def _code_of(obj: Any) -> types.CodeType | None:
-    obj = torch_compat.unwrap_compiled(obj)
-    if isinstance(obj, torch.nn.Module):
-        obj = type(obj).forward
-    obj = _unwrap(obj)
-    obj = getattr(obj, "__func__", obj)
-    code = getattr(obj, "__code__", None)
-    return code if isinstance(code, types.CodeType) else None
-
-
-# --- building a session from a cell ---------------------------------------------------------
-
-def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: str) -> dict[str, Any]:
-    """The cell's defs (decorated ones too: the decorated object, whose wrapped code is the cell's)."""
-    tracked: dict[str, Any] = {}
-    for name in cell.names:
-        if "." in name:
-            cls_name, attr = name.split(".", 1)
-            cls = namespace.get(cls_name)
-            if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-                continue
-            fn = cls.__dict__.get(attr)
-        else:
-            fn = namespace.get(name)
-        code = _code_of(fn)
-        if code is not None and code.co_filename == filename:
-            tracked[name] = fn
-    return tracked
-
-
-def _default_entries(namespace: dict[str, Any], cell: CellFunctions, tracked: dict[str, Any]) -> list[str]:
-    module_classes = {n.split(".")[0] for n in tracked if "." in n}
-    entries = [n for n in cell.roots() if n in tracked and "." not in n]
-    covered: set[str] = set()
-    for name in cell.assigned:
-        value = namespace.get(name)
-        if isinstance(value, torch.nn.Module) and type(value).__name__ in module_classes:
-            if name not in entries:
-                entries.append(name)
-            covered.add(type(value).__name__)
-    for cls_name in sorted(module_classes - covered):
-        if f"{cls_name}.forward" in tracked:
-            entries.append(f"{cls_name}.forward")
-    return entries
-
-
-def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFunctions) -> None:
-    """Before the body runs: each --entry is a def of the cell, a name it assigns, or a name that exists."""
-    for name in requested:
-        if name in cell.names or name in cell.assigned or name in namespace:
-            continue
-        valid = sorted({*cell.names, *(n for n, v in namespace.items()
-                                       if isinstance(v, torch.nn.Module) and not n.startswith("_"))})
-        raise NbcompileError(f"--entry {name!r} is not a function of this cell or an nn.Module instance; "
-                             f"valid: {', '.join(valid) or '(none)'}")
-
-
-def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]) -> list[str]:
-    modules = {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")}
-    valid = sorted(set(tracked) | modules)
-    for name in requested:
-        if name in tracked:
-            continue
-        value = namespace.get(name)
-        if isinstance(value, torch.nn.Module) or (callable(value) and _code_of(value) is not None):
-            continue
-        raise NbcompileError(
-            f"--entry {name!r} is not a function of this cell or an nn.Module instance; "
-            f"valid: {', '.join(valid) or '(none)'}"
-        )
-    return list(requested)
-
-
-def cell_key(namespace: dict[str, Any], cell: CellFunctions, cell_id: str | None, source: str = "",
-             entries: Iterable[str] = ()) -> Hashable:
-    """A cell's identity: the frontend's cell id, else the names the cell defines (its defs, what it
-    assigns, its --entry names), else its source."""
-    if cell_id:
-        return ("cell", id(namespace), cell_id)
-    names = frozenset([*cell.names, *cell.assigned, *entries])
-    return ("names", id(namespace), names) if names else ("source", id(namespace), hash(source))
-
-
-def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> CellFunctions:
-    """Every check that can be made before the body runs: options, --run, toggles and entries against
-    the cell's own defs. Raises SyntaxError (the body) or NbcompileError; nothing has run."""
-    options.validate()
-    if options.run is not None:
-        try:
-            compile(options.run, "<--run>", "eval")
-        except SyntaxError as exc:
-            raise NbcompileError(f"--run {options.run!r} is not a Python expression ({exc.msg})") from None
-    elif options.bench:
-        raise NbcompileError("--bench times the --run expression; add --run EXPR")
-    cell = analyse("\n" + body)
-    validate_flags(options.initial_toggles(), [*cell.names, *options.track])
-    for name in options.track:
-        from . import library
-
-        library.resolve(name)  # a one-line error before the body runs
-    _check_entries(options.entries, namespace, cell)
-    return cell
 
 
 def create_session(
@@ -945,7 +650,7 @@ def create_session(
         entries = _default_entries(namespace, cell, tracked)
     session_tracked = dict(tracked)
     for name in options.track:
-        from . import library
+        from ..engine import library
 
         session_tracked[name] = library.resolve(name)[1]
     tracked = session_tracked
@@ -968,3 +673,44 @@ def create_session(
                                   f"%%compile cell {label}".rstrip())
     session._start()
     return session
+
+
+class FixRun:
+    """One fix search over a session, from start to the configuration applied."""
+
+    def __init__(self, session: Session, searcher: Searcher) -> None:
+        self._session = session
+        self._searcher = searcher
+
+    @property
+    def result(self) -> FixSearch:
+        return self._searcher.result
+
+    def steps(self) -> Iterator[FixSearch]:
+        """Yields after each trial (the panel runs one step per event-loop turn, so its stop button and
+        other cells are heard); when the search ends, is stopped or interrupted, the best is applied."""
+        session = self._session
+        try:
+            steps = self._searcher.steps()
+            while True:
+                with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial and timed call
+                    result = next(steps, None)
+                if result is None:
+                    break
+                yield result
+        except KeyboardInterrupt:  # the kernel's interrupt: stop, keep the best found so far
+            self.result.stop()
+            self.result.state = "stopped"
+        finally:
+            self.result.elapsed_s = max(self.result.elapsed_s, self._searcher.elapsed())
+            try:
+                if not session.closed:
+                    apply_best(session, self.result)
+            finally:
+                session.last_fix = self.result
+                session.redraw()
+
+    def run(self) -> FixSearch:
+        for _ in self.steps():
+            pass
+        return self.result

@@ -17,15 +17,21 @@ compiled (or under a quarter of the ops the start compiled), sets ``allow_in_gra
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from . import trial
-from .options import NbcompileError
-from .render import _e, plural
+from ..core.errors import NbcompileError
+from ..core.names import is_torch_name
+from ..core.text import _e, plural
+from ..model.report import Report
+from . import library, timing, trial
+from .toggles import available_function_modes
+from .workload import Workload
 
 #: allow_in_graph lint kinds that rule a configuration out (the check cannot see them go wrong): a
 #: function put in the graph whole (allow_in_graph) or traced by AOT (nonstrict_trace) runs its Python
@@ -208,8 +214,19 @@ class Searcher:
     """One search over a session; ``steps()`` yields after each trial (the panel runs it a step per
     event-loop turn, so its stop button is heard), ``run()`` runs it to the end."""
 
-    def __init__(self, session: Any, budget_s: float, progress: Callable[[FixSearch], None] | None = None) -> None:
-        code = session._run_code
+    def __init__(self, source: Workload | SearchSource, budget_s: float,
+                 progress: Callable[[FixSearch], None] | None = None, *, report: Report | None = None) -> None:
+        """``source``: the workload to search (with the ``report`` whose breaks and recompiles seed the
+        search), or what holds both (a ``Session``: only its ``workload`` and ``report`` are read, here)."""
+        if isinstance(source, Workload):
+            workload = source
+        else:
+            workload, report = source.workload, source.report
+        if report is None:
+            raise NbcompileError("a search needs the report whose breaks it starts from")
+        self.workload: Workload = workload
+        self.report: Report = report
+        code = workload.run_code
         if code is None:
             raise NbcompileError("nothing to search on: the session has no --run expression (add --run EXPR to "
                                  "the %%compile line, then %nbcompile fix)")
@@ -218,68 +235,65 @@ class Searcher:
         if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not math.isfinite(budget_s) \
                 or budget_s <= 0:
             raise NbcompileError(f"budget must be a positive number of seconds, not {budget_s!r}")
-        self.session = session
-        self.spec = trial.session_spec(session, code)
         self.result = FixSearch(budget_s=float(budget_s))
         self.progress = progress
         self._seen: dict[Any, Trial] = {}
         self._began = 0.0
         self._deadline = 0.0
-        #: Library functions tracked for the search (the holders of breaks in library code); those the
-        #: chosen configuration leaves at compile are untracked again when the search ends.
-        self.result.tracked = self._track_holders()
+        #: Library functions the search toggles besides the workload's own (the holders of breaks in
+        #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
+        self.result.tracked = self._holders()
+        self.spec = workload.spec(code, also_track=tuple(self.result.tracked))
 
-    def _track_holders(self) -> list[str]:
-        """Track the library functions that hold the session's breaks (most breaks first), so the search
-        can toggle them as it toggles the cell's own functions."""
-        from . import library
-
-        session = self.session
+    def _holders(self) -> list[str]:
+        """The library functions that hold the report's breaks (most breaks first), which the search
+        toggles as it toggles the cell's own functions."""
+        workload = self.workload
         counts: dict[str, int] = {}
-        for brk in session.report.breaks:
-            if not brk.filename or brk.filename == session.filename:
+        for brk in self.report.breaks:
+            if not brk.filename or brk.filename == workload.filename:
                 continue
             name = library.holder_of(brk.filename, brk.lineno)
             if name is not None:
                 counts[name] = counts.get(name, 0) + 1
-        for brk in session.report.breaks:  # the cell's own functions, by the breaks they hold
-            if brk.filename == session.filename and brk.function in session.functions:
+        for brk in self.report.breaks:  # the cell's own functions, by the breaks they hold
+            if brk.filename == workload.filename and brk.function in workload.functions:
                 counts[brk.function] = counts.get(brk.function, 0) + 1
         self._priority = dict(counts)
         added: list[str] = []
         for name in sorted(counts, key=lambda n: -counts[n])[:MAX_HOLDERS]:
-            if name in session.functions:
+            if name in workload.functions:
                 continue
             try:
-                session.track(name)
+                library.resolve(name)
             except Exception:  # a holder nbcompile cannot rebind (a property, a C function): left out
                 continue
             added.append(name)
         return added
 
+    @property
+    def functions(self) -> list[str]:
+        """What the search toggles: the workload's functions and the library holders."""
+        return [*self.workload.functions, *(n for n in self.result.tracked if n not in self.workload.tracked)]
+
     # -- the space ---------------------------------------------------------------------------
     def _function_modes(self) -> dict[str, tuple[str, ...]]:
-        from .toggles import available_function_modes
-
-        session = self.session
         modes = available_function_modes()
         return {name: tuple(m for m in modes if not (":" in name and m == "custom_op"))
-                for name in session.functions if name not in session.entries}
+                for name in self.functions if name not in self.workload.entries}
 
     def _torch_names(self) -> list[str]:
-        from .toggles import is_torch_name
-
-        names = [n for n in self.session.toggles if is_torch_name(n)]
-        for brk in self.session.report.breaks:
+        names = [n for n in self.workload.toggles if is_torch_name(n)]
+        for brk in self.report.breaks:
             for fix in brk.fixes:
                 names += [n for n in fix.toggles if is_torch_name(n)]
         return list(dict.fromkeys(names))
 
     def _seeds(self) -> list[tuple[dict[str, str], dict[str, Any], str]]:
         """The report's suggested fixes, as configurations one change from the start."""
-        start = self.session.toggles
+        start = self.workload.toggles
         seeds: list[tuple[dict[str, str], dict[str, Any], str]] = []
-        report = self.session.report
+        report = self.report
         for fix in (f for b in report.breaks for f in b.fixes if f.toggles and f.verified is not False):
             seeds.append(({**start, **fix.toggles}, {}, fix.command))
         if report.recompiles or report.fallbacks:
@@ -297,7 +311,7 @@ class Searcher:
         for name in self._torch_names():
             mode = "compile" if base.toggles.get(name, "compile") == "disallow_in_graph" else "disallow_in_graph"
             yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
-        if self.session.options.dynamic is not True and "dynamic" not in base.options:
+        if self.workload.options.dynamic is not True and "dynamic" not in base.options:
             yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
 
     # -- one trial -----------------------------------------------------------------------------
@@ -348,8 +362,8 @@ class Searcher:
             return (f"compiles {t.ops} of the start's {start.ops} ops: that turns compilation off rather "
                     "than fixing a break")
         for name, mode in t.toggles.items():
-            if mode in ("allow_in_graph", "nonstrict_trace") and name in self.session.functions:
-                unsafe = [w for w in self.session.lint(name) if w.rule in BLOCKING_LINT]
+            if mode in ("allow_in_graph", "nonstrict_trace") and name in self.functions:
+                unsafe = [w for w in self.workload.lint(name) if w.rule in BLOCKING_LINT]
                 if unsafe:
                     return f"{mode} on {name}: the lint warns {unsafe[0].rule} ({unsafe[0].message[:80]})"
         return ""
@@ -358,7 +372,7 @@ class Searcher:
     def steps(self) -> Iterator[FixSearch]:
         self._began = time.perf_counter()
         self._deadline = self._began + self.result.budget_s
-        start = self._try(dict(self.session.toggles), {}, "start")
+        start = self._try(dict(self.workload.toggles), {}, "start")
         self.result.start = start
         yield self.result
         if start is None:
@@ -402,10 +416,11 @@ class Searcher:
     def _over(self) -> bool:
         return self.result.stopped or time.perf_counter() > self._deadline
 
-    def run(self) -> FixSearch:
-        import contextlib
-        import io
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._began if self._began else 0.0
 
+    def run(self) -> FixSearch:
+        """The search to its end, without applying anything (``Session.fix`` applies the best)."""
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial and timed call
                 for _ in self.steps():
@@ -413,7 +428,7 @@ class Searcher:
         except KeyboardInterrupt:  # the kernel's interrupt: stop, keep the best found so far
             self.result.stop()
             self.result.state = "stopped"
-        self.result.elapsed_s = time.perf_counter() - self._began
+        self.result.elapsed_s = self.elapsed()
         return self.result
 
     def _time_finalists(self) -> None:
@@ -421,8 +436,6 @@ class Searcher:
         backend). The fastest wins among those with the fewest breaks and recompiles, unless the times
         are too noisy to rank; a configuration much slower than the start (``SLOWER_LIMIT``) is
         rejected, and the next best is timed in its place, while the budget lasts."""
-        from . import timing
-
         start = self.result.start
         for _ in range(3):
             best = self.result.best
@@ -442,8 +455,8 @@ class Searcher:
                 return
             if timed:
                 try:
-                    bench = timing.bench_configs(self.session, [(t.describe(), t.toggles, t.options) for t in timed],
-                                                 min_run_time=0.2)
+                    bench = timing.bench_configs(self.workload, [(t.describe(), t.toggles, t.options) for t in timed],
+                                                 min_run_time=0.2, also_track=tuple(self.result.tracked))
                 except Exception as exc:
                     self.result.noisy = f"not timed ({type(exc).__name__}: {exc})"
                     return
@@ -493,22 +506,20 @@ class Searcher:
         best = self.result.best or self.result.start
         if best is None or best.breaks == 0:
             return
-        from . import library
-
-        tracked = set(self.session.functions)
+        tracked = set(self.functions)
         seen: set[tuple[str, int]] = set()
         left = {(f, n) for f, n, _ in best.sites}
-        for brk in self.session.report.breaks:
+        for brk in self.report.breaks:
             if (brk.filename, brk.lineno) in seen or len(seen) >= 20 or (left and (brk.filename, brk.lineno)
                                                                          not in left):
                 continue
             seen.add((brk.filename, brk.lineno))
             where = f"{brk.function} ({brk.filename.rsplit('/', 1)[-1]} line {brk.lineno})"
-            holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.session.filename else None
+            holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.workload.filename else None
             if holder is not None and holder not in tracked:
                 why = (f"its holder {library.short(holder)} was not searched (only the {MAX_HOLDERS} library "
                        "functions with the most breaks are)")
-            elif holder is None and brk.filename != self.session.filename:
+            elif holder is None and brk.filename != self.workload.filename:
                 why = "no Python function nbcompile can rebind holds it (a property, a lambda, a C function)"
             elif holder is not None and not self._all_modes_tried(holder):
                 why = f"not every mode of its holder {library.short(holder)} was tried: {self._why_short()}"
@@ -519,25 +530,45 @@ class Searcher:
             self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
 
 
-def apply_best(session: Any, result: FixSearch) -> None:
-    """Put the chosen configuration on the session (one restart); the search's record says so. The
-    library functions the search tracked and the choice leaves at compile are untracked again."""
+class SearchSource(Protocol):
+    """What a search can be started from besides a workload: its holder (a ``Session``)."""
+
+    @property
+    def workload(self) -> Workload: ...
+
+    @property
+    def report(self) -> Report: ...
+
+
+class ConfigTarget(Protocol):
+    """What the chosen configuration is applied to (a ``Session``: the facade applies it, once)."""
+
+    @property
+    def functions(self) -> list[str]: ...
+
+    def track(self, name: str) -> None: ...
+
+    def untrack(self, name: str) -> None: ...
+
+    def apply_config(self, toggles: dict[str, str], **options: Any) -> Report: ...
+
+
+def apply_best(target: ConfigTarget, result: FixSearch) -> None:
+    """Put the chosen configuration on ``target`` (one restart); the search's record says so. The
+    library functions the choice sets are tracked first; if applying fails they are untracked again."""
     best = result.best
+    if best is None or best is result.start:
+        return
+    added = [n for n, m in best.toggles.items() if m != "compile" and n not in target.functions
+             and library.is_library_name(n)]
+    for name in added:
+        target.track(name)
     try:
-        if best is not None and best is not result.start:
-            session.apply_config(best.toggles, **best.options)
-            result.applied = True
+        target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
+                            **best.options)
+        result.applied = True
     finally:
-        kept = {n for n, m in (best.toggles if result.applied and best is not None else {}).items() if m != "compile"}
-        for name in result.tracked:
-            if name not in kept and name in session.functions:
-                session.untrack(name)
-
-
-def search(session: Any, budget_s: float, progress: Callable[[FixSearch], None] | None = None) -> FixSearch:
-    searcher = Searcher(session, budget_s, progress)
-    try:
-        result = searcher.run()
-    finally:
-        apply_best(session, searcher.result)
-    return result
+        if not result.applied:
+            for name in added:
+                if name in target.functions:
+                    target.untrack(name)

@@ -6,12 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import torch_compat
+from .errors import NbcompileError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-class NbcompileError(ValueError):
-    """A user error: bad option, name or mode. Its message is one line that says what is valid."""
 
 
 @dataclass

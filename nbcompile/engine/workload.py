@@ -1,0 +1,354 @@
+"""What a session runs, in one object the engine is handed: the ``--run`` code, the namespace, the
+bindings the session may write (its toggle engine), the copies of state a run reaches, the originals
+an eager run puts back, and the recipe that compiles its entries.
+
+``Session`` owns one ``Workload``; trials, timing and the fix search receive the workload, never
+the session. Scratch runs (:meth:`Workload.scratch`, :meth:`Workload.spec`) build an engine of their
+own, on a scratch namespace, and leave the live engine's modes and registrations as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect as _inspect
+import io
+import linecache
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..capture.hub import Recording
+from ..core import torch_compat
+from ..core.errors import NbcompileError
+from ..core.names import is_torch_name
+from ..core.options import CellOptions
+from ..model.report import LintWarning
+from . import check as check_ops
+from . import library
+from .compiler import compiled_copy
+from .state import Replay, Slot, reach
+from .toggles import REGISTRY, Binding, Toggles, binding_for
+from .trial import Spec, marking, trial_backend
+
+
+def unwrap(obj: Any) -> Any:
+    """The function a decorator (``@torch.no_grad()``, ``functools.wraps``) wrapped."""
+    obj = torch_compat.unwrap_compiled(obj)
+    try:
+        return _inspect.unwrap(obj) if callable(obj) else obj
+    except ValueError:  # a __wrapped__ cycle
+        return obj
+
+
+def code_of(obj: Any) -> types.CodeType | None:
+    """The code object behind a function, a method, a decorated function or a module's ``forward``."""
+    obj = torch_compat.unwrap_compiled(obj)
+    if isinstance(obj, torch.nn.Module):
+        obj = type(obj).forward
+    obj = unwrap(obj)
+    obj = getattr(obj, "__func__", obj)
+    code = getattr(obj, "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
+
+
+def _no_lint(_name: str) -> list[LintWarning]:
+    return []
+
+
+class Workload:
+    """One session's workload: what it runs, on what, and how its entries are compiled."""
+
+    def __init__(self, namespace: dict[str, Any], *, filename: str, options: CellOptions, tracked: dict[str, Any],
+                 entries: list[str], recording: Recording, label: str = "",
+                 lint: Callable[[str], list[LintWarning]] = _no_lint) -> None:
+        self.namespace = namespace
+        self.filename = filename
+        #: The session's options; replaced whole by ``Session.configure`` (a trial reads the current ones).
+        self.options = options
+        self.label = label
+        #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
+        self.tracked = tracked
+        self.entries = entries
+        #: The session's recording: its compiles report there.
+        self.recording = recording
+        #: The allow_in_graph lint of a tracked function (the analysis layer's, handed in by the session).
+        self.lint = lint
+        self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
+        #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
+        self.op_specs: dict[str, Any] = {}
+        bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)
+                    for name in tracked}
+        for entry in entries:
+            if entry not in bindings:
+                bindings[entry] = binding_for(entry, namespace)
+        self.engine = Toggles(bindings, wrap=self.wrap, functions=tracked, custom_op=self.custom_op)
+        #: Dynamo's automatic-dynamic memory before the session compiled anything (given back on reset).
+        self.code_state: dict[Any, Any] = {}
+
+    # -- what it is ----------------------------------------------------------------------------
+    @property
+    def functions(self) -> list[str]:
+        return list(self.tracked)
+
+    @property
+    def toggles(self) -> dict[str, str]:
+        """name -> mode: every tracked function, and the torch callables set to a mode."""
+        return dict(self.engine.modes)
+
+    @property
+    def bindings(self) -> dict[str, Binding]:
+        return self.engine.bindings
+
+    @property
+    def run_code(self) -> types.CodeType | None:
+        """The --run expression, compiled once per text (``options.run`` may be changed)."""
+        text = self.options.run
+        if text is None:
+            return None
+        if self._compiled_run[0] != text:
+            filename = f"<--run {self.label}>".replace(" >", ">")
+            linecache.cache[filename] = (len(text), None, [text + "\n"], filename)  # tracebacks show it
+            self._compiled_run = (text, compile(text, filename, "eval"))
+        return self._compiled_run[1]
+
+    def evaluate(self, code: types.CodeType) -> Any:
+        """``code`` evaluated in the namespace (a scratch locals dict: nothing is assigned there)."""
+        return eval(code, self.namespace, {})
+
+    # -- copies ------------------------------------------------------------------------------------
+    def replay(self, code: types.CodeType) -> Replay:
+        """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
+        originals = [b.original for b in self.bindings.values()]
+        roots = {}
+        for label, slot in reach(self.namespace, code, originals).items():
+            binding = self.bindings.get(slot.key) if slot.owner is self.namespace else None
+            roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
+        return Replay.capture(roots)
+
+    def originals(self) -> dict[Slot, Any]:
+        """Names this session rebound (their slots) -> their originals (for the eager run)."""
+        return {Slot(b.owner, b.attr, b.name): b.original for b in self.bindings.values()
+                if b.expected is not b.original and b.problem() is None}
+
+    # -- compiling ---------------------------------------------------------------------------------
+    def compile(self, obj: Any) -> Any:
+        """An entry compiled behind the session's recording, in a cache region of its own."""
+        return compiled_copy(obj, self.options.compile_options(), recording=self.recording, copy=False)
+
+    def wrap(self, name: str, obj: Any) -> Any:
+        """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
+        other names as they are."""
+        if name in self.entries and self.engine.mode(name) != "disable":
+            return self.compile(obj)
+        return obj
+
+    def own(self, obj: Any) -> None:
+        """Claim an entry defined outside the cell, by its code's file and lines."""
+        code = code_of(obj)
+        if code is not None and code.co_filename != self.filename:
+            last_line = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
+            self.recording.own_span(code.co_filename, code.co_firstlineno, last_line)
+
+    def owned_codes(self) -> list[types.CodeType]:
+        """The code objects whose compiled code this session drops: the cell's functions (nested
+        code included) and the entries it compiled."""
+        codes: list[types.CodeType] = []
+        for name, fn in self.tracked.items():
+            if ":" in name:  # a library function: other models may use its compiled code
+                continue
+            code = code_of(fn)
+            if code is not None:
+                codes.extend(torch_compat.iter_code_objects(code))
+        for entry in self.entries:
+            code = code_of(self.bindings[entry].original)
+            if code is not None and code not in codes:
+                codes.append(code)
+        return codes
+
+    def drop_compiled_code(self) -> None:
+        for code in self.owned_codes():
+            torch_compat.drop_compiled_code(code)
+
+    def forget_dynamism(self) -> None:
+        """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
+        session: a re-run, a toggle or a later session compiles them as a fresh process would."""
+        torch_compat.restore_code_state(self.code_state, self.recording.codes)
+
+    def restart(self) -> None:
+        """Compiled code dropped and the entries compiled anew: a fresh cache region, so library frames
+        are compiled (and captured) again as well, and setting a toggle back gives the same graphs."""
+        self.drop_compiled_code()
+        self.forget_dynamism()
+        self.engine.rebind(self.entries)
+
+    # -- library functions -----------------------------------------------------------------------
+    def track(self, name: str) -> None:
+        """Track a library function (``module:function`` or ``module:Class.method``)."""
+        if name in self.tracked:
+            return
+        if not library.is_library_name(name):
+            raise NbcompileError(f"{name!r}: the cell's own functions are tracked already; give a library function "
+                                 "as module:function or module:Class.method")
+        binding, fn = library.resolve(name)
+        self.engine.bindings[name] = binding
+        self.engine.functions.append(name)
+        self.engine.modes[name] = "compile"
+        self.tracked[name] = fn
+
+    def untrack(self, name: str) -> None:
+        """Stop tracking a library function (back at ``compile`` first: its original put back)."""
+        if not library.is_library_name(name) or name not in self.tracked:
+            raise NbcompileError(f"{name!r} is not a tracked library function; tracked: "
+                                 f"{', '.join(n for n in self.tracked if library.is_library_name(n)) or '(none)'}")
+        if self.engine.mode(name) != "compile":
+            self.engine.apply(name, "compile")
+        self.engine.bindings.pop(name).restore()
+        self.engine.functions.remove(name)
+        self.engine.modes.pop(name, None)
+        self.tracked.pop(name)
+
+    # -- custom_op mode --------------------------------------------------------------------------
+    def custom_op(self, name: str, original: Any) -> tuple[Any, Callable[[], None]]:
+        """The operator ``name`` runs as under ``custom_op``: its spec derived once, from one eager sample
+        call of the --run expression, and checked by opcheck then; each use builds its own operator."""
+        from . import custom_ops
+
+        if ":" in name:
+            raise NbcompileError(f"custom_op({name}): custom_op is for the cell's own functions; a library function "
+                                 "takes compile, disable, allow_in_graph or nonstrict_trace")
+        known = self.op_specs.get(name)
+        if isinstance(known, str):
+            raise NbcompileError(known)
+        if known is not None:
+            return custom_ops.build(known, original)
+
+        def derive(sample: Any) -> tuple[Any, Any, Callable[[], None]]:
+            spec = custom_ops.spec_of(name, original, sample)
+            return (spec, *custom_ops.build(spec, original, sample))
+
+        try:  # on copies of the state --run reaches: the probes and opcheck call the function again
+            spec, op, release = self.sample_call(name, original, derive)
+        except NbcompileError as exc:
+            self.op_specs[name] = str(exc)
+            raise
+        self.op_specs[name] = spec
+        return op, release
+
+    def sample_call(self, name: str, original: Any, then: Callable[[Any], Any]) -> Any:
+        """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
+        sees runs): its arguments (cloned before the call), its result, what it changed in place; and
+        ``then(sample)``, run on those same copies (what it calls changes them, not the user's state)."""
+        from . import custom_ops
+
+        code = self.run_code
+        if code is None:
+            raise NbcompileError(f"custom_op({name}) reads its argument types from a sample call: add --run EXPR to "
+                                 "the %%compile line")
+        replay = self.replay(code)
+        if replay.refused is not None:
+            raise NbcompileError(f"custom_op({name}): no sample call ({replay.refused})")
+        seen: list[Any] = []
+
+        def recorder(*args: Any, **kwargs: Any) -> Any:
+            if seen:
+                return original(*args, **kwargs)
+            before = custom_ops.clone_tree((args, kwargs))
+            versions = {id(t): t._version for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
+            result = original(*args, **kwargs)
+            try:
+                bound = _inspect.signature(original).bind(*args, **kwargs).arguments
+            except (TypeError, ValueError):
+                bound = {}
+            mutated = tuple(p for p, v in bound.items() if isinstance(v, torch.Tensor)
+                            and v._version != versions.get(id(v), v._version))
+            seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result), mutated))
+            return result
+
+        binding = self.bindings[name]
+        also = {**self.originals(), Slot(binding.owner, binding.attr, name): recorder}
+        rng = check_ops.RngState()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), check_ops.quiet(), torch_compat.force_eager(), \
+                    replay.swapped(also), check_ops.no_outside_effects(compiler_may=True):
+                try:
+                    self.evaluate(code)
+                except Exception as exc:
+                    if not seen:
+                        raise NbcompileError(f"custom_op({name}): the sample run raised {type(exc).__name__}: "
+                                             f"{check_ops.one_line(str(exc))}") from None
+                if not seen:
+                    raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
+                return then(seen[0])
+        except check_ops.OutsideEffect as exc:
+            raise NbcompileError(f"custom_op({name}): the sample run {exc}, which nbcompile will not do "
+                                 "again") from None
+        finally:
+            rng.restore()
+
+    # -- scratch runs ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scratch(self, modes: dict[str, str], compile_entry: Callable[[str, Any], Any],
+                also_track: tuple[str, ...] = ()) -> Iterator[tuple[Toggles, Callable[[], None]]]:
+        """The workload's names bound, for the duration, to what ``modes`` makes of their originals on a
+        scratch engine (entries through ``compile_entry``: fresh compiled copies). Yields the engine and
+        ``bind()``, which puts the scratch values in the user's slots (again, after a rebind). Torch
+        callables are registered as ``modes`` says on the scratch engine; the live engine's registrations
+        are lent (suspended) for the duration and its modes are never changed. ``also_track``: library
+        functions the scratch run tracks besides the workload's own (the fix search's holders)."""
+        bindings = dict(self.bindings)
+        for name in also_track:
+            if name not in bindings:
+                bindings[name] = library.resolve(name)[0]
+        scratch = {name: b.original for name, b in bindings.items()}
+        functions = [*self.functions, *(n for n in also_track if n not in self.tracked)]
+        engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=functions,
+                         custom_op=self.custom_op)
+        slots = {name: Slot(b.owner, b.attr, name) for name, b in bindings.items()}
+        before = {slot: slot.get() for slot in slots.values()}
+        lent = [r for r in self.engine.disallowed().values()]
+
+        def bind() -> None:
+            for name, slot in slots.items():
+                slot.set(scratch[name])
+
+        with REGISTRY.suspended(lent, "disallow"):
+            try:
+                for name, mode in modes.items():
+                    if is_torch_name(name) and mode != "compile":
+                        engine.apply(name, mode)
+                for name in functions:
+                    engine.apply(name, modes.get(name, "compile"))
+                engine.rebind()
+                yield engine, bind
+            finally:
+                for slot, value in before.items():
+                    slot.set(value)
+                engine.undo_all()
+
+    def spec(self, code: types.CodeType, also_track: tuple[str, ...] = ()) -> Spec:
+        """Scratch runs of ``code`` (the ``--run`` expression): fresh compiled copies of the entries, with
+        a trial's toggles, on copies of the state it reaches."""
+        backend = trial_backend(self.options.backend)
+
+        @contextlib.contextmanager
+        def compiled(modes: dict[str, str], replay: Replay, recording: Recording,
+                     options: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
+            def compile_entry(name: str, obj: Any) -> Any:
+                if name not in self.entries:
+                    return obj
+                target = replay.counterpart(torch_compat.unwrap_compiled(obj))
+                overrides = {k: v for k, v in options.items() if not k.startswith("_")}
+                result = compiled_copy(target, self.options.compile_options(), recording=recording,
+                                       backend=backend, **overrides)
+                return marking(result, target, options)
+
+            with self.scratch(modes, compile_entry, also_track) as (_, bind):
+                def call(_extra: Any) -> Any:
+                    bind()
+                    return self.evaluate(code)
+                yield call
+
+        return Spec(capture=lambda: self.replay(code), compiled=compiled,
+                    eager=lambda _extra: self.evaluate(code), originals=self.originals(), backend=backend)
