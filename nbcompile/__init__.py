@@ -14,7 +14,6 @@ and ``lint-imports`` check the rule.
 from __future__ import annotations
 
 from .core.errors import NbcompileError
-from .engine.search import FixSearch, Trial
 from .engine.snippet import export
 from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
 from .engine.toggles import available_function_modes
@@ -22,6 +21,7 @@ from .facades.api import inspect
 from .facades.session import Session, last, sessions
 from .facades.traces import Traces, follow, load
 from .magics import load_ipython_extension, unload_ipython_extension
+from .model.fixsearch import FixSearch, Trial
 from .model.render import MIME_TYPE
 from .model.report import (
     SCHEMA_PATH,

@@ -1,0 +1,168 @@
+"""The fix search's record: every configuration tried (``Trial``) and what was chosen (``FixSearch``),
+and how they show (text, HTML, a plotly figure). The engine's ``Searcher`` fills them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.text import _e, plural
+
+
+@dataclass
+class Trial:
+    """One configuration the search ran."""
+
+    toggles: dict[str, str]
+    breaks: int
+    recompiles: int
+    check_ok: bool
+    median_s: float | None = None
+    #: Compile options besides the toggles ({"dynamic": True}).
+    options: dict[str, Any] = field(default_factory=dict)
+    graphs: int = 0
+    fallbacks: int = 0
+    #: Ops in its graphs (how much of the work is compiled).
+    ops: int = 0
+    #: What this configuration changed from the one it was made from ("helper -> disable").
+    label: str = ""
+    #: Why it failed to run ("fails to compile (...)"), or None.
+    error: str | None = None
+    #: Why it can never be chosen (a failed check, an unsafe lint, ...); empty when it can be.
+    rejected: str = ""
+    check_message: str = ""
+    iqr_s: float | None = None
+    #: Seconds since the search began, when this trial ended; and its own duration.
+    at_s: float = 0.0
+    seconds: float = 0.0
+    #: Where its breaks are: (filename, line, GB type).
+    sites: list[tuple[str, int, str]] = field(default_factory=list, repr=False)
+
+    @property
+    def admissible(self) -> bool:
+        return not self.rejected
+
+    def describe(self) -> str:
+        """``"helper -> disable, dynamic=True"``: the configuration, as what differs from compile."""
+        parts = [f"{n} -> {m}" for n, m in sorted(self.toggles.items()) if m != "compile"]
+        parts += [f"{k}={v!r}" for k, v in sorted(self.options.items())]
+        return ", ".join(parts) or "all compile"
+
+    def outcome(self) -> str:
+        if self.error:
+            return self.error
+        text = (f"{plural(self.graphs, 'graph')}, {plural(self.breaks, 'break')}, "
+                f"{plural(self.recompiles, 'recompile')}, check {'ok' if self.check_ok else 'FAILED'}")
+        if self.median_s is not None:
+            text += f", {self.median_s * 1e3:.3g} ms"
+        return text
+
+
+@dataclass
+class FixSearch:
+    """What ``Session.fix`` tried and what it chose."""
+
+    trials: list[Trial] = field(default_factory=list)
+    #: The chosen trial (applied to the session), or None when nothing beat the start.
+    best: Trial | None = None
+    budget_s: float = 60.0
+    elapsed_s: float = 0.0
+    #: "searching", "done" (no change improves), "budget" (spent), "stopped" (by the user), "failed: ...".
+    state: str = "searching"
+    #: Why the timed finalists could not be ranked by time, or empty.
+    noisy: str = ""
+    #: Breaks no configuration removed, each with why.
+    unremovable: list[str] = field(default_factory=list)
+    #: Whether ``best`` was applied to the session.
+    applied: bool = False
+    #: The session's configuration when the search began (the first trial).
+    start: Trial | None = None
+    #: Timing: eager's median, when the finalists were timed.
+    eager_s: float | None = None
+    #: Library functions the search tracked because they hold breaks.
+    tracked: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    def stop(self) -> None:
+        """Stop after the trial now running; the best found so far is kept."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def summary(self) -> str:
+        start, best = self.start, self.best
+        head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
+        if start is None:
+            return head
+        if best is None or best is start:
+            return f"{head}; nothing beat the start ({start.outcome()})"
+        if not start.admissible:
+            return (f"{head}; the start was rejected ({start.rejected[:80]}); chosen: {best.describe()} with "
+                    f"{plural(best.breaks, 'break')}, {plural(best.recompiles, 'recompile')}")
+        return (f"{head}; breaks {start.breaks} -> {best.breaks}, recompiles {start.recompiles} -> "
+                f"{best.recompiles} with {best.describe()}")
+
+    def lines(self) -> list[str]:
+        out = [self.summary()]
+        if self.best is not None and self.start is not None and self.best is not self.start:
+            out.append(f"  chosen: {self.best.describe()}: {self.best.outcome()}"
+                       + (" (applied to the session)" if self.applied else ""))
+        if self.noisy:
+            out.append(f"  times: {self.noisy}")
+        out.extend(f"  left: {line}" for line in self.unremovable)
+        rejected = [t for t in self.trials if t.rejected]
+        if rejected:
+            out.append(f"  rejected: {len(rejected)} (" + "; ".join(
+                f"{t.describe()}: {t.rejected}" for t in rejected[:3]) + (", ..." if len(rejected) > 3 else "") + ")")
+        return out
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{t.breaks}</td><td>{t.recompiles}</td>"
+            f"<td>{'ok' if t.check_ok else 'FAILED'}</td>"
+            f"<td>{'' if t.median_s is None else f'{t.median_s * 1e3:.3g} ms'}</td>"
+            f"<td>{_e(t.rejected or ('chosen' if t is self.best else ''))}</td></tr>"
+            for i, t in enumerate(self.trials))
+        head = "".join(f"<li>{_e(line.strip())}</li>" for line in self.lines()[1:])
+        return (f"<div class='nbcompile-fix'><b>{_e(self.summary())}</b><ul>{head}</ul>"
+                "<table><tr><th>#</th><th>configuration</th><th>breaks</th><th>recompiles</th><th>check</th>"
+                f"<th>time</th><th></th></tr>{rows}</table></div>")
+
+    def figure_dict(self) -> dict[str, Any]:
+        """The trials as a plotly figure (a dict): breaks against search time, each trial a point, the
+        chosen one a star, failed checks and failed runs crossed."""
+        def trace(name: str, trials: list[Trial], symbol: str, color: str, size: int = 9) -> dict[str, Any]:
+            return {"type": "scatter", "mode": "markers", "name": name,
+                    "x": [t.at_s for t in trials], "y": [t.breaks for t in trials],
+                    "text": [f"{t.describe()}<br>{_e(t.outcome())}" + (f"<br>{_e(t.rejected)}" if t.rejected else "")
+                             for t in trials],
+                    "hoverinfo": "text", "marker": {"symbol": symbol, "color": color, "size": size}}
+
+        ok = [t for t in self.trials if t.admissible]
+        failed_check = [t for t in self.trials if t.rejected and t.error is None]
+        failed_run = [t for t in self.trials if t.error is not None]
+        data = [trace("tried", ok, "circle", "#4c78a8"),
+                trace("rejected (check, lint, nothing compiled)", failed_check, "x", "#e45756"),
+                trace("failed to run", failed_run, "x-thin-open", "#b279a2", 11)]
+        if self.best is not None:
+            data.append(trace("chosen", [self.best], "star", "#f58518", 16))
+        return {"data": data, "layout": {
+            "title": {"text": "fix search: graph breaks of each trial"},
+            "xaxis": {"title": {"text": "search time (s)"}}, "yaxis": {"title": {"text": "graph breaks"},
+                                                                  "rangemode": "tozero"},
+            "height": 320, "margin": {"l": 50, "r": 20, "t": 40, "b": 40}}}
+
+    def figure(self) -> Any:
+        import plotly.graph_objects as go
+
+        return go.Figure(self.figure_dict())
+
+
+def _rank(t: Trial) -> tuple[int, int, int]:
+    return (t.breaks, t.recompiles, t.fallbacks)
