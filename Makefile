@@ -40,6 +40,7 @@ test: test-deps
 	cd labextension && npx jest --ci
 	$(VENV)/bin/ruff check nbcompile tests benchmarks notebooks
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
 
 lab: venv
@@ -48,7 +49,7 @@ lab: venv
 
 # The JSON schema from the dataclasses, then the extension's TypeScript types from the schema.
 schema: $(PY)
-	$(PY) -c "from nbcompile.report import write_schema; write_schema()"
+	$(PY) -c "from nbcompile.model.report import write_schema; write_schema()"
 	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm run --silent schema-types
 
 bench: venv

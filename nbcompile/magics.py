@@ -356,7 +356,7 @@ def _display(session: Session, force_panel: bool = False) -> None:
                 metadata={MIME_TYPE: {"display_id": session.display_id}})
     else:
         display(session.report)
-    session._drawn_version = session.recording.version
+    session.mark_drawn()
 
 
 def _before_cell(info: Any = None) -> None:

@@ -442,3 +442,15 @@ def _describe_cache_info(info: Any) -> str:
         if items:
             parts.append(f"{len(items)} {name.replace('_artifacts', '').replace('_', ' ')}")
     return ", ".join(parts) or "no entries"
+
+
+# --- small private-API seams the engine uses (kept here so a torch upgrade touches one file) -----
+
+def disallow_in_graph(obj: Any) -> None:
+    """``torch._dynamo.disallow_in_graph`` (public in spirit, private by path)."""
+    torch._dynamo.disallow_in_graph(obj)
+
+
+def dynamo_config_patch(**changes: Any) -> Any:
+    """A context manager setting ``torch._dynamo.config`` values for its duration, restored after."""
+    return torch._dynamo.config.patch(**changes)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
+import inspect
 import io
 import math
 import os
@@ -76,7 +77,7 @@ class Comparison:
     skipped: list[str] = dataclasses.field(default_factory=list)
     #: id(real object) -> its copy: a real object and its copy count as the same object.
     pairs: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
-    _seen: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False)
+    seen: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False)
 
     @property
     def max_abs_diff(self) -> float | None:
@@ -109,9 +110,9 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0) -> None
         _compare_numbers(a, b, path, out)
         return
     key = (id(a), id(b))
-    if key in out._seen:  # cycles, and objects reached twice
+    if key in out.seen:  # cycles, and objects reached twice
         return
-    out._seen.add(key)
+    out.seen.add(key)
     if type(a) is not type(b):
         out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
         return
@@ -425,7 +426,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 def _compiling() -> bool:
     """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
     not from the user's code running."""
-    frame: types.FrameType | None = sys._getframe(2)
+    here = inspect.currentframe()
+    frame: types.FrameType | None = here.f_back.f_back if here is not None and here.f_back is not None else None
     while frame is not None:
         if frame.f_code.co_filename.endswith(_CONVERT_FRAME):
             return True

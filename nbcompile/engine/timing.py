@@ -129,7 +129,7 @@ class BenchResult:
             lines.append(f"  {r.config:<22} {r.median_s * 1e6:10.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)  {speed}{comp}{bw}")
         return "\n".join(lines)
 
-    def _html_bars(self) -> str:
+    def html_bars(self) -> str:
         """Speedups as HTML bars, no script: what an exported notebook shows with no network."""
         import html
 
@@ -159,9 +159,9 @@ class BenchResult:
             # Frontends without a plotly renderer (nbconvert's HTML, classic viewers) take this one: the
             # bars in plain HTML first (they show offline), then the interactive figure (plotly.js from
             # its CDN; `python -m nbcompile run --html` puts plotly.js inline instead).
-            bundle["text/html"] = self._html_bars() + figure.to_html(include_plotlyjs="cdn", full_html=False)
+            bundle["text/html"] = self.html_bars() + figure.to_html(include_plotlyjs="cdn", full_html=False)
         except Exception:  # a plot must never hide the figures
-            bundle["text/html"] = self._html_bars()
+            bundle["text/html"] = self.html_bars()
         bundle["text/plain"] = str(self)
         return bundle
 

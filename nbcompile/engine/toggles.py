@@ -190,7 +190,7 @@ def _register(obj: Any, kind: str, label: str) -> None:
         torch.compiler.allow_in_graph(obj)  # type: ignore[no-untyped-call]  # unannotated in torch
         return
     try:
-        torch._dynamo.disallow_in_graph(obj)
+        torch_compat.disallow_in_graph(obj)
     except (RuntimeError, AssertionError) as exc:
         raise NbcompileError(
             f"disallow_in_graph({label or obj!r}) refused: {str(exc).splitlines()[0]} "
@@ -367,7 +367,7 @@ class Toggles:
         plain = torch_compat.unwrap_compiled(original)
         if mode == "nonstrict_trace":
             wrapped, release = torch_compat.nonstrict_trace(copy_function(plain))
-            wrapped._nbcompile_original = plain  # type: ignore[attr-defined]  # what nbcompile's views show
+            setattr(wrapped, "_nbcompile_original", plain)  # noqa: B010  # what nbcompile's views show
             self._registrations[f"held:{name}"] = Registration(wrapped, "nonstrict", release=release)
             return wrapped
         if mode == "custom_op":

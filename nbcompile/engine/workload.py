@@ -255,14 +255,15 @@ class Workload:
             if seen:
                 return original(*args, **kwargs)
             before = custom_ops.clone_tree((args, kwargs))
-            versions = {id(t): t._version for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
+            versions = {id(t): torch_compat.tensor_version(t) for t in (*args, *kwargs.values())
+                        if isinstance(t, torch.Tensor)}
             result = original(*args, **kwargs)
             try:
                 bound = _inspect.signature(original).bind(*args, **kwargs).arguments
             except (TypeError, ValueError):
                 bound = {}
             mutated = tuple(p for p, v in bound.items() if isinstance(v, torch.Tensor)
-                            and v._version != versions.get(id(v), v._version))
+                            and torch_compat.tensor_version(v) != versions.get(id(v), torch_compat.tensor_version(v)))
             seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result), mutated))
             return result
 

@@ -136,11 +136,11 @@ class Session:
             for binding in self.engine.bindings.values():
                 problem = binding.problem()
                 if problem is not None:
-                    self._mark_stale(f"{problem} outside this %%compile cell")
+                    self.mark_stale(f"{problem} outside this %%compile cell")
                     break
         return self._stale
 
-    def _mark_stale(self, what: str) -> None:
+    def mark_stale(self, what: str) -> None:
         """Stale from now on; its registrations on torch callables are let go at once, so they cannot
         act, unseen, on the code that took its place."""
         if self._stale is None:
@@ -241,7 +241,7 @@ class Session:
         except BaseException as exc:
             self._roll_back(lambda: self.engine.apply(name, previous), old_report)
             if isinstance(exc, StaleError):
-                self._mark_stale(f"{exc} outside this %%compile cell")
+                self.mark_stale(f"{exc} outside this %%compile cell")
                 raise NbcompileError(self._stale) from None
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt: rolled back, then as the user asked
@@ -268,7 +268,7 @@ class Session:
         (``message(cause)``); an interrupt is re-raised as it came, once rolled back."""
         self._roll_back(undo, old_report)
         if isinstance(exc, StaleError):
-            self._mark_stale(f"{exc} outside this %%compile cell")
+            self.mark_stale(f"{exc} outside this %%compile cell")
             raise NbcompileError(self._stale) from None
         if not isinstance(exc, Exception):
             raise exc
@@ -344,6 +344,10 @@ class Session:
         return self.last_bench
 
     # -- display ---------------------------------------------------------------------------
+    def mark_drawn(self) -> None:
+        """The current report is on screen (a view drew it itself)."""
+        self._drawn_version = self.recording.version
+
     def redraw(self) -> None:
         """Bring the panel and the displayed report up to date (never called from inside a compile)."""
         self._drawn_version = self.recording.version
@@ -586,7 +590,7 @@ class Session:
         except NbcompileError:
             return ""
 
-    def _start(self) -> None:
+    def start(self) -> None:
         """Rebind the entries to their compiled form and start capturing."""
         self.workload.code_state = torch_compat.code_state_snapshot()
         HUB.acquire()
@@ -669,9 +673,9 @@ def create_session(
         if older.namespace is namespace and older is not session:
             taken = [n for n in session.engine.bindings if n in older.engine.bindings]
             if taken:
-                older._mark_stale(f"{', '.join(taken[:3])} {'was' if len(taken) == 1 else 'were'} taken over by "
+                older.mark_stale(f"{', '.join(taken[:3])} {'was' if len(taken) == 1 else 'were'} taken over by "
                                   f"%%compile cell {label}".rstrip())
-    session._start()
+    session.start()
     return session
 
 

@@ -427,7 +427,7 @@ class Panel(widgets.VBox):
     def refresh(self) -> None:
         """Redraw every view from the session's current report (nothing once the session is gone)."""
         session = self._session_ref()
-        if session is None or session._closed:
+        if session is None or session.closed:
             return
         report = session.report
         self.title.value = f"<b>{_e(report.title)}</b>"
@@ -480,7 +480,7 @@ class Panel(widgets.VBox):
             "output_type": "display_data",
             # text/html: what a page without a plotly renderer (an exported notebook's widget
             # manager) draws instead; the same bars, plain HTML
-            "data": {_PLOTLY_MIME: result.figure().to_plotly_json(), "text/html": result._html_bars(),
+            "data": {_PLOTLY_MIME: result.figure().to_plotly_json(), "text/html": result.html_bars(),
                      "text/plain": "speedups"},
             "metadata": {},
         },)
