@@ -188,7 +188,7 @@ class Session:
                 return
             self.verify_fixes()
             self.recording.notify()
-            self.redraw()
+            self._show_proofs()
 
         try:
             loop = asyncio.get_running_loop()
@@ -344,12 +344,34 @@ class Session:
         return self.last_bench
 
     # -- display ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """While a view acts on the session (a panel click), the session's own redraws are held: the
+        view redraws once when its action is done (one redraw per click)."""
+        self._deferred += 1
+        try:
+            yield
+        finally:
+            self._deferred -= 1
+
+    def _show_proofs(self) -> None:
+        """The fixes' proofs arrived after the view was drawn: they show in the report output (its
+        break table, the gutter's tooltips), not in the panel's widgets, so only that is replaced."""
+        if self._panel is None:
+            self.redraw()
+        elif not self._deferred:
+            self.update_display()
+            self.mark_drawn()
+
     def mark_drawn(self) -> None:
         """The current report is on screen (a view drew it itself)."""
         self._drawn_version = self.recording.version
 
     def redraw(self) -> None:
-        """Bring the panel and the displayed report up to date (never called from inside a compile)."""
+        """Bring the panel and the displayed report up to date (never called from inside a compile);
+        held while a view acts (``batched``): the view redraws once, after."""
+        if self._deferred:
+            return
         self._drawn_version = self.recording.version
         if self._panel is not None:
             self._panel.refresh()

@@ -1,0 +1,69 @@
+"""The seams the views reach the session through, typed: a view knows what it may read and call,
+never the facade's class (views sit below the facades)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ..capture.cell import CellFunctions
+from ..core.options import CellOptions
+from ..model.fixsearch import FixSearch
+from ..model.report import Report
+
+
+class SearchRun(Protocol):
+    """One fix search the panel drives a step per event-loop turn (``Session.fix_run``)."""
+
+    @property
+    def result(self) -> FixSearch: ...
+
+    def steps(self) -> Iterator[FixSearch]: ...
+
+    def run(self) -> FixSearch: ...
+
+
+class PanelSession(Protocol):
+    """What the panel reads of a session and the actions it calls on it."""
+
+    entries: list[str]
+    source: str
+    cell: CellFunctions
+    last_bench: Any
+    last_fix: Any
+
+    @property
+    def report(self) -> Report: ...
+
+    @property
+    def toggles(self) -> dict[str, str]: ...
+
+    @property
+    def functions(self) -> list[str]: ...
+
+    @property
+    def options(self) -> CellOptions: ...
+
+    @property
+    def stale(self) -> str | None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def set(self, name: Any, mode: str) -> Report: ...
+
+    def configure(self, **changes: Any) -> Report: ...
+
+    def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any: ...
+
+    def export(self, style: str = "calls") -> str: ...
+
+    def function_report(self, name: str) -> Report: ...
+
+    def fix_run(self, budget_s: float = 60.0,
+                progress: Callable[[FixSearch], None] | None = None) -> SearchRun: ...
+
+    def update_display(self) -> None: ...
+
+    def batched(self) -> AbstractContextManager[None]: ...
