@@ -18,7 +18,9 @@ The same rounds run again with an unrelated 200 MB tensor in the namespace
 (added and removed between rounds, so both are measured side by side): the
 check copies only what ``--run`` reaches, so the toggle latency must not move
 by more than 10% (target: median with / median without <= 1.10).
-It also records how many frames each toggle recompiled (only the cell's).
+It also records how many frames each toggle recompiled (only the cell's) and how many times the
+panel was redrawn whole per click (``redraws_per_click``, target 1), counted by wrapping the panel's
+``refresh`` (which works on any version of the panel).
 Writes benchmarks/results/toggle_latency.json.
 """
 
@@ -88,6 +90,15 @@ def _bench(backend: str, rounds: int, big_mb: int = 200) -> dict:
     times: dict[str, list[float]] = {"toggle": [], "raw": [], "toggle_big": [], "toggle_to_proven": []}
     redrawn: list[float] = []  # the panel's first redraw after a toggle; the proofs of its fixes follow
     panel.status.observe(lambda _change: redrawn.append(time.perf_counter()), names="value")
+    refreshes = [0]
+    refresh = panel.refresh
+
+    def counted_refresh() -> None:
+        refreshes[0] += 1
+        refresh()
+
+    panel.refresh = counted_refresh  # the session calls the panel's refresh through the instance
+    redraws: list[int] = []
     frames: list[int] = []
     big = torch.zeros(big_mb * 2**20 // 4)
     with contextlib.redirect_stdout(io.StringIO()):
@@ -102,9 +113,11 @@ def _bench(backend: str, rounds: int, big_mb: int = 200) -> dict:
                     shell.user_ns.pop("BIG", None)
                 for mode in ("disable", "compile"):
                     redrawn.clear()
+                    refreshes[0] = 0
                     start = time.perf_counter()
                     toggle.value = mode
                     end = time.perf_counter()
+                    redraws.append(refreshes[0])
                     times["toggle_big" if with_big else "toggle"].append((redrawn[0] if redrawn else end) - start)
                     if not with_big:
                         times["toggle_to_proven"].append(end - start)
@@ -133,6 +146,8 @@ def _bench(backend: str, rounds: int, big_mb: int = 200) -> dict:
         "target": 1.2,
         "meets_target": ratio <= 1.2 and big_ratio <= 1.10,
         "frames_recompiled_per_toggle": sorted(set(frames)),
+        "redraws_per_click": sorted(set(redraws)),
+        "redraws_per_click_target": 1,
         "rounds": rounds,
         "toggle_s": times["toggle"],
         "raw_s": times["raw"],
@@ -156,7 +171,8 @@ def main() -> None:
               f"{r['big_tensor_mb']} MB unrelated tensor {r['median_s_toggle_with_big_tensor'] * 1e3:.1f} ms, ratio "
               f"{r['big_tensor_ratio']:.3f} (target <= 1.10); the fixes proven after "
               f"{r['median_s_toggle_to_fixes_proven'] * 1e3:.1f} ms; frames "
-              f"recompiled per toggle: {r['frames_recompiled_per_toggle']}", flush=True)
+              f"recompiled per toggle: {r['frames_recompiled_per_toggle']}; panel redraws per click: "
+              f"{r['redraws_per_click']} (target 1)", flush=True)
     write("toggle_latency", {"backends": results, "meets_targets": all(r["meets_target"] for r in results.values())},
           args.out)
 
