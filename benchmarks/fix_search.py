@@ -1,5 +1,5 @@
 """The fix search on real graph-breaking code: transformers models with tiny random configs
-(``fix_workloads.py``) and the seed documents' scenarios.
+(``fix_workloads.py``, which reads them from ``workloads/``) and the seed documents' scenarios.
 
 Each workload runs in a fresh process, as a real ``%%compile`` cell in an IPython shell (``--entry``
 and ``--run`` from the workload), then ``Session.fix(budget_s)`` searches and applies the best
@@ -33,21 +33,14 @@ from fix_workloads import WORKLOADS, Workload  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 from _common import RESULTS, environment, write  # noqa: E402
-from nbhelpers import MY_CUSTOM_FUNCTION_CELL  # noqa: E402  (the seed cell the tests use)
+from nbhelpers import MY_CUSTOM_FUNCTION_CELL, PRINT_IN_HELPER_CELL  # noqa: E402  (the seed cells the tests use)
 
 #: The seed documents' graph-breaking scenarios (../shared/seeds), as cells.
 SEEDS = [
     Workload("seed_allow_in_graph_custom_function", "torch", MY_CUSTOM_FUNCTION_CELL + "a = torch.ones(3)\n", "fn",
              "fn(a)", note="seed 000/001: a graph break inside the function allow_in_graph makes opaque"),
-    Workload("seed_print_in_helper", "torch", textwrap.dedent("""\
-        import torch
-        def helper(x):
-            print("inside helper")
-            return x * 2
-        def outer(x):
-            return helper(x.sin()).cos()
-        x = torch.randn(8)
-        """), "outer", "outer(x)", note="seed 001: a print in a nested call; disable moves it out of the graph"),
+    Workload("seed_print_in_helper", "torch", PRINT_IN_HELPER_CELL + "x = torch.randn(8)\n", "outer", "outer(x)",
+             note="seed 001: a print in a nested call; disable moves it out of the graph"),
     Workload("seed_item_data_dependent", "torch", textwrap.dedent("""\
         import torch
         def helper(x):
@@ -112,7 +105,7 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
         configs.append(("after", best.toggles, best.options))
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            bench = timing.bench_configs(session, configs, min_run_time=0.3)
+            bench = timing.bench_configs(session.workload, configs, min_run_time=0.3)
         rows = {row.config: row for row in bench.rows}
         eager = bench.rows[0]
         out["eager_s"] = eager.median_s

@@ -2,8 +2,11 @@
 
 Each ``Workload`` is a notebook cell that builds a Hugging Face transformers model from a tiny config
 (seeded, random weights, nothing downloaded), the names it compiles (``entry``) and the expression
-that runs them (``run``). Every one graph-breaks under ``torch.compile(..., backend="eager")`` on
-torch 2.13 / transformers 5.23; the last two break in the cell's own helper around a real model.
+that runs them (``run``). They are data, in ``benchmarks/workloads/``: the cell of each in
+``<name>.ipy``, exactly as it runs, and ``index.json`` with their order, ``needs``, ``entry``,
+``run``, ``grad`` and ``note``; ``WORKLOADS`` is what ``load_workloads()`` reads there. Every one
+graph-breaks under ``torch.compile(..., backend="eager")`` on torch 2.13 / transformers 5.23; the
+last two break in the cell's own helper around a real model.
 
 ``python benchmarks/fix_workloads.py [names...]`` runs each in this process (Dynamo reset between
 them, as if fresh) with a counting backend and prints one JSON line per workload: ``graphs``,
@@ -104,10 +107,10 @@ import json
 import linecache
 import logging
 import os
+import pathlib
 import random
 import re
 import sys
-import textwrap
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -128,212 +131,23 @@ class Workload:
     note: str = ""  # one line: where the breaks come from (library function and reason)
 
 
-def _w(name: str, cell: str, *, entry: str = "model", run: str = "model(ids)", grad: bool = False,
-       note: str = "") -> Workload:
-    return Workload(name, "transformers", textwrap.dedent(cell), entry, run, grad, note)
+#: The workloads' folder: one cell a file (``<name>.ipy``) and ``index.json``, the order and the rest.
+WORKLOADS_DIR = pathlib.Path(__file__).resolve().parent / "workloads"
 
 
-WORKLOADS: list[Workload] = [
-    _w("wav2vec2_ctc_train", """\
-        import torch
-        from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
-        torch.manual_seed(0)
-        config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-                                conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
-                                num_conv_pos_embedding_groups=2, vocab_size=12, mask_time_prob=0.0,
-                                ctc_loss_reduction="mean")
-        model = Wav2Vec2ForCTC(config).train()
-        audio = torch.randn(2, 1600)
-        labels = torch.randint(1, 12, (2, 5))
+def load_workloads(folder: pathlib.Path = WORKLOADS_DIR) -> list[Workload]:
+    """The workloads in ``folder``, in ``index.json``'s order; each cell is its ``<name>.ipy`` as written."""
+    index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    return [Workload(cell=(folder / f"{item['name']}.ipy").read_text(encoding="utf-8"), **item) for item in index]
 
-        def step(audio, labels):
-            loss = model(audio, labels=labels).loss
-            loss.backward()
-            return loss.detach()
-        """, entry="step", run="step(audio, labels)", grad=True,
-       note="Wav2Vec2ForCTC training: labels.max() check, requires_grad setattr in the feature encoder, "
-            "layerdrop torch.rand branch, masked_select and cudnn.flags in ForCTCLoss"),
-    _w("gpt2_generate", """\
-        import torch
-        from transformers import GPT2Config, GPT2LMHeadModel
-        torch.manual_seed(0)
-        config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=99, n_positions=64,
-                            bos_token_id=0, eos_token_id=0, pad_token_id=0)
-        model = GPT2LMHeadModel(config).eval()
-        ids = torch.randint(1, 99, (1, 5))
 
-        def generate(ids):
-            return model.generate(ids, max_new_tokens=1, do_sample=False)
-        """, entry="generate", run="generate(ids)",
-       note="GenerationMixin: data-dependent ifs on eos/pad tensors, .any()/.item() in "
-            "_prepare_special_tokens, _has_unfinished_sequences"),
-    _w("bert_output_attentions", """\
-        import torch
-        from transformers import BertConfig, BertModel
-        torch.manual_seed(0)
-        config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-                            vocab_size=99)
-        model = BertModel(config).eval()
-        ids = torch.randint(0, 99, (2, 8))
-        """, run="model(ids, output_attentions=True, output_hidden_states=True)",
-       note="output_attentions: logger.warning_once in sdpa_attention_forward, hook installation "
-            "(threading lock, RemovableHandle) in utils.output_capturing"),
-    _w("llama_grad_checkpointing", """\
-        import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
-        torch.manual_seed(0)
-        config = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=37, vocab_size=99, max_position_embeddings=64)
-        model = LlamaForCausalLM(config).train()
-        model.gradient_checkpointing_enable()
-        ids = torch.randint(0, 99, (2, 8))
-
-        def step(ids):
-            loss = model(ids, labels=ids, use_cache=True).loss
-            loss.backward()
-            return loss.detach()
-        """, entry="step", run="step(ids)", grad=True,
-       note="gradient checkpointing with use_cache=True: logger.warning_once in utils.generic"),
-    _w("longformer_global", """\
-        import torch
-        from transformers import LongformerConfig, LongformerModel
-        torch.manual_seed(0)
-        config = LongformerConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
-                                  vocab_size=99, attention_window=4, max_position_embeddings=64, pad_token_id=1)
-        model = LongformerModel(config).eval()
-        ids = torch.randint(2, 99, (2, 10))
-        gmask = torch.zeros(2, 10, dtype=torch.long)
-        gmask[:, 0] = 1
-        """, run="model(ids, global_attention_mask=gmask)",
-       note="Longformer: logger.info on padding, .item() on global-attention flags, nonzero() for global "
-            "indices, tensor comparisons in asserts"),
-    _w("bigbird_block_sparse", """\
-        import torch
-        from transformers import BigBirdConfig, BigBirdModel
-        torch.manual_seed(0)
-        config = BigBirdConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-                               vocab_size=99, attention_type="block_sparse", block_size=2, num_random_blocks=2,
-                               max_position_embeddings=128)
-        model = BigBirdModel(config).eval()
-        ids = torch.randint(0, 99, (2, 32))
-        """,
-       note="BigBird block-sparse attention: numpy random-block plan (np.zeros/np.sum on tensors) in "
-            "_bigbird_block_rand_mask_with_head"),
-    _w("reformer_lsh", """\
-        import torch
-        from transformers import ReformerConfig, ReformerModelWithLMHead
-        torch.manual_seed(0)
-        config = ReformerConfig(hidden_size=32, attention_head_size=8, num_attention_heads=2, feed_forward_size=37,
-                                vocab_size=99, attn_layers=["local", "lsh"], axial_pos_shape=[4, 4],
-                                axial_pos_embds_dim=[16, 16], local_attn_chunk_length=4, lsh_attn_chunk_length=4,
-                                num_buckets=2, max_position_embeddings=16, is_decoder=True)
-        model = ReformerModelWithLMHead(config).eval()
-        ids = torch.randint(0, 99, (2, 16))
-        """,
-       note="Reformer: branches on np.lcm results in ReformerModel.forward, .item() in "
-            "AxialPositionEmbeddings.forward"),
-    _w("switch_moe", """\
-        import torch
-        from transformers import SwitchTransformersConfig, SwitchTransformersForConditionalGeneration
-        torch.manual_seed(0)
-        config = SwitchTransformersConfig(d_model=32, d_kv=8, d_ff=37, num_layers=1, num_decoder_layers=1, num_heads=4,
-                                          num_experts=4, expert_capacity=8, encoder_sparse_step=1,
-                                          decoder_sparse_step=0, vocab_size=99, decoder_start_token_id=0,
-                                          pad_token_id=0, eos_token_id=1)
-        model = SwitchTransformersForConditionalGeneration(config).eval()
-        ids = torch.randint(2, 99, (2, 8))
-        labels = torch.randint(2, 99, (2, 5))
-        """, run="model(input_ids=ids, labels=labels)",
-       note="Switch MoE (sparse encoder): nonzero()/torch.where over the expert mask (dynamic shapes) in "
-            "SwitchTransformersExperts.forward, exceptions in output capturing"),
-    _w("jetmoe", """\
-        import torch
-        from transformers import JetMoeConfig, JetMoeForCausalLM
-        torch.manual_seed(0)
-        config = JetMoeConfig(num_hidden_layers=2, hidden_size=32, num_key_value_heads=2, kv_channels=8,
-                              intermediate_size=37, vocab_size=99, num_local_experts=4, num_experts_per_tok=2,
-                              max_position_embeddings=64)
-        model = JetMoeForCausalLM(config).eval()
-        ids = torch.randint(0, 99, (2, 8))
-        """,
-       note="JetMoE router: expert_size.tolist() (data-dependent) in JetMoeTopKGating.forward"),
-    _w("mixtral_router_logits", """\
-        import torch
-        from transformers import MixtralConfig, MixtralForCausalLM
-        torch.manual_seed(0)
-        config = MixtralConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                               intermediate_size=40, vocab_size=99, max_position_embeddings=64,
-                               num_local_experts=4, num_experts_per_tok=2, output_router_logits=True)
-        model = MixtralForCausalLM(config).eval()
-        ids = torch.randint(0, 99, (2, 8))
-        mask = torch.ones(2, 8, dtype=torch.long)
-        mask[1, :3] = 0
-        """, run="model(ids, attention_mask=mask, labels=ids)",
-       note="output_router_logits: forward hooks installed under a threading lock in utils.output_capturing"),
-    _w("prophetnet_loss", """\
-        import torch
-        from transformers import ProphetNetConfig, ProphetNetForConditionalGeneration
-        torch.manual_seed(0)
-        config = ProphetNetConfig(hidden_size=32, num_encoder_layers=1, num_decoder_layers=1,
-                                  num_encoder_attention_heads=2, num_decoder_attention_heads=2, encoder_ffn_dim=37,
-                                  decoder_ffn_dim=37, vocab_size=99, ngram=2, num_buckets=8, relative_max_distance=16,
-                                  max_position_embeddings=64)
-        model = ProphetNetForConditionalGeneration(config).eval()
-        ids = torch.randint(3, 99, (2, 8))
-        labels = torch.randint(3, 99, (2, 5))
-        """, run="model(input_ids=ids, labels=labels)",
-       note="ProphetNet: assert torch.all(...).item() in ProphetNetPreTrainedModel._shift_right"),
-    _w("llama_decode_item", """\
-        import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
-        torch.manual_seed(0)
-        config = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=37, vocab_size=99, max_position_embeddings=64)
-        model = LlamaForCausalLM(config).eval()
-        ids = torch.randint(3, 99, (1, 6))
-
-        def is_eos(token):
-            return token.item() == 2
-
-        def next_token(ids):
-            logits = model(ids).logits[:, -1]
-            token = logits.argmax(-1)
-            if is_eos(token):  # stop at end of sequence
-                return ids
-            return torch.cat([ids, token[:, None]], dim=1)
-        """, entry="next_token", run="next_token(ids)",
-       note="user code: token.item() in the cell's is_eos helper, called after a real Llama forward"),
-    _w("bart_eval_log", """\
-        import torch
-        from transformers import BartConfig, BartForConditionalGeneration
-        torch.manual_seed(0)
-        config = BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                            decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=99,
-                            max_position_embeddings=64)
-        model = BartForConditionalGeneration(config).eval()
-        ids = torch.randint(3, 99, (2, 8))
-        labels = torch.randint(3, 99, (2, 5))
-        history = []
-
-        def log(loss):
-            history.append(float(loss))
-            print(f"batch {len(history)}: loss {history[-1]:.4f}")
-
-        def eval_step(ids, labels):
-            out = model(input_ids=ids, labels=labels)
-            log(out.loss)
-            return out.logits.argmax(-1)
-        """, entry="eval_step", run="eval_step(ids, labels)",
-       note="user code: float(loss) and print in the cell's log helper, inside a BART evaluation step"),
-]
+WORKLOADS: list[Workload] = load_workloads()
 
 
 # --- running a workload ---------------------------------------------------------------------
 
 def import_torchvision() -> Any:
     """The tests' torchvision import (a CUDA wheel against a CPU torch): tests/real_models_oracle.py."""
-    import pathlib
-
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
     from real_models_oracle import import_torchvision as tests_import
 

@@ -18,9 +18,12 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .core import torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.options import MODES, CellOptions
+from .core.text import _e, _table
+from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades.session import Session, create_session, last, sessions
-from .model.render import fix_proof, set_effect
+from .facades.traces import load
+from .model.render import MIME_TYPE, fix_proof, set_effect
 from .views.env import widgets_supported
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache")
@@ -241,7 +244,6 @@ def _bench(session: Session, expr: str | None) -> None:
 
 def _load(args: list[str]) -> Any:
     """`%nbcompile load PATH [--follow]`: a TORCH_TRACE directory or log, one report per rank."""
-    from .facades.traces import load
 
     usage = "usage: %nbcompile load PATH [--follow]"
     follow = "--follow" in args
@@ -256,7 +258,6 @@ def _load(args: list[str]) -> Any:
 
 def _cache(args: list[str]) -> Any:
     """`%nbcompile cache save PATH` / `load PATH`: torch.compile's cache artifacts, for a warm start."""
-    from .core import torch_compat
 
     usage = "usage: %nbcompile cache save PATH | %nbcompile cache load PATH"
     if len(args) != 2 or args[0] not in ("save", "load"):
@@ -312,7 +313,6 @@ def _fix(session: Session, args: list[str]) -> Any:
 
 
 def _export_style(args: list[str]) -> str:
-    from .engine.snippet import STYLES
 
     usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}]"
     if not args:
@@ -347,7 +347,6 @@ def _display(session: Session, force_panel: bool = False) -> None:
     if in_kernel:
         import uuid
 
-        from .model.render import MIME_TYPE
 
         session.display_id = session.display_id or f"nbcompile-{uuid.uuid4().hex}"
         # The id in the output's metadata too: it is saved with the notebook, so after a page reload
@@ -391,7 +390,6 @@ class StatusTable:
         return "\n".join([*(fmt.format(*map(str, r)) for r in [self.headers, *self.rows]), *self.notes])
 
     def _repr_html_(self) -> str:
-        from .core.text import _e, _table
 
         notes = "".join(f"<li>{_e(n.strip())}</li>" for n in self.notes)
         return _table(self.headers, self.rows) + (f"<ul>{notes}</ul>" if notes else "")

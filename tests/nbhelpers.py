@@ -1,15 +1,32 @@
-"""Helpers the tests share."""
+"""Helpers the tests share: running a `%%compile` cell, the cells several tests run, a real kernel.
+
+A cell lives here once several tests run it byte for byte; a test whose assertions depend on a
+variant (another print, another line count) keeps its own.
+"""
 
 from __future__ import annotations
 
+import ast
+import concurrent.futures
 import contextlib
 import os
+import pathlib
+
+
+def parse_file(path: pathlib.Path) -> ast.Module:
+    """``ast.parse`` of a source file on a fresh thread: CPython 3.11's AST constructor can raise
+    "recursion depth mismatch" on a thread whose recursion counter earlier tests (Dynamo) have left
+    deep, so static checks parse where the counter starts at zero."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(ast.parse, path.read_text(), str(path)).result()
 
 
 def run_compile_cell(shell, line: str, body: str):
     """Run a real cell `%%compile LINE` + body the way a notebook does; return the ExecutionResult."""
     return shell.run_cell(f"%%compile {line}\n{body}", store_history=True)
 
+
+# --- cells ----------------------------------------------------------------------------------------
 
 #: Seed 000's allow_in_graph example, with a graph break inside the function: 3 graphs, or 1 when allowed.
 MY_CUSTOM_FUNCTION_CELL = """\
@@ -24,6 +41,69 @@ def fn(a):
     return x
 """
 
+#: Seed 000's disallow_in_graph example: add, sub, add in one graph; `torch.sub` disallowed splits it.
+ADD_SUB_ADD_CELL = """\
+import torch
+def fn(a):
+    x = torch.add(a, 1)
+    x = torch.sub(x, 1)
+    return torch.add(x, 1)
+"""
+
+#: Seed 001: a print in a nested call (`outer` -> `helper`), the break charged to the helper.
+PRINT_IN_HELPER_CELL = """\
+import torch
+def helper(x):
+    print("inside helper")
+    return x * 2
+def outer(x):
+    return helper(x.sin()).cos()
+"""
+
+#: A helper called by the entry, nothing breaking: one graph; the toggles' and the habits' cell
+#: (`--run "caller(torch.ones(3))"`).
+HELPER_CELL = """\
+import torch
+def helper(x):
+    return x.cos() * 2
+def caller(x):
+    return helper(x.sin()) + 1
+"""
+
+#: The panel's cell: a helper that prints (a break to disable) and torch ops in the caller (to disallow).
+PRINTING_HELPER_CELL = """\
+import torch
+def helper(x):
+    print("in helper")
+    return torch.cos(x) * 2
+def caller(x):
+    y = torch.sub(torch.add(x, 1), 1)
+    return helper(y.sin()) + 1
+"""
+
+#: An explicit graph break in a helper of `f`: 3 graphs, 2 when the helper is disabled.
+GRAPH_BREAK_HELPER_CELL = """\
+import torch
+def helper(x):
+    torch._dynamo.graph_break()
+    return x * 2
+def f(x):
+    return helper(x.sin()).cos()
+"""
+
+#: A data-dependent branch in a helper of `top`: disable is the fix, allow_in_graph does not help.
+CLAMP_CELL = """\
+import torch
+def clamp(x):
+    if x.sum() > 0:
+        return x - 1
+    return x
+def top(x):
+    return clamp(x * 2) + 1
+"""
+
+
+# --- a real kernel --------------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def real_kernel():
@@ -40,3 +120,19 @@ def real_kernel():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def run_in_kernel(kc, code: str) -> tuple[list[str], list[dict], dict]:
+    """Execute a cell in the kernel; (stdout pieces, display/execute_result data bundles, the reply's content)."""
+    stdout: list[str] = []
+    displays: list[dict] = []
+
+    def hook(msg):
+        kind = msg["msg_type"]
+        if kind == "stream" and msg["content"]["name"] == "stdout":
+            stdout.append(msg["content"]["text"])
+        elif kind in ("display_data", "execute_result"):
+            displays.append(msg["content"]["data"])
+
+    reply = kc.execute_interactive(code, output_hook=hook, timeout=180)
+    return stdout, displays, reply["content"]

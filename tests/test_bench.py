@@ -23,6 +23,7 @@ def matmuls(a):
     return (a @ a) @ a
 
 
+@pytest.mark.slow
 def test_bench_times_eager_and_inductor_with_cold_and_warm_compiles():
     result = nbcompile.bench(softmax_scale, torch.randn(64, 256), configs=["default"], min_run_time=0.1)
     eager, default = result.rows
@@ -120,6 +121,7 @@ def test_the_panel_speedup_tab_runs_and_plots_the_bench(ip):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 def test_bench_on_cuda_uses_events_and_triton():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

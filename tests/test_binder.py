@@ -21,6 +21,7 @@ BINDER_MEMORY_MIB = 2048
 
 
 @pytest.mark.slow
+@pytest.mark.kernel
 def test_binder_installs_and_runs_every_notebook(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -33,7 +33,10 @@ DOCS_SHOTS = os.environ.get("NBCOMPILE_DOCS_SCREENSHOTS") == "1"
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TOKEN = "nbcompile-browser-test"
 
-pytestmark = pytest.mark.skipif(not pathlib.Path(CHROMIUM).exists(), reason="no Chromium (apt-get install chromium)")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not pathlib.Path(CHROMIUM).exists(), reason="no Chromium (apt-get install chromium)"),
+]
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 CELL = (

@@ -41,7 +41,7 @@ def test_seed_003_wrong_shape_under_eager_is_caught(ip):
     assert "CHECK FAILED" in report.summary() and "Check failed" in report._repr_mimebundle_()["text/html"]
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_seed_003_outside_workaround_is_right_on_aot_backends(ip, backend):
     run_compile_cell(ip, f'--backend {backend} --no-panel --run "f(torch.randn(2, 3))"', OUTSIDE)
     report = nbcompile.last().report
@@ -50,7 +50,7 @@ def test_seed_003_outside_workaround_is_right_on_aot_backends(ip, backend):
     assert report.check.max_abs_diff is not None and report.check.max_abs_diff < 1e-5
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_seed_003_inside_workaround_on_each_backend(ip, backend):
     """What today's torch does with the workaround written inside the compiled function."""
     line = f'--backend {backend} --no-panel --run "f(torch.randn(2, 3))"'

@@ -200,36 +200,35 @@ def test_the_fix_tab_shows_progress_and_the_trials_chart(ip):
     assert panel.function_rows["helper"].value == "custom_op"  # the panel follows the applied configuration
 
 
+@pytest.mark.kernel
 def test_the_stop_button_is_heard_between_trials_in_a_kernel():
     pytest.importorskip("ipykernel")
-    from test_ipykernel import _run
-
-    from nbhelpers import real_kernel
+    from nbhelpers import real_kernel, run_in_kernel
 
     with real_kernel() as (_, kc):
-        _, _, reply = _run(kc, "%load_ext nbcompile")
+        _, _, reply = run_in_kernel(kc, "%load_ext nbcompile")
         assert reply["status"] == "ok"
-        _, _, reply = _run(kc, f"%%compile {LINE}\n{CELL}")
+        _, _, reply = run_in_kernel(kc, f"%%compile {LINE}\n{CELL}")
         assert reply["status"] == "ok", reply
         # the click handler returns at once: one trial per event-loop turn
-        out, _, reply = _run(kc, "import nbcompile\np = nbcompile.last().panel()\np.fix_budget.value = 600\n"
-                                 "p.start_fix()\nprint(p.fix_running is not None)")
+        out, _, reply = run_in_kernel(kc, "import nbcompile\np = nbcompile.last().panel()\np.fix_budget.value = 600\n"
+                                          "p.start_fix()\nprint(p.fix_running is not None)")
         assert reply["status"] == "ok" and "".join(out).strip() == "True"
-        out, _, _ = _run(kc, "print(len(p.fix_running.trials) if p.fix_running else -1)\np.stop_fix()")
+        out, _, _ = run_in_kernel(kc, "print(len(p.fix_running.trials) if p.fix_running else -1)\np.stop_fix()")
         ran = int("".join(out).strip())
         assert ran >= 1
         code = ("import time\nfor _ in range(600):\n    if p.fix_running is None: break\n    time.sleep(0.05)\n"
                 "print(p.session.last_fix.state if p.fix_running is None else 'running')")
-        out, _, _ = _run(kc, code)
+        out, _, _ = run_in_kernel(kc, code)
         # a cell that sleeps blocks the loop: poll from separate cells instead
         state = "".join(out).strip()
         for _ in range(100):
             if state != "running":
                 break
-            out, _, _ = _run(kc, "print(p.session.last_fix.state if p.fix_running is None else 'running')")
+            out, _, _ = run_in_kernel(kc, "print(p.session.last_fix.state if p.fix_running is None else 'running')")
             state = "".join(out).strip()
         assert state == "stopped"
-        out, _, _ = _run(kc, "print(len(p.session.last_fix.trials), p.session.last_fix.best is not None)")
+        out, _, _ = run_in_kernel(kc, "print(len(p.session.last_fix.trials), p.session.last_fix.best is not None)")
         trials, kept = "".join(out).split()
         assert int(trials) < 26 and kept == "True"  # stopped well short of the full search; the best kept
 

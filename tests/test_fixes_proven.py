@@ -16,7 +16,7 @@ import nbcompile
 from nbcompile.core import torch_compat
 from nbcompile.engine import trial
 
-from nbhelpers import run_compile_cell
+from nbhelpers import CLAMP_CELL, GRAPH_BREAK_HELPER_CELL, run_compile_cell
 
 MODULE_CELL = textwrap.dedent(
     """\
@@ -129,17 +129,7 @@ def test_a_fix_that_fails_to_compile_is_tried_and_offered_last(ip):
 
 
 def test_without_a_run_expression_nothing_is_claimed(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def helper(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def f(x):
-            return helper(x.sin()).cos()
-        """
-    )
-    run_compile_cell(ip, "--backend eager --no-panel", body)
+    run_compile_cell(ip, "--backend eager --no-panel", GRAPH_BREAK_HELPER_CELL)
     ip.run_cell("f(torch.ones(3))")
     report = nbcompile.last().report
     fixes = [f for b in report.breaks for f in b.fixes if f.toggles]
@@ -151,16 +141,7 @@ def test_without_a_run_expression_nothing_is_claimed(ip):
 
 def test_inspect_proves_its_suggestions_too():
     ns: dict = {}
-    exec(textwrap.dedent(
-        """\
-        import torch
-        def clamp(x):
-            if x.sum() > 0:
-                return x - 1
-            return x
-        def top(x):
-            return clamp(x * 2) + 1
-        """), ns)
+    exec(CLAMP_CELL, ns)
     report = nbcompile.inspect(ns["top"], torch.ones(3), backend="eager")
     fixes = report.breaks[0].fixes
     assert fixes[0].toggles == {"clamp": "disable"} and fixes[0].verified is True
@@ -179,17 +160,7 @@ def test_an_inductor_session_tries_fixes_with_aot_eager():
 
 
 def test_the_budget_leaves_the_rest_untried(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def helper(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def f(x):
-            return helper(x.sin()).cos()
-        """
-    )
-    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', GRAPH_BREAK_HELPER_CELL)
     session = nbcompile.last()
     session._trials.clear()
     for fix in (f for b in session.report.breaks for f in b.fixes):

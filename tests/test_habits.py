@@ -16,17 +16,7 @@ import nbcompile
 from nbcompile.core import torch_compat
 from nbcompile.engine.toggles import REGISTRY
 
-from nbhelpers import run_compile_cell
-
-HELPER_CELL = textwrap.dedent(
-    """\
-    import torch
-    def helper(x):
-        return x.cos() * 2
-    def caller(x):
-        return helper(x.sin()) + 1
-    """
-)
+from nbhelpers import HELPER_CELL, run_compile_cell
 
 
 def _registries():

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import textwrap
 
 import torch
 
 import nbcompile
 from nbcompile.engine.toggles import REGISTRY, Toggles
 
-from nbhelpers import run_compile_cell
+from nbhelpers import PRINTING_HELPER_CELL, parse_file, run_compile_cell
 
 PACKAGE = pathlib.Path(nbcompile.__file__).parent
 
-CELL = textwrap.dedent(
-    """\
-    import torch
-    def helper(x):
-        print("in helper")
-        return torch.cos(x) * 2
-    def caller(x):
-        y = torch.sub(torch.add(x, 1), 1)
-        return helper(y.sin()) + 1
-    """
-)
+CELL = PRINTING_HELPER_CELL
 LINE = '--backend eager --no-dynamic --no-panel --run "caller(torch.ones(3))"'
 
 
@@ -88,7 +77,7 @@ def test_the_engine_never_names_the_session():
     """No function of the engine takes a session; it is handed a Workload (or plain data)."""
     offenders = []
     for path in sorted((PACKAGE / "engine").glob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parse_file(path)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names = [a.arg for a in [*node.args.args, *node.args.kwonlyargs]]
@@ -101,7 +90,7 @@ def test_one_recipe_compiles_a_fresh_copy():
     """``torch.compile(...)`` is called in one place of the package (engine/compiler.py)."""
     callers = set()
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile" \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch":
                 callers.add(str(path.relative_to(PACKAGE)))

@@ -9,6 +9,8 @@ import nbcompile
 
 from nbhelpers import run_compile_cell
 
+pytestmark = pytest.mark.slow
+
 
 def fused(x):
     y = x.sin() * 2
@@ -16,7 +18,6 @@ def fused(x):
     return y.cos() + 1
 
 
-@pytest.mark.slow
 def test_inductor_kernels_are_captured_on_cpu():
     report = nbcompile.inspect(fused, torch.ones(16), backend="inductor")
     assert report.graph_count == 2 and report.break_count == 1
@@ -28,7 +29,6 @@ def test_inductor_kernels_are_captured_on_cpu():
     assert torch.allclose(report.result, (torch.ones(16).sin() * 2).cos() + 1)
 
 
-@pytest.mark.slow
 def test_mode_reaches_inductor(ip):
     body = "import torch\ndef m(x):\n    return (x * 3).tanh()\n"
     run_compile_cell(ip, '--mode max-autotune-no-cudagraphs --no-panel --run "m(torch.ones(8))"', body)

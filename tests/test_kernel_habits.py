@@ -15,6 +15,8 @@ pytest.importorskip("ipykernel")
 
 from nbhelpers import real_kernel  # noqa: E402
 
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture(scope="module")
 def kernel():

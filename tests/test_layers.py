@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from nbhelpers import parse_file
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nbcompile"
 #: Lower number = lower layer. A module may import its own layer's modules and any lower layer's.
 LAYERS = {"core": 0, "model": 1, "capture": 2, "analysis": 3, "engine": 3, "views": 4, "facades": 5}
@@ -39,7 +41,7 @@ def imports() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse_file(path)
         skip = _type_checking_lines(tree)
         is_pkg = path.name == "__init__.py"
         package = name if is_pkg else name.rsplit(".", 1)[0]

@@ -10,6 +10,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from nbcompile import runner
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
@@ -22,6 +24,8 @@ def _run(name: str) -> tuple[dict, dict]:
     return runner.summary(nb), facts
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 def test_quickstart():
     summary, _ = _run("01_quickstart.ipynb")
     (cell,) = summary["compile_cells"]
@@ -30,6 +34,7 @@ def test_quickstart():
     assert {s["config"] for s in summary["speedups"]} == {"session", "all toggles compile"}
 
 
+@pytest.mark.kernel
 def test_fine_grained_apis():
     summary, _ = _run("02_fine_grained_apis.ipynb")
     cells = summary["compile_cells"]
@@ -38,16 +43,20 @@ def test_fine_grained_apis():
     assert any(c["graphs"] == 0 for c in cells)  # the fullgraph error
 
 
+@pytest.mark.kernel
 def test_torch_func():
     summary, _ = _run("03_torch_func.ipynb")
     assert [c["check"] for c in summary["compile_cells"]] == [True, False, True]
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 def test_gpu_speedups_fall_back_to_cpu():
     summary, _ = _run("04_gpu_speedups.ipynb")
     assert {s["config"] for s in summary["speedups"]} == {"default", "max-autotune"}
 
 
+@pytest.mark.kernel
 def test_the_run_command_writes_html_with_the_widget_state(tmp_path):
     out = tmp_path / "fine.html"
     done = subprocess.run([sys.executable, "-m", "nbcompile", "run", str(NOTEBOOKS / "03_torch_func.ipynb"),

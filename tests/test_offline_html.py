@@ -18,6 +18,9 @@ CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/c
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
 pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.kernel,  # `nbcompile run` executes the notebook in a kernel
+    pytest.mark.slow,  # 01_quickstart compiles with Inductor
     pytest.mark.skipif(not pathlib.Path(CHROMIUM).exists(), reason="no Chromium (apt-get install chromium)"),
     pytest.mark.skipif(not runner.WIDGETS_EMBED.exists(),
                        reason=f"{runner.WIDGETS_EMBED} not built (the extension's npm build copies it)"),

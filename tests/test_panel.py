@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import plotly.graph_objects as go
 import pytest
 
 import nbcompile
 
-from nbhelpers import run_compile_cell
-
-CELL = textwrap.dedent(
-    """\
-    import torch
-    def helper(x):
-        print("in helper")
-        return torch.cos(x) * 2
-    def caller(x):
-        y = torch.sub(torch.add(x, 1), 1)
-        return helper(y.sin()) + 1
-    """
-)
+from nbhelpers import PRINTING_HELPER_CELL, run_compile_cell
 
 
 @pytest.fixture()
 def panel(ip):
-    run_compile_cell(ip, '--backend eager --no-dynamic --no-panel --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --no-dynamic --no-panel --run "caller(torch.ones(3))"', PRINTING_HELPER_CELL)
     return nbcompile.last().panel()
 
 
@@ -123,7 +109,7 @@ def test_reset_detaches_the_panel(panel, ip):
 
 
 def test_the_panel_magic_in_a_terminal_falls_back_to_the_report(ip, capsys):
-    run_compile_cell(ip, '--backend eager --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --run "caller(torch.ones(3))"', PRINTING_HELPER_CELL)
     capsys.readouterr()
     ip.run_line_magic("nbcompile", "panel")
     out = capsys.readouterr().out

@@ -32,6 +32,8 @@ from nbcompile.model.report import MIME_TYPE, SCHEMA_PATH
 from nbhelpers import run_compile_cell
 from real_models_oracle import CASES, Case, cell_namespace, grad_mode, import_torchvision, split_call
 
+pytestmark = pytest.mark.models
+
 HERE = pathlib.Path(__file__).parent
 ORACLE_TIMEOUT_S = 600
 

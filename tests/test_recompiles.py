@@ -15,7 +15,7 @@ import torch
 import nbcompile
 from nbcompile.capture import guards
 
-from nbhelpers import run_compile_cell
+from nbhelpers import GRAPH_BREAK_HELPER_CELL, run_compile_cell
 
 CELL = textwrap.dedent(
     """\
@@ -161,17 +161,7 @@ def test_values_are_read_without_running_user_code():
 
 
 def test_a_report_diff_after_a_toggle(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def helper(x):
-            torch._dynamo.graph_break()
-            return x * 2
-        def f(x):
-            return helper(x.sin()).cos()
-        """
-    )
-    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(torch.ones(3))"', GRAPH_BREAK_HELPER_CELL)
     session = nbcompile.last()
     before = session.report
     session.set("helper", "disable")
@@ -374,6 +364,7 @@ def test_cudagraph_skips_read_as_fallbacks_with_their_fix():
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 def test_reduce_overhead_with_an_input_mutation_is_a_cudagraph_fallback(ip):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA (reduce-overhead records CUDA graphs)")

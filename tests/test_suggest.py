@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 import nbcompile
 
-from nbhelpers import MY_CUSTOM_FUNCTION_CELL, run_compile_cell
-
-PRINTS = textwrap.dedent(
-    """\
-    import torch
-    def helper(x):
-        print("inside helper")
-        return x * 2
-    def outer(x):
-        return helper(x.sin()).cos()
-    """
-)
+from nbhelpers import ADD_SUB_ADD_CELL, CLAMP_CELL, MY_CUSTOM_FUNCTION_CELL, PRINT_IN_HELPER_CELL, run_compile_cell
 
 
 def _commands(report):
@@ -27,7 +14,7 @@ def _commands(report):
 
 
 def test_print_in_a_helper_suggests_disable_or_moving_the_print(ip):
-    run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', PRINTS)
+    run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', PRINT_IN_HELPER_CELL)
     report = nbcompile.last().report
     assert report.break_count == 2 and {b.cell_line for b in report.breaks} == {4}
     for brk in report.breaks:
@@ -58,18 +45,7 @@ def test_graph_break_in_a_helper_suggests_allow_in_graph_with_a_clean_lint(ip):
 
 
 def test_data_dependent_helper_puts_disable_first_and_shows_the_lint(ip):
-    body = textwrap.dedent(
-        """\
-        import torch
-        def clamp(x):
-            if x.sum() > 0:
-                return x - 1
-            return x
-        def top(x):
-            return clamp(x * 2) + 1
-        """
-    )
-    run_compile_cell(ip, '--backend eager --no-panel --run "top(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "top(torch.ones(3))"', CLAMP_CELL)
     fixes = nbcompile.last().report.breaks[0].fixes
     assert fixes[0].command == "%nbcompile set clamp disable"
     assert fixes[0].verified is True and fixes[0].effect == "breaks 2 -> 1, graphs 4 -> 2, check ok"
@@ -86,8 +62,7 @@ def test_data_dependent_helper_puts_disable_first_and_shows_the_lint(ip):
 
 
 def test_a_break_this_session_made_suggests_undoing_the_toggle(ip):
-    body = "import torch\ndef fn(a):\n    x = torch.add(a, 1)\n    x = torch.sub(x, 1)\n    return torch.add(x, 1)\n"
-    run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "fn(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --disallow torch.sub --no-panel --run "fn(torch.ones(3))"', ADD_SUB_ADD_CELL)
     report = nbcompile.last().report
     assert report.graph_count == 2
     assert _commands(report) == [["%nbcompile set torch.sub compile"]]
@@ -103,7 +78,7 @@ def test_a_print_in_the_entry_suggests_a_code_change(ip):
 
 
 def test_fixes_show_in_text_and_html(ip):
-    run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', PRINTS)
+    run_compile_cell(ip, '--backend eager --no-panel --run "outer(torch.ones(3))"', PRINT_IN_HELPER_CELL)
     bundle = nbcompile.last().report._repr_mimebundle_()
     assert "fix: %nbcompile set helper disable" in bundle["text/plain"]
     assert "<code>%nbcompile set helper disable</code>" in bundle["text/html"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 from IPython.core.error import UsageError
@@ -11,17 +9,7 @@ from IPython.core.error import UsageError
 import nbcompile
 from nbcompile.core import torch_compat
 
-from nbhelpers import run_compile_cell
-
-CELL = textwrap.dedent(
-    """\
-    import torch
-    def helper(x):
-        return x.cos() * 2
-    def caller(x):
-        return helper(x.sin()) + 1
-    """
-)
+from nbhelpers import ADD_SUB_ADD_CELL, HELPER_CELL, run_compile_cell
 
 
 def seed_fn(a):
@@ -33,8 +21,7 @@ def seed_fn(a):
 
 def test_disallow_torch_sub_splits_and_round_trips_registries(ip):
     before = torch_compat.registries_snapshot()
-    body = "import torch\ndef fn(a):\n    x = torch.add(a, 1)\n    x = torch.sub(x, 1)\n    return torch.add(x, 1)\n"
-    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', ADD_SUB_ADD_CELL)
     session = nbcompile.last()
     assert session.report.graph_count == 1
     session.set("torch.sub", "disallow_in_graph")
@@ -48,7 +35,7 @@ def test_disallow_torch_sub_splits_and_round_trips_registries(ip):
 
 def test_allow_in_graph_round_trip_leaves_no_registration(ip):
     before = torch_compat.registries_snapshot()
-    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL)
     session = nbcompile.last()
     graphs = [g.ops for g in session.report.graphs]
     session.set("helper", "allow_in_graph")
@@ -60,7 +47,7 @@ def test_allow_in_graph_round_trip_leaves_no_registration(ip):
 
 
 def test_disable_via_the_cell_line_and_reset_undoes_it(ip):
-    run_compile_cell(ip, '--backend eager --disable helper --no-panel --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --disable helper --no-panel --run "caller(torch.ones(3))"', HELPER_CELL)
     session = nbcompile.last()
     assert session.toggles["helper"] == "disable"
     assert session.report.break_count >= 1
@@ -75,7 +62,7 @@ def test_other_compiled_functions_keep_their_code(ip):
     other = torch.compile(seed_fn, backend="eager")
     other(torch.ones(2))
     entries = [e.compile_id for e in torch._dynamo.eval_frame._debug_get_cache_entry_list(seed_fn.__code__)]
-    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL)
     nbcompile.last().set("helper", "disable")
     nbcompile.last().set("helper", "compile")
     after = [e.compile_id for e in torch._dynamo.eval_frame._debug_get_cache_entry_list(seed_fn.__code__)]
@@ -83,7 +70,7 @@ def test_other_compiled_functions_keep_their_code(ip):
 
 
 def test_bad_toggles_are_one_line_errors_and_change_nothing(ip):
-    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', CELL)
+    run_compile_cell(ip, '--backend eager --no-panel --run "caller(torch.ones(3))"', HELPER_CELL)
     session = nbcompile.last()
     report = session.report
     for line, words in [
@@ -130,8 +117,7 @@ def test_inspect_toggles_by_object_and_name():
 
 def test_set_takes_objects_as_well_as_names(ip):
     before = torch_compat.registries_snapshot()
-    body = "import torch\ndef fn(a):\n    x = torch.add(a, 1)\n    x = torch.sub(x, 1)\n    return torch.add(x, 1)\n"
-    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', body)
+    run_compile_cell(ip, '--backend eager --no-panel --run "fn(torch.ones(3))"', ADD_SUB_ADD_CELL)
     session = nbcompile.last()
     session.set(torch.sub, "disallow_in_graph")
     assert session.toggles == {"fn": "compile", "torch.sub": "disallow_in_graph"}

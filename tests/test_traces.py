@@ -180,6 +180,7 @@ CACHE_JOB = textwrap.dedent(
     """)
 
 
+@pytest.mark.slow  # Inductor, in two fresh processes
 def test_the_compile_cache_round_trip_in_two_fresh_processes(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(CACHE_JOB)

@@ -59,9 +59,23 @@ export interface Fix {
   warnings: string[];
   verified: boolean | null;
   effect: string;
+  action: FixAction | null;
+}
+export interface FixAction {
+  kind: 'toggle' | 'config' | 'dynamic' | 'mark' | 'as_tensor' | 'rewrite';
   toggles: {
     [k: string]: string;
   };
+  config: string;
+  value: boolean | number | string | null;
+  mark: 'maybe_mark_dynamic' | 'mark_static' | 'mark_unbacked' | null;
+  param: string;
+  dim: number | null;
+  subject: string;
+  cell_line: number | null;
+  before: string;
+  after: string;
+  rule: string;
 }
 export interface Frame {
   compile_id: string;

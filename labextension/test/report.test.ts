@@ -2,6 +2,15 @@ import {
   isCompileCell, latestReport, markers, MIME_TYPE, outputsToReplace, recompileLines, IReport, reportDisplayId, summary
 } from '../src/report';
 import { renderReport } from '../src/render';
+import { FixAction } from '../src/report-schema';
+
+/** A fix's action with only the fields of its kind set, as the kernel writes it. */
+function action(fields: Partial<FixAction> & Pick<FixAction, 'kind'>): FixAction {
+  return {
+    toggles: {}, config: '', value: null, mark: null, param: '', dim: null, subject: '', cell_line: null, before: '',
+    after: '', rule: '', ...fields
+  };
+}
 
 function report(extra: Partial<IReport> = {}): IReport {
   return {
@@ -14,7 +23,8 @@ function report(extra: Partial<IReport> = {}): IReport {
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
       reason: 'r', gb_type: 'Failed to trace builtin operator', gb_id: 'GB0059', explanation: 'no print',
       hints: ['Avoid print'], doc_url: 'https://example.org/gb0059', compile_id: '0/0',
-      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly', warnings: [], verified: null, effect: '', toggles: { helper: 'disable' } }]
+      fixes: [{ command: '%nbcompile set helper disable', why: 'runs eagerly', warnings: [], verified: null, effect: '',
+        action: action({ kind: 'toggle', toggles: { helper: 'disable' } }) }]
     })),
     ...extra
   };
@@ -118,7 +128,7 @@ test('a display message replaces the saved report outputs that carry its display
 test('a fix that was tried and did not help is not offered in the gutter; a proven one says so', () => {
   const r = report();
   const fix = (command: string, verified: boolean | null, effect: string) =>
-    ({ command, why: 'w', warnings: [], verified, effect, toggles: {} });
+    ({ command, why: 'w', warnings: [], verified, effect, action: null });
   r.breaks[0].fixes = [fix('%nbcompile set outer disable', false, 'breaks 2 -> 2'),
     fix('%nbcompile set helper disable', true, 'breaks 2 -> 1, check ok')];
   expect(markers(r, SOURCE)[0].lines).toContain('fix: %nbcompile set helper disable (proven: breaks 2 -> 1, check ok)');
@@ -153,7 +163,8 @@ test('recompiles show what changed and fallbacks show as errors with their fix',
     }],
     fallbacks: [{
       function: 'f', kind: 'recompile_limit', reason: 'f hit recompile_limit (8)',
-      fixes: [{ command: 'torch._dynamo.maybe_mark_dynamic(x, 0)', why: 'w', warnings: [], verified: null, effect: '', toggles: {} }]
+      fixes: [{ command: 'torch._dynamo.maybe_mark_dynamic(x, 0)', why: 'w', warnings: [], verified: null, effect: '',
+        action: action({ kind: 'mark', mark: 'maybe_mark_dynamic', param: 'x', dim: 0 }) }]
     }]
   });
   const node = renderReport(r);

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.report import Fix, GraphBreak, LintWarning
+from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*)`")
 _SIDE_EFFECT_WORDS = ("print", "logging", "logger", "warn")
@@ -140,7 +140,7 @@ class Advisor:
         return self._toggle(name, "allow_in_graph", why, warnings)
 
     def _toggle(self, name: str, mode: str, why: str, warnings: list[str] | None = None) -> Fix:
-        return Fix(self.command(name, mode), why, warnings or [], toggles={name: mode})
+        return Fix(self.command(name, mode), why, warnings or [], action=FixAction("toggle", toggles={name: mode}))
 
 
 def session_command(name: str, mode: str) -> str:

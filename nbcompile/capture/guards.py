@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..model.report import Fix, GuardChange
+from ..model.report import Fix, FixAction, GuardChange, MarkKind
 
 #: Most guard changes kept per recompile.
 MAX_CHANGES = 8
@@ -62,9 +62,12 @@ def failed_guards(reasons: Any) -> list[str]:
     return out
 
 
-def global_names(reasons: Any) -> set[str]:
-    """The globals among the failed guards' names (``G['SCALE']``), as against parameters (``L['n']``)."""
-    return {m[1] for guard in failed_guards(reasons) for m in re.finditer(r"\bG\['([A-Za-z_]\w*)'\]", guard)}
+_GLOBAL = re.compile(r"\bG\['([A-Za-z_]\w*)'\]")
+
+
+def global_names(guards: Iterable[str]) -> frozenset[str]:
+    """The globals among failed guards' names (``G['SCALE']``), as against parameters (``L['n']``)."""
+    return frozenset(m[1] for guard in guards for m in _GLOBAL.finditer(guard))
 
 
 def subject_of(expr: str) -> str:
@@ -121,12 +124,13 @@ def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
     return None
 
 
-def changes(reasons: Any, lookup: Lookup) -> list[GuardChange]:
-    """The guard changes of a recompile, newest cache entry first, one per guarded expression (older
-    entries failing on the same expression repeat it: ``x.shape[0]: 2 -> 9``, ``3 -> 9``, ...)."""
+def changes(guards: Iterable[str], lookup: Lookup) -> list[GuardChange]:
+    """The guard changes of a recompile from its failed guards (``failed_guards``, read once by the
+    record), newest cache entry first, one per guarded expression (older entries failing on the same
+    expression repeat it: ``x.shape[0]: 2 -> 9``, ``3 -> 9``, ...), at most ``MAX_CHANGES``."""
     out: list[GuardChange] = []
     seen: set[str] = set()
-    for guard in failed_guards(reasons):
+    for guard in guards:
         try:
             change = change_of(guard, lookup)
         except Exception:  # a reason text of a torch this code has not seen: keep the raw reason only
@@ -286,10 +290,27 @@ _SHAPE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\.shape\[(?P<dim>\d+)\]$")
 
 def _dynamic_fixes(change: GuardChange, shape: re.Match[str]) -> tuple[Fix, Fix]:
     """``--dynamic`` and ``maybe_mark_dynamic(name, dim)`` for a size that keeps changing."""
-    return (Fix("--dynamic", "torch.compile(dynamic=True): sizes are symbolic from the first compile"),
+    return (Fix("--dynamic", "torch.compile(dynamic=True): sizes are symbolic from the first compile",
+                action=FixAction("dynamic")),
             Fix(f"torch._dynamo.maybe_mark_dynamic({shape['name']}, {shape['dim']})",
                 f"before the call: {change.subject} compiled as a dynamic size (maybe_ rather than "
-                "mark_dynamic: torch specialises it instead of raising where the code needs a fixed size)"))
+                "mark_dynamic: torch specialises it instead of raising where the code needs a fixed size)",
+                action=_mark(shape, "maybe_mark_dynamic")))
+
+
+def _mark(shape: re.Match[str], how: MarkKind) -> FixAction:
+    """``torch._dynamo.<how>(name, dim)`` on the parameter ``shape`` names, before each call."""
+    return FixAction("mark", mark=how, param=shape["name"], dim=int(shape["dim"]))
+
+
+def _as_tensor(subject: str) -> FixAction:
+    """``subject = torch.tensor(subject)``: the number a global or ``self.attr`` holds, as a 0-dim tensor."""
+    return FixAction("as_tensor", subject=subject)
+
+
+def _config(name: str, value: bool | int | float | str) -> FixAction:
+    """``torch._dynamo.config.<name> = <value>`` around the compiles."""
+    return FixAction("config", config=name, value=value)
 
 
 def _global_fix(subject: str, before: str) -> Fix:
@@ -298,16 +319,18 @@ def _global_fix(subject: str, before: str) -> Fix:
             "a float global compiles once more and then as a dynamic float, unless dynamic=False")
     return Fix(f"{subject} = torch.tensor({subject})",
                f"wherever {subject} is assigned: a 0-dim tensor is data, not a guard, so a new value reuses the "
-               f"compiled code ({kind}); a value used as a size or in an `if` must stay a Python number")
+               f"compiled code ({kind}); a value used as a size or in an `if` must stay a Python number",
+               action=_as_tensor(subject))
 
 
 def _attribute_fixes(subject: str) -> list[Fix]:
     """An int attribute of a module (``self.k``): unspecialised by a config flag, or held as a tensor."""
     return [Fix("torch._dynamo.config.allow_unspec_int_on_nn_module = True",
                 f"{subject} is an int attribute of the module, which torch.compile treats as static; this flag "
-                "lets a new value compile once as a dynamic int (set it before the first call)"),
+                "lets a new value compile once as a dynamic int (set it before the first call)",
+                action=_config("allow_unspec_int_on_nn_module", True)),
             Fix(f"{subject} = torch.tensor({subject})",
-                f"in __init__: {subject} held as a 0-dim tensor is data, not a guard"),
+                f"in __init__: {subject} held as a 0-dim tensor is data, not a guard", action=_as_tensor(subject)),
             Fix("", f"or keep {subject} constant while the model runs")]
 
 
@@ -324,7 +347,8 @@ def limit_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> l
         elif _SELF_ATTR.match(change.subject) and _number(change.before, ints=True):
             fixes.extend(_attribute_fixes(change.subject)[:2])
     fixes.append(Fix("torch._dynamo.config.recompile_limit = 16",
-                     "more cache entries, where each variant is worth its own compiled code"))
+                     "more cache entries, where each variant is worth its own compiled code",
+                     action=_config("recompile_limit", 16)))
     return fixes
 
 
@@ -337,9 +361,11 @@ def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) 
             fixes.extend(_dynamic_fixes(change, shape))
             if change.before.startswith(">="):
                 fixes.append(Fix(f"torch._dynamo.decorators.mark_unbacked({shape['name']}, {shape['dim']})",
-                                 "sizes 0 and 1 are specialised; an unbacked size covers them too"))
+                                 "sizes 0 and 1 are specialised; an unbacked size covers them too",
+                                 action=_mark(shape, "mark_unbacked")))
                 fixes.append(Fix(f"torch._dynamo.mark_static({shape['name']}, {shape['dim']})",
-                                 "if this size should never vary, say so: a static size raises no dynamic guard"))
+                                 "if this size should never vary, say so: a static size raises no dynamic guard",
+                                 action=_mark(shape, "mark_static")))
         elif change.subject in globals_ and _number(change.before):
             fixes.append(_global_fix(change.subject, change.before))
         elif change.subject in globals_:

@@ -21,8 +21,8 @@ backend that reads each FX graph it is handed and passes it on unchanged.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -32,10 +32,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import torch_compat
+from ..core.names import torch_name
 from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
 from .cell import cell_line_of
-from .trace_parse import parse_graph_break, parse_graph_ops, parse_guards, parse_kernels, parse_recompile_reasons
+from .records import (
+    CompilationMetrics,
+    CppGuards,
+    DynamoStart,
+    GraphBreakReason,
+    InductorOutputCode,
+    OutputGraph,
+    Reasons,
+    RecompileReasons,
+    Record,
+    RecordError,
+    StrEntry,
+    parse_record,
+)
+from .trace_parse import parse_graph_break, parse_graph_ops, parse_guards, parse_kernels
 
 #: Compilations still open at once before the oldest is dropped (a failed
 #: compile that never closed, say); keeps memory bounded.
@@ -92,7 +107,8 @@ class _Pending:
     guards: str = ""
     #: The new guards' check timed on the compile's own inputs (microseconds), or None.
     guard_check_us: float | None = None
-    recompile_reasons: Any = None
+    #: The ``recompile_reasons`` artifact, decoded once by its record.
+    recompile_reasons: Reasons | None = None
     #: The failed guards with their values, read while Dynamo logs the reasons (the call's arguments are
     #: only there then).
     guard_changes: list[GuardChange] = field(default_factory=list)
@@ -113,8 +129,10 @@ class _TraceHandler(logging.Handler):
 
 class Hub:
     """The process-wide router from trace events to recordings. ``offline``: a hub fed from a trace
-    file (``traces.py``): the same parsing, without what only a live process has (the recompiling
-    frame's values, timing its guards), and graphs read from ``dynamo_output_graph`` events."""
+    file (``logs.py``): the same parsing, without what only a live process has (the recompiling
+    frame's values, timing its guards), and graphs read from ``dynamo_output_graph`` events.
+
+    Records arrive typed (``records.parse_record``) and go to one handler per kind, in ``_handlers``."""
 
     def __init__(self, offline: bool = False) -> None:
         self.offline = offline
@@ -125,6 +143,20 @@ class Hub:
         self._pending: dict[str, _Pending] = {}
         self._owners: list[weakref.ref[Recording]] = []
         self._local = threading.local()
+        #: The damaged records skipped live, newest last (``RecordError`` messages).
+        self.damaged: collections.deque[str] = collections.deque(maxlen=20)
+        self._warned: set[tuple[str, str]] = set()
+        #: One handler per record kind: register a new kind's here, beside ``records.REGISTRY``.
+        self._handlers: dict[type[Record], Callable[[Any], None]] = {
+            StrEntry: self._on_string,
+            DynamoStart: self._on_start,
+            GraphBreakReason: self._on_break,
+            RecompileReasons: self._on_recompile,
+            CppGuards: self._on_guards,
+            OutputGraph: self._on_output_graph,
+            InductorOutputCode: self._on_output_code,
+            CompilationMetrics: self._on_metrics,
+        }
 
     # -- lifetime --------------------------------------------------------------------
     @property
@@ -180,49 +212,61 @@ class Hub:
                 pending.backend_owner = weakref.ref(owner)
 
     def on_record(self, record: logging.LogRecord) -> None:
+        """A live record from ``torch.__trace``: typed, then handled. A damaged one is skipped with a
+        warning (once per kind and field; each is kept in ``damaged``): it must never raise into torch's
+        compile."""
         md = getattr(record, "metadata", None)
         if not isinstance(md, dict):
             return
-        if "str" in md:
-            path, index = md["str"]
-            self._strings[index] = path
+        try:
+            typed = parse_record(md, getattr(record, "payload", None))
+        except RecordError as exc:
+            self.damaged.append(str(exc))
+            if (exc.kind, exc.field) not in self._warned:
+                self._warned.add((exc.kind, exc.field))
+                logging.getLogger(__name__).warning("nbcompile skipped a damaged trace record: %s", exc)
             return
-        if "chromium_event" in md or "frame_id" not in md or md.get("frame_id") is None:
-            return
-        compile_id = f"{md['frame_id']}/{md['frame_compile_id']}"
-        payload = getattr(record, "payload", None)
-        with self._lock:
-            if "dynamo_start" in md:
-                self._on_start(compile_id, md["dynamo_start"])
-            elif "artifact" in md:
-                name = md["artifact"].get("name")
-                if name == "dynamo_graph_break_reason" and payload:
-                    self._get_pending(compile_id).breaks.append(payload)
-                elif name == "recompile_reasons" and payload:
-                    pending = self._get_pending(compile_id)
-                    try:
-                        pending.recompile_reasons = json.loads(payload)
-                    except ValueError:
-                        pending.recompile_reasons = payload
-                    frame = None if self.offline else torch_compat.recompiling_frame()
-                    lookup = guard_ops.frame_lookup(frame[1], frame[2]) if frame else lambda _n: guard_ops.MISSING
-                    pending.guard_changes = guard_ops.changes(pending.recompile_reasons, lookup)
-                    if frame is not None and not pending.filename:  # no dynamo_start: the recompile limit
-                        pending.filename, pending.lineno = frame[0].co_filename, frame[0].co_firstlineno
-                        pending.function = frame[0].co_name
-                    if pending.active is None and self._stack():
-                        pending.active = weakref.ref(self._stack()[-1])
-            elif "dynamo_cpp_guards_str" in md and payload:
-                pending = self._get_pending(compile_id)
-                pending.guards = payload
-                pending.guard_check_us = None if self.offline else torch_compat.time_new_guards()
-            elif "dynamo_output_graph" in md and payload and self.offline:  # live: the backend's graph
-                ops = parse_graph_ops(payload)
-                self._get_pending(compile_id).graphs.append(Graph(compile_id, len(ops), ops))
-            elif "inductor_output_code" in md and payload:
-                self._get_pending(compile_id).output_code.append(payload)
-            elif "compilation_metrics" in md:
-                self._on_metrics(compile_id, md["compilation_metrics"])
+        if isinstance(typed, Record):
+            self.dispatch(typed)
+
+    def dispatch(self, record: Record) -> None:
+        """Hand one typed record to the handler of its kind (offline logs come in here too)."""
+        handler = self._handlers.get(type(record))
+        if handler is not None:
+            with self._lock:
+                handler(record)
+
+    def _on_string(self, record: StrEntry) -> None:
+        self._strings[record.index] = record.path
+
+    def _on_break(self, record: GraphBreakReason) -> None:
+        self._get_pending(record.envelope.compile_id).breaks.append(record.text)
+
+    def _on_recompile(self, record: RecompileReasons) -> None:
+        pending = self._get_pending(record.envelope.compile_id)
+        pending.recompile_reasons = record.reasons
+        frame = None if self.offline else torch_compat.recompiling_frame()
+        lookup = guard_ops.frame_lookup(frame[1], frame[2]) if frame else _missing
+        pending.guard_changes = guard_ops.changes(record.reasons.guards, lookup)
+        if frame is not None and not pending.filename:  # no dynamo_start: the recompile limit
+            pending.filename, pending.lineno = frame[0].co_filename, frame[0].co_firstlineno
+            pending.function = frame[0].co_name
+        if pending.active is None and self._stack():
+            pending.active = weakref.ref(self._stack()[-1])
+
+    def _on_guards(self, record: CppGuards) -> None:
+        pending = self._get_pending(record.envelope.compile_id)
+        pending.guards = record.tree
+        pending.guard_check_us = None if self.offline else torch_compat.time_new_guards()
+
+    def _on_output_graph(self, record: OutputGraph) -> None:
+        if self.offline:  # live: the graph the recording backend was handed
+            ops = parse_graph_ops(record.code)
+            compile_id = record.envelope.compile_id
+            self._get_pending(compile_id).graphs.append(Graph(compile_id, len(ops), ops))
+
+    def _on_output_code(self, record: InductorOutputCode) -> None:
+        self._get_pending(record.envelope.compile_id).output_code.append(record.code)
 
     def _get_pending(self, compile_id: str) -> _Pending:
         pending = self._pending.get(compile_id)
@@ -232,32 +276,33 @@ class Hub:
             pending = self._pending[compile_id] = _Pending(compile_id)
         return pending
 
-    def _on_start(self, compile_id: str, start: dict[str, Any]) -> None:
-        pending = self._get_pending(compile_id)
-        stack = start.get("stack") or []
-        if stack:
-            top = stack[-1]
-            pending.filename = self._strings.get(top.get("filename"), str(top.get("filename")))
-            pending.lineno = int(top.get("line") or 0)
-            pending.function = str(top.get("name", ""))
+    def _on_start(self, record: DynamoStart) -> None:
+        pending = self._get_pending(record.envelope.compile_id)
+        if record.stack:
+            top = record.stack[-1]
+            name = top.filename
+            pending.filename = self._strings.get(name, str(name)) if isinstance(name, int) else str(name)
+            pending.lineno = top.line
+            pending.function = top.name
         active = self._stack()
         if active:
             pending.active = weakref.ref(active[-1])
 
-    def _owner_for(self, pending: _Pending, metrics: dict[str, Any]) -> Recording | None:
+    def _owner_for(self, pending: _Pending, metrics: CompilationMetrics) -> Recording | None:
         for ref in (pending.backend_owner, pending.active):
             owner = ref() if ref is not None else None
             if owner is not None:
                 return owner
-        filename = metrics.get("co_filename") or pending.filename
-        lineno = metrics.get("co_firstlineno") or pending.lineno
+        filename = metrics.co_filename or pending.filename
+        lineno = metrics.co_firstlineno or pending.lineno
         for ref in reversed(self._owners):  # the newest session of a cell wins
             owner = ref()
             if owner is not None and owner.owns(filename, lineno):
                 return owner
         return None
 
-    def _on_metrics(self, compile_id: str, metrics: dict[str, Any]) -> None:
+    def _on_metrics(self, metrics: CompilationMetrics) -> None:
+        compile_id = metrics.envelope.compile_id
         pending = self._pending.pop(compile_id, None) or _Pending(compile_id)
         owner = self._owner_for(pending, metrics)
         if owner is None:
@@ -274,6 +319,12 @@ def _guard_latency(text: str) -> float | None:
     """Torch's own figure at the end of the guard tree text (one check after a cache flush)."""
     match = _GUARD_LATENCY.search(text or "")
     return float(match[1]) if match else None
+
+
+def _missing(_name: str) -> Any:
+    """The lookup where no frame's values are at hand (offline, or after the call)."""
+    return guard_ops.MISSING
+
 
 
 def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange],
@@ -330,29 +381,31 @@ def _cause(recompile: Recompile) -> tuple[str, bool] | None:
     return change.subject, change.before.startswith(">=")
 
 
-def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None:
+def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
-    function = str(metrics.get("co_name") or pending.function)
-    filename = str(metrics.get("co_filename") or pending.filename)
-    compile_id = str(metrics.get("compile_id") or pending.compile_id)
-    fail_reason = str(metrics.get("fail_reason") or "")
-    if metrics.get("fail_type") and _LIMIT_HIT in fail_reason:  # no new code: the frame runs eagerly from now on
+    function = metrics.co_name or pending.function
+    filename = metrics.co_filename or pending.filename
+    compile_id = metrics.compile_id or pending.compile_id
+    fail_reason = metrics.fail_reason or ""
+    artifact = pending.recompile_reasons
+    if metrics.fail_type and _LIMIT_HIT in fail_reason:  # no new code: the frame runs eagerly from now on
         if not any(f.function == function and f.kind == "recompile_limit" for f in report.fallbacks):
             report.add("fallbacks", limit_fallback(function, fail_reason, pending.guard_changes,
-                                                   guard_ops.global_names(pending.recompile_reasons)))
+                                                   artifact.global_names if artifact is not None else ()))
         return
 
-    if pending.recompile_reasons is not None or metrics.get("recompile_reason"):
-        reasons = pending.recompile_reasons or metrics.get("recompile_reason")
-        recompile = Recompile(function, compile_id, parse_recompile_reasons(reasons), list(pending.guard_changes))
+    if artifact is not None or metrics.recompile_reason is not None:
+        # The artifact lists every failed cache entry; the metrics only the newest (torch 2.13 writes both).
+        reasons = artifact if artifact is not None and artifact.entries else metrics.recompile_reason or Reasons(())
+        recompile = Recompile(function, compile_id, reasons.summary, list(pending.guard_changes))
         if not recompile.changes:
-            recompile.changes = guard_ops.changes(reasons, lambda _name: guard_ops.MISSING)
+            recompile.changes = guard_ops.changes(reasons.guards, _missing)
         recompile.cell_line = _origin(owner, filename, function, recompile)
         cause = _cause(recompile)
         if not any(r.function == function and _cause(r) == cause
                    for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
-            recompile.fixes = guard_ops.recompile_fixes(recompile.changes, guard_ops.global_names(reasons))
+            recompile.fixes = guard_ops.recompile_fixes(recompile.changes, reasons.global_names)
         report.add("recompiles", recompile)
 
     for text in pending.breaks:
@@ -383,10 +436,10 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
         for name, language, kernel_code in parse_kernels(code):
             report.add("kernels", Kernel(name, language, kernel_code, compile_id))
 
-    skip = metrics.get("cudagraph_skip_reason")
+    skip = metrics.cudagraph_skip_reason
     if skip:  # mode="reduce-overhead" could not use CUDA graphs for this frame's graph
-        report.add("fallbacks", cudagraph_fallback(function, str(skip)))
-    fail_type = metrics.get("fail_type")
+        report.add("fallbacks", cudagraph_fallback(function, skip))
+    fail_type = metrics.fail_type
     deliberate = "skip_frame()" in fail_reason  # torch._dynamo.skip_frame(): asked for
     if fail_type and not deliberate and torch_compat.errors_suppressed():
         report.add("fallbacks", Fallback(function, "compile_error", f"{function} failed to compile and runs eagerly "
@@ -395,39 +448,32 @@ def _apply(owner: Recording, pending: _Pending, metrics: dict[str, Any]) -> None
     if fail_type and not deliberate:
         report.add(
             "errors",
-            CompileError(function, compile_id, str(fail_type), str(metrics.get("fail_reason") or "")),
+            CompileError(function, compile_id, fail_type, fail_reason),
         )
 
-    owner.codes.add((filename, int(metrics.get("co_firstlineno") or pending.lineno or 0),
-                     str(metrics.get("co_name") or function)))
+    firstlineno = metrics.co_firstlineno or pending.lineno or 0
+    owner.codes.add((filename, firstlineno, metrics.co_name or function))
     report.add(
         "frames",
         Frame(
             compile_id=compile_id,
             function=function,
             guards=parse_guards(pending.guards),
-            guard_count=int(metrics.get("guard_count") or 0),
+            guard_count=metrics.guard_count or 0,
             guard_latency_us=_guard_latency(pending.guards),
             guard_check_us=pending.guard_check_us,
-            compile_time_s=float(metrics.get("entire_frame_compile_time_s") or 0.0),
+            compile_time_s=metrics.entire_frame_compile_time_s or 0.0,
             filename=filename,
-            firstlineno=int(metrics.get("co_firstlineno") or pending.lineno or 0),
+            firstlineno=firstlineno,
             graph_count=len(pending.graphs),
-            trace_overhead_s=float(metrics.get("structured_logging_overhead_s") or 0.0),
-            backend_time_s=_seconds(metrics.get("backend_compile_time_s")),
-            inductor_time_s=_seconds(metrics.get("inductor_compile_time_s")),
+            trace_overhead_s=metrics.structured_logging_overhead_s or 0.0,
+            backend_time_s=metrics.backend_compile_time_s,
+            inductor_time_s=metrics.inductor_compile_time_s,
         ),
     )
 
 
 HUB = Hub()
-
-
-def _seconds(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 # --- the recording backend ------------------------------------------------------------
@@ -459,7 +505,6 @@ def torch_callables(gm: Any) -> list[str]:
     These are what ``disallow_in_graph`` can take; operators (``x * y``) and
     tensor methods are not.
     """
-    from ..core.names import torch_name
 
     names: list[str] = []
     for node in gm.graph.nodes:

@@ -136,8 +136,9 @@ class Searcher:
         start = self.workload.toggles
         seeds: list[tuple[dict[str, str], dict[str, Any], str]] = []
         report = self.report
-        for fix in (f for b in report.breaks for f in b.fixes if f.toggles and f.verified is not False):
-            seeds.append(({**start, **fix.toggles}, {}, fix.command))
+        for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
+            if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
+                seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
         if report.recompiles or report.fallbacks:
             seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
         return seeds

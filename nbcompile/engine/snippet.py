@@ -15,6 +15,7 @@ from typing import Any
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name, torch_name
 from ..core.options import CompileOptions
+from .library import export_target, is_library_name
 from .toggles import validate
 
 STYLES = ("calls", "decorators")
@@ -95,7 +96,6 @@ def export(
                              "the session that set it (%nbcompile export)")
     opts = _options(options)
     compiles = [compile_call(entry, opts) for entry in entries]
-    from .library import export_target, is_library_name
 
     library = {n: m for n, m in functions.items() if is_library_name(n)}
     functions = {n: m for n, m in functions.items() if n not in library}

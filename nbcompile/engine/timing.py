@@ -30,6 +30,7 @@ from ..capture.hub import HUB, Recording
 from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES, CompileOptions
+from ..model.plots import bench_figure
 from ..model.report import Report
 from . import check as check_ops
 from .compiler import applied, compiled_copy, replay_for, toggle_engine
@@ -104,7 +105,6 @@ class BenchResult:
         return {**dataclasses.asdict(self), "memory_bound": self.memory_bound}
 
     def figure(self) -> Any:
-        from ..model.plots import bench_figure
 
         return bench_figure(self)
 

@@ -11,10 +11,8 @@ undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -22,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..capture.hub import HUB, Recording
 from ..core import torch_compat
 from ..core.errors import describe_failure
 from ..model.report import Check, Fix, Report
@@ -89,7 +88,6 @@ def trial_backend(backend: str) -> str:
 
 def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None) -> Outcome:
     """One scratch run with ``modes``, compared with an eager run on a second copy of the state."""
-    from ..capture.hub import HUB, Recording
 
     start = time.perf_counter()
     outcome = Outcome(dict(modes))
@@ -104,7 +102,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     HUB.acquire()
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
-                torch._dynamo.config.patch(**(options or {}).get("_config", {})), \
+                torch_compat.dynamo_config_patch(**(options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), check_ops.no_outside_effects(compiler_may=True):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
@@ -203,14 +201,15 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
     """Try each toggle the report's breaks suggest on a scratch run; fill ``verified`` and ``effect``,
     and put the proven fixes first (a fix that did not help is never first). Within ``budget_s``; the
     fixes left over stay ``verified=None`` with the reason. ``spec`` None: nothing can be tried."""
-    fixes = [f for b in report.breaks for f in b.fixes if f.toggles]
+    fixes = [(f, f.action.toggles) for b in report.breaks for f in b.fixes
+             if f.action is not None and f.action.kind == "toggle" and f.action.toggles]
     if not fixes:
         return
     cache = {} if cache is None else cache
     base = Outcome.of(report, base_modes)
     deadline = time.perf_counter() + budget_s
-    for fix in fixes:
-        modes = {**base_modes, **fix.toggles}
+    for fix, toggles in fixes:
+        modes = {**base_modes, **toggles}
         key = tuple(sorted(modes.items()))
         outcome = cache.get(key)
         if outcome is None:
@@ -307,32 +306,28 @@ def mark_untried(report: Report, why: str) -> None:
     fixes = [f for b in report.breaks for f in b.fixes] + [f for r in report.recompiles for f in r.fixes] + [
         f for fb in report.fallbacks for f in fb.fixes]
     for fix in fixes:
-        if fix.verified is None and not fix.effect and (fix.toggles or _candidate("", fix) is not None):
+        if fix.verified is None and not fix.effect and fix.action is not None and (
+                fix.action.kind == "toggle" or _candidate("", fix) is not None):
             fix.effect = why
 
 
-_CONFIG = re.compile(r"^torch\._dynamo\.config\.(?P<key>\w+) = (?P<value>.+)$")
-_MARK = re.compile(r"^torch\._dynamo\.(?:decorators\.)?(?P<kind>maybe_mark_dynamic|mark_static|mark_unbacked)"
-                   r"\((?P<name>[A-Za-z_]\w*), (?P<dim>\d+)\)$")
-_AS_TENSOR = re.compile(r"^(?P<subject>(?:self\.)?[A-Za-z_]\w*) = torch\.tensor\((?P=subject)\)$")
-
-
 def _candidate(function: str, fix: Fix) -> tuple[str, dict[str, Any]] | None:
-    """How a recompile fix is tried: its trial's name and options, or None for a fix no run can try."""
-    if fix.command == "--dynamic":
+    """How a recompile fix is tried, from its action: the trial's name and options, or None for a fix
+    no run can try (advice, a toggle, a rewrite, a mark this torch lacks or on more than a parameter)."""
+    action = fix.action
+    if action is None:
+        return None
+    if action.kind == "dynamic":
         return "dynamic", {"dynamic": True}
-    if (m := _CONFIG.match(fix.command)) is not None:
-        try:
-            value = ast.literal_eval(m["value"])
-        except (ValueError, SyntaxError):
-            return None
-        name = "limit" if m["key"] == "recompile_limit" else "config"
-        return f"{name} {m['key']}={value!r}", {"_config": {m["key"]: value}}
-    if (m := _MARK.match(fix.command)) is not None and m["kind"] in torch_compat.MARKS:
-        return f"{m['kind']} {function} {m['name']} {m['dim']}", {
-            "_mark": (function, m["name"], int(m["dim"]), m["kind"])}
-    if (m := _AS_TENSOR.match(fix.command)) is not None:
-        return f"tensor {function} {m['subject']}", {"_as_tensor": (function, m["subject"])}
+    if action.kind == "config" and action.config and action.value is not None:
+        name = "limit" if action.config == "recompile_limit" else "config"
+        return f"{name} {action.config}={action.value!r}", {"_config": {action.config: action.value}}
+    if action.kind == "mark" and action.mark in torch_compat.MARKS and action.param.isidentifier() \
+            and action.dim is not None:
+        return f"{action.mark} {function} {action.param} {action.dim}", {
+            "_mark": (function, action.param, action.dim, action.mark)}
+    if action.kind == "as_tensor" and action.subject.removeprefix("self.").isidentifier():  # a global, self.attr
+        return f"tensor {function} {action.subject}", {"_as_tensor": (function, action.subject)}
     return None
 
 

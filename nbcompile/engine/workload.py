@@ -26,7 +26,7 @@ from ..core.names import is_torch_name
 from ..core.options import CellOptions
 from ..model.report import LintWarning
 from . import check as check_ops
-from . import library
+from . import custom_ops, library
 from .compiler import compiled_copy
 from .state import Replay, Slot, reach
 from .toggles import REGISTRY, Binding, Toggles, binding_for
@@ -213,7 +213,6 @@ class Workload:
     def custom_op(self, name: str, original: Any) -> tuple[Any, Callable[[], None]]:
         """The operator ``name`` runs as under ``custom_op``: its spec derived once, from one eager sample
         call of the --run expression, and checked by opcheck then; each use builds its own operator."""
-        from . import custom_ops
 
         if ":" in name:
             raise NbcompileError(f"custom_op({name}): custom_op is for the cell's own functions; a library function "
@@ -240,7 +239,6 @@ class Workload:
         """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
         sees runs): its arguments (cloned before the call), its result, what it changed in place; and
         ``then(sample)``, run on those same copies (what it calls changes them, not the user's state)."""
-        from . import custom_ops
 
         code = self.run_code
         if code is None:

@@ -30,10 +30,13 @@ from ..core.text import plural
 from ..engine import check as check_ops
 from ..engine import library, trial
 from ..engine import snippet as export_ops
+from ..engine import timing as bench_ops
 from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objects, cell_key, plan_cell
+from ..engine.custom_ops import export_code
 from ..engine.search import FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
 from ..engine.workload import Workload, code_of, unwrap
+from ..model.render import MIME_TYPE
 from ..model.report import CompileError, LintWarning, Report
 
 _SESSIONS: list[Session] = []
@@ -328,7 +331,6 @@ class Session:
         return result
 
     def _bench(self, expr: str | None, min_run_time: float) -> Any:
-        from ..engine import timing as bench_ops
 
         expr = expr or self.options.run
         if not expr:
@@ -396,7 +398,6 @@ class Session:
             return
         from IPython.display import update_display
 
-        from ..model.render import MIME_TYPE
 
         # the metadata as first displayed (magics._display): an update replaces the output whole
         update_display(self.report, display_id=self.display_id, metadata={MIME_TYPE: {"display_id": self.display_id}})
@@ -405,7 +406,7 @@ class Session:
         """The live toggle panel (an ipywidgets VBox); one per session, shown again on each call."""
         self._check_open()
         if self._panel is None:
-            from ..views.panel import Panel
+            from ..views.panel import Panel  # here, not at the top: ipywidgets loads on the first panel
 
             self._panel = Panel(self)
         else:
@@ -414,7 +415,6 @@ class Session:
 
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
-        from ..engine.custom_ops import export_code
 
         toggles = {name: mode for name, mode in self.toggles.items() if mode != "compile"}
         return export_ops.export(
@@ -676,7 +676,6 @@ def create_session(
         entries = _default_entries(namespace, cell, tracked)
     session_tracked = dict(tracked)
     for name in options.track:
-        from ..engine import library
 
         session_tracked[name] = library.resolve(name)[1]
     tracked = session_tracked

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.text import function_label
+from .render import change_text
+
 
 def bench_figure(result: Any) -> Any:
     """Speedup over eager (IQR error bars), compile time (cold and warm), and for memory-bound
@@ -63,8 +66,6 @@ def recompile_timeline(report: Any, limit: int) -> dict[str, Any]:
     """The Recompiles tab's timeline, as a plotly figure dict: one row per function, one point per compile
     of it in call order (the first compile, then each recompile with the change that triggered it), the
     cache entries it holds against ``recompile_limit``, and a fallback past the limit marked."""
-    from ..core.text import function_label
-    from .render import change_text
 
     order: list[str] = []
     points: dict[str, list[tuple[int, str]]] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core import torch_compat
 from ..core.text import _e, _table, function_label, plural
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
@@ -277,7 +278,6 @@ def limit_warnings(report: Report, limit: int | None = None) -> list[str]:
     """Functions that used half of ``recompile_limit`` or more: warned before they fall back to eager."""
     from collections import Counter
 
-    from ..core import torch_compat
 
     limit = limit or torch_compat.recompile_limit()
     fallen = {f.function for f in report.fallbacks if f.kind == "recompile_limit"}

@@ -16,7 +16,7 @@ import sys
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..core.text import function_label as label
 from .render import MIME_TYPE as MIME_TYPE
@@ -174,9 +174,45 @@ class LintWarning:
     message: str
 
 
+#: What a ``FixAction`` does; ``rewrite`` is reserved for source rewrites of the cell.
+ActionKind = Literal["toggle", "config", "dynamic", "mark", "as_tensor", "rewrite"]
+#: How a ``mark`` action marks a dimension (the ``torch._dynamo`` function of that name).
+MarkKind = Literal["maybe_mark_dynamic", "mark_static", "mark_unbacked"]
+
+
+@dataclass
+class FixAction:
+    """The change a fix makes, as data: what a trial runs (``Fix.command`` is only how it is shown).
+
+    Only the fields of its ``kind`` are set:
+
+    - ``toggle``: ``toggles`` (name -> mode) set on the session (or passed to ``inspect``);
+    - ``config``: ``torch._dynamo.config.<config> = <value>`` around the compiles;
+    - ``dynamic``: ``torch.compile(dynamic=True)``;
+    - ``mark``: ``torch._dynamo.<mark>(<param>, <dim>)`` on the recompiling function's parameter
+      before each call (the function is the one the fix's recompile or fallback names);
+    - ``as_tensor``: ``subject`` (a global ``SCALE`` or a module's ``self.k``) held as a 0-dim tensor;
+    - ``rewrite``: line ``cell_line`` of the cell, ``before`` -> ``after``, by ``rule``.
+    """
+
+    kind: ActionKind
+    toggles: dict[str, str] = field(default_factory=dict)
+    config: str = ""
+    value: bool | int | float | str | None = None
+    mark: MarkKind | None = None
+    param: str = ""
+    dim: int | None = None
+    subject: str = ""
+    cell_line: int | None = None
+    before: str = ""
+    after: str = ""
+    #: where, check, defer, item
+    rule: str = ""
+
+
 @dataclass
 class Fix:
-    """One way to remove a graph break: a toggle (``command``) or a change to the code."""
+    """One way to remove a graph break or a recompile: ``command`` to show, ``action`` to run."""
 
     #: The exact line to run (``%nbcompile set helper disable``); empty for a code change.
     command: str
@@ -188,8 +224,14 @@ class Fix:
     verified: bool | None = None
     #: What the trial showed ("breaks 2 -> 1, graphs 3 -> 2, check ok"), or why it was not tried.
     effect: str = ""
-    #: The toggles the command sets (name -> mode); empty for a code change.
-    toggles: dict[str, str] = field(default_factory=dict)
+    #: The structured change (toggle, config, mark, rewrite, ...); None for advice no run can try
+    #: (a change to make to the code by hand).
+    action: FixAction | None = None
+
+    @property
+    def toggles(self) -> dict[str, str]:
+        """The toggles the fix sets (name -> mode), from its action; empty for any other fix."""
+        return self.action.toggles if self.action is not None and self.action.kind == "toggle" else {}
 
 
 @dataclass
@@ -437,12 +479,26 @@ _DERIVED = {
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:  # Optional[X] and X | None
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None, X | Y
         inner = [a for a in args if a is not type(None)]
-        schema = _type_schema(inner[0], defs)
+        parts = [_type_schema(a, defs) for a in inner]
+        schema = parts[0] if len(parts) == 1 else (
+            {"type": [p["type"] for p in parts]} if all(set(p) == {"type"} for p in parts) else {"anyOf": parts})
+        if len(inner) == len(args):
+            return schema
         if "type" in schema:
-            return {**schema, "type": [schema["type"], "null"]}
+            kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            nullable = {**schema, "type": [*kinds, "null"]}
+            if "enum" in schema:
+                nullable["enum"] = [*schema["enum"], None]
+            return nullable
         return {"anyOf": [schema, {"type": "null"}]}
+    if origin is Literal:
+        literal_types = {str: "string", int: "integer", bool: "boolean"}
+        json_types = {literal_types[type(a)] for a in args}
+        if len(json_types) != 1:
+            raise TypeError(f"no JSON schema for {tp!r}")
+        return {"type": json_types.pop(), "enum": list(args)}
     if origin is list:
         return {"type": "array", "items": _type_schema(args[0], defs)}
     if origin is dict:

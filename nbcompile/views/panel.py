@@ -24,11 +24,14 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..capture.guards import subject_of
+from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES
 from ..core.text import function_label, plural
 from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
+from ..model.plots import recompile_timeline
 from ..model.render import change_text, guard_cost_text, limit_warnings, set_effect, split_bar
 from ..model.report import Report, ReportDiff
 from .protocols import PanelSession
@@ -145,7 +148,6 @@ LABEL_WIDTH = "220px"
 
 def _failed(guard: str, subjects: list[str]) -> bool:
     """Whether a guard line checks one of the expressions a recompile named (``x.shape[0]``, ``SCALE``)."""
-    from ..capture.guards import subject_of
 
     text = subject_of(guard)
     for subject in subjects:
@@ -280,7 +282,6 @@ class Panel(widgets.VBox):
         return widgets.HBox([_label(name), toggle])
 
     def _controls(self, session: PanelSession) -> widgets.HBox:
-        from ..core import torch_compat
 
         opts = session.options
         backends = torch_compat.list_backends(user_facing=True)
@@ -586,8 +587,6 @@ class Panel(widgets.VBox):
 
     def _draw_timeline(self, report: Report) -> None:
         """Set as widget state, like the split figure (exported pages draw its HTML form)."""
-        from ..core import torch_compat
-        from ..model.plots import recompile_timeline
 
         if not report.recompiles and not report.fallbacks:
             self.timeline_output.outputs = ()

@@ -1,0 +1,389 @@
+"""Torch's structured-trace records, typed at the edge: each record is read once into a dataclass.
+
+A record is an envelope (a dict whose first key names the event, beside ``frame_id``,
+``frame_compile_id`` and ``attempt``) and a payload (text, or None). The same records reach nbcompile
+two ways: live, as ``record.metadata`` / ``record.payload`` on the logger ``torch.__trace`` (the
+hub), and offline, as the JSON lines of a ``TORCH_TRACE`` log (``logs.py``). Both call
+``parse_record``, which checks the type of every field nbcompile reads: a wrong one raises
+``RecordError`` naming the kind and the field, so a damaged record is reported and skipped, never a
+crash further on. Kinds nbcompile does not read (``chromium_event``, ``describe_tensor``, most
+artifacts) come back as ``Ignored`` after one dict look-up.
+
+``REGISTRY`` is the one table of the kinds read: register a new kind there (its record class and its
+parser), then its handler in the consumer's table (``Hub._handlers``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+from ..core.errors import NbcompileError
+from . import guards as guard_ops
+from .trace_parse import parse_recompile_reasons
+
+#: Envelope keys beside the one that names the event (torch writes that one first).
+ENVELOPE_KEYS = frozenset({"frame_id", "frame_compile_id", "attempt", "has_payload", "rank",
+                           "compiled_autograd_id", "subgraph_name"})
+#: Most characters of a bad value quoted in a ``RecordError``.
+_SHOWN = 60
+
+
+class RecordError(NbcompileError):
+    """A trace record with a field of the wrong type, or a payload that does not decode. The message
+    is one line: ``compilation_metrics record: guard_count should be an int, got str '9'``."""
+
+    def __init__(self, kind: str, field: str, expected: str, got: object) -> None:
+        self.kind = kind
+        self.field = field
+        self.expected = expected
+        self.got = _show(got)
+        super().__init__(f"{kind} record: {field} should be {expected}, got {self.got}")
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "nothing"
+    text = repr(value)
+    text = text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+# --- the envelope and the records -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Where a record belongs: the frame, its compilation and the attempt (a graph break restarts
+    attempt 0 of a frame as attempt 1)."""
+
+    frame_id: int | None = None
+    frame_compile_id: int | None = None
+    attempt: int | None = None
+
+    @property
+    def compile_id(self) -> str:
+        """``frame/compile`` as torch writes it (``0/1``); empty outside a frame."""
+        return "" if self.frame_id is None else f"{self.frame_id}/{self.frame_compile_id}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One typed trace record."""
+
+    envelope: Envelope
+    #: Read only within a frame's compilation: without a ``frame_id`` the record is ignored.
+    in_frame: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A record nbcompile does not read, and why."""
+
+    kind: str
+    why: str = "not read by nbcompile"
+
+
+@dataclass(frozen=True)
+class StrEntry(Record):
+    """``{"str": [path, index]}``: torch interns file names; stack frames give the index."""
+
+    path: str
+    index: int
+    in_frame: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    """One frame of a ``dynamo_start`` stack, innermost last."""
+
+    line: int
+    name: str
+    #: An index into the ``str`` table (or a path as such).
+    filename: int | str | None
+    loc: str | None = None
+
+
+@dataclass(frozen=True)
+class DynamoStart(Record):
+    """Dynamo starts on a frame; the last stack frame is the frame compiled."""
+
+    stack: tuple[StackFrame, ...]
+
+
+@dataclass(frozen=True)
+class GraphBreakReason(Record):
+    """The artifact ``dynamo_graph_break_reason``: torch's graph-break text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """Why a frame recompiled: one text per cache entry whose guard failed, newest first
+    (``0/0: tensor 'x' size mismatch at index 0. expected 3, actual 5``). What is read off them (the
+    failed guards, the summary, the globals named) is worked out once, on first use."""
+
+    entries: tuple[str, ...]
+
+    @cached_property
+    def guards(self) -> tuple[str, ...]:
+        """The failed guards, without compile ids and user stack traces."""
+        return tuple(guard_ops.failed_guards(self.entries))
+
+    @cached_property
+    def summary(self) -> str:
+        """The newest reason and how many earlier cache entries failed too."""
+        return parse_recompile_reasons(list(self.entries))
+
+    @cached_property
+    def global_names(self) -> frozenset[str]:
+        """The globals among the failed guards' names (``G['SCALE']``), as against parameters."""
+        return guard_ops.global_names(self.guards)
+
+
+@dataclass(frozen=True)
+class RecompileReasons(Record):
+    """The artifact ``recompile_reasons``: a JSON list, or one reason as plain text (how torch writes a
+    single one), decoded here once."""
+
+    reasons: Reasons
+
+
+@dataclass(frozen=True)
+class OutputGraph(Record):
+    """``dynamo_output_graph``: the FX graph Dynamo hands the backend, printed as Python."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class CppGuards(Record):
+    """``dynamo_cpp_guards_str``: the guard tree, ending with torch's guard latency."""
+
+    tree: str
+
+
+@dataclass(frozen=True)
+class InductorOutputCode(Record):
+    """``inductor_output_code``: the module Inductor generated."""
+
+    code: str
+    filename: str | None = None
+
+
+@dataclass(frozen=True)
+class CompilationMetrics(Record):
+    """``compilation_metrics``: closes a frame's compilation. Only the keys nbcompile reads (torch
+    writes about 100); absent ones are None."""
+
+    compile_id: str | None = None
+    co_name: str | None = None
+    co_filename: str | None = None
+    co_firstlineno: int | None = None
+    #: The newest failed guard only (the ``recompile_reasons`` artifact has them all).
+    recompile_reason: Reasons | None = None
+    guard_count: int | None = None
+    graph_op_count: int | None = None
+    graph_node_count: int | None = None
+    entire_frame_compile_time_s: float | None = None
+    backend_compile_time_s: float | None = None
+    inductor_compile_time_s: float | None = None
+    structured_logging_overhead_s: float | None = None
+    restart_reasons: tuple[str, ...] = ()
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    cudagraph_skip_reason: str | None = None
+
+
+# --- field checks -----------------------------------------------------------------------------
+
+
+def _mapping(kind: str, field: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise RecordError(kind, field, "an object", value)
+    return value
+
+
+def _str(kind: str, body: Mapping[str, Any], key: str, where: str = "") -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RecordError(kind, where + key, "a string", value)
+    return value
+
+
+def _int(kind: str, body: Mapping[str, Any], key: str, where: str = "") -> int | None:
+    value = body.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise RecordError(kind, where + key, "an int", value)
+    return value
+
+
+def _float(kind: str, body: Mapping[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise RecordError(kind, key, "a number", value)
+    return float(value)
+
+
+def _strs(kind: str, body: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = body.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise RecordError(kind, key, "a list of strings", value)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RecordError(kind, f"{key}[{i}]", "a string", item)
+    return tuple(value)
+
+
+def _envelope(kind: str, metadata: Mapping[str, Any]) -> Envelope:
+    return Envelope(_int(kind, metadata, "frame_id"), _int(kind, metadata, "frame_compile_id"),
+                    _int(kind, metadata, "attempt"))
+
+
+def _reasons(kind: str, field: str, value: object) -> Reasons:
+    if isinstance(value, str):
+        return Reasons((value,))
+    if not isinstance(value, list):
+        raise RecordError(kind, field, "a reason or a list of reasons", value)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RecordError(kind, f"{field}[{i}]", "a string", item)
+    return Reasons(tuple(value))
+
+
+# --- the parsers, one per kind ------------------------------------------------------------------
+
+Parser = Callable[[str, Envelope, Any, str], Record]
+
+
+def _parse_str(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    if not isinstance(body, (list, tuple)) or len(body) != 2:
+        raise RecordError(kind, "str", "[path, index]", body)
+    path, index = body
+    if not isinstance(path, str):
+        raise RecordError(kind, "str[0]", "a string", path)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise RecordError(kind, "str[1]", "an int", index)
+    return StrEntry(envelope, path, index)
+
+
+def _parse_start(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    start = _mapping(kind, kind, body)
+    stack = start.get("stack") or []
+    if not isinstance(stack, list):
+        raise RecordError(kind, "stack", "a list", stack)
+    frames = []
+    for i, item in enumerate(stack):
+        where = f"stack[{i}]."
+        frame = _mapping(kind, f"stack[{i}]", item)
+        filename = frame.get("filename")
+        if filename is not None and (not isinstance(filename, (int, str)) or isinstance(filename, bool)):
+            raise RecordError(kind, where + "filename", "an index or a path", filename)
+        frames.append(StackFrame(_int(kind, frame, "line", where) or 0, _str(kind, frame, "name", where) or "",
+                                 filename, _str(kind, frame, "loc", where)))
+    return DynamoStart(envelope, tuple(frames))
+
+
+def _parse_break(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    return GraphBreakReason(envelope, payload)
+
+
+def _parse_recompile(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    if not payload.lstrip().startswith(("[", "{", '"')):  # one reason: torch writes it as plain text ("0/0: ...")
+        return RecompileReasons(envelope, Reasons((payload,)))
+    try:
+        decoded = json.loads(payload)
+    except ValueError as exc:
+        raise RecordError(kind, "payload", "a JSON list of reasons", payload) from exc
+    return RecompileReasons(envelope, _reasons(kind, "payload", decoded))
+
+
+def _parse_output_graph(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    return OutputGraph(envelope, payload)
+
+
+def _parse_guards(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    return CppGuards(envelope, payload)
+
+
+def _parse_output_code(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    meta = _mapping(kind, kind, body) if body is not None else {}
+    return InductorOutputCode(envelope, payload, _str(kind, meta, "filename"))
+
+
+def _parse_metrics(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    m = _mapping(kind, kind, body)
+    reason = _str(kind, m, "recompile_reason")
+    return CompilationMetrics(
+        envelope,
+        compile_id=_str(kind, m, "compile_id"),
+        co_name=_str(kind, m, "co_name"),
+        co_filename=_str(kind, m, "co_filename"),
+        co_firstlineno=_int(kind, m, "co_firstlineno"),
+        recompile_reason=Reasons((reason,)) if reason else None,
+        guard_count=_int(kind, m, "guard_count"),
+        graph_op_count=_int(kind, m, "graph_op_count"),
+        graph_node_count=_int(kind, m, "graph_node_count"),
+        entire_frame_compile_time_s=_float(kind, m, "entire_frame_compile_time_s"),
+        backend_compile_time_s=_float(kind, m, "backend_compile_time_s"),
+        inductor_compile_time_s=_float(kind, m, "inductor_compile_time_s"),
+        structured_logging_overhead_s=_float(kind, m, "structured_logging_overhead_s"),
+        restart_reasons=_strs(kind, m, "restart_reasons"),
+        fail_type=_str(kind, m, "fail_type"),
+        fail_reason=_str(kind, m, "fail_reason"),
+        cudagraph_skip_reason=_str(kind, m, "cudagraph_skip_reason"),
+    )
+
+
+#: Register your record kind here. Event name (artifacts: ``artifact:<name>``) -> (record class,
+#: parser, whether the record means nothing without a payload). Every kind not listed is ``Ignored``.
+REGISTRY: dict[str, tuple[type[Record], Parser, bool]] = {
+    "str": (StrEntry, _parse_str, False),
+    "dynamo_start": (DynamoStart, _parse_start, False),
+    "artifact:dynamo_graph_break_reason": (GraphBreakReason, _parse_break, True),
+    "artifact:recompile_reasons": (RecompileReasons, _parse_recompile, True),
+    "dynamo_output_graph": (OutputGraph, _parse_output_graph, True),
+    "dynamo_cpp_guards_str": (CppGuards, _parse_guards, True),
+    "inductor_output_code": (InductorOutputCode, _parse_output_code, True),
+    "compilation_metrics": (CompilationMetrics, _parse_metrics, False),
+}
+
+
+def kind_of(metadata: Mapping[str, Any]) -> str:
+    """The event a record is: its first key that is not an envelope key; ``""`` when there is none."""
+    for key in metadata:
+        if key not in ENVELOPE_KEYS:
+            return str(key)
+    return ""
+
+
+def parse_record(metadata: Mapping[str, Any], payload: object = None) -> Record | Ignored:
+    """One trace record, typed: a ``Record`` of a kind in ``REGISTRY``, or ``Ignored``. A field of the
+    wrong type (or a payload that does not decode) raises ``RecordError``."""
+    kind = kind_of(metadata)
+    body = metadata.get(kind)
+    if kind == "artifact":
+        name = body.get("name") if isinstance(body, Mapping) else body
+        if not isinstance(name, str):
+            raise RecordError(kind, "artifact.name", "a string", name)
+        kind = f"artifact:{name}"
+    entry = REGISTRY.get(kind)
+    if entry is None:
+        return Ignored(kind)
+    record_class, parse, needs_payload = entry
+    if payload is not None and not isinstance(payload, str):
+        raise RecordError(kind, "payload", "text", payload)
+    if needs_payload and not payload:
+        return Ignored(kind, "no payload")
+    envelope = _envelope(kind, metadata)
+    if record_class.in_frame and envelope.frame_id is None:
+        return Ignored(kind, "outside a frame's compilation")
+    return parse(kind, envelope, body, payload or "")
