@@ -8,6 +8,7 @@ frontend's cell id, which identifies a cell across re-runs.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -19,6 +20,7 @@ from .core import torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.options import MODES, CellOptions
 from .core.text import _e, _table
+from .engine import cachefile
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades.session import Session, create_session, last, sessions
@@ -80,7 +82,11 @@ def parse_cell_line(line: str) -> CellOptions:
     try:
         ns = _compile_signature.parser.parse_args(shlex.split(line))
     except UsageError as exc:
-        raise UsageError(f"%%compile: {' '.join(str(exc).split())}") from None
+        text = " ".join(str(exc).split())
+        if "unrecognized arguments" in text:
+            flags = sorted(set(re.findall(r"--[a-z][a-z-]*", _compile_signature.parser.format_usage())))
+            text += f"; valid flags: {', '.join(flags)}"
+        raise UsageError(f"%%compile: {text}") from None
     except ValueError as exc:  # an unclosed quote
         raise UsageError(f"%%compile: {exc}") from None
     if ns.dynamic_on and ns.dynamic_off:
@@ -164,7 +170,7 @@ class NbcompileMagics(Magics):
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
         """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset|fix [--budget S]|load PATH
-        [--follow]|cache save|load PATH`."""
+        [--follow]|cache save|load|list PATH [--trust]`."""
         try:
             argv = shlex.split(line)
         except ValueError as exc:
@@ -257,19 +263,33 @@ def _load(args: list[str]) -> Any:
 
 
 def _cache(args: list[str]) -> Any:
-    """`%nbcompile cache save PATH` / `load PATH`: torch.compile's cache artifacts, for a warm start."""
+    """`%nbcompile cache save PATH` / `load PATH [--trust]` / `list PATH [--trust]`: torch.compile's cache
+    artifacts with a manifest, for a warm start; a load lists what it writes before writing, and refuses
+    entries that would write outside torch's cache and files without a matching manifest (unless --trust)."""
 
-    usage = "usage: %nbcompile cache save PATH | %nbcompile cache load PATH"
-    if len(args) != 2 or args[0] not in ("save", "load"):
+    usage = ("usage: %nbcompile cache save PATH | %nbcompile cache load PATH [--trust] | "
+             "%nbcompile cache list PATH [--trust] (list: what a load would write, writing nothing)")
+    trust = "--trust" in args
+    rest = [a for a in args if a != "--trust"]
+    if len(rest) != 2 or rest[0] not in ("save", "load", "list") or (trust and rest[0] == "save"):
         raise UsageError(f"%nbcompile cache: {usage}")
+    command, path = rest
     try:
-        if args[0] == "save":
-            size, what = torch_compat.save_compile_cache(args[1])
-            print(f"saved {size / 1e6:.2f} MB of compile cache artifacts to {args[1]} ({what})")
-        else:
-            size, what = torch_compat.load_compile_cache(args[1])
-            print(f"loaded {size / 1e6:.2f} MB of compile cache artifacts from {args[1]} ({what}): the next "
-                  "compiles of the same code start warm")
+        if command == "save":
+            size, what = cachefile.save(path)
+            print(f"saved {size / 1e6:.2f} MB of compile cache artifacts to {path} ({what}), with a manifest "
+                  "(sha256)")
+            return None
+        plan = cachefile.read(path, trust=trust)  # checks every entry; writes nothing
+        if plan.warning:
+            print(plan.warning)
+        print("\n".join(plan.lines()))
+        if command == "list":
+            print("nothing written (list); %nbcompile cache load PATH writes these")
+            return None
+        cachefile.apply(plan)
+        print(f"loaded {plan.size / 1e6:.2f} MB of compile cache artifacts from {path} ({plan.what()}): the next "
+              "compiles of the same code start warm")
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile cache: {exc}") from None
     return None
@@ -358,8 +378,34 @@ def _display(session: Session, force_panel: bool = False) -> None:
     session.mark_drawn()
 
 
+#: A cell that clears the namespace: IPython's ``%reset`` / ``%reset_selective``, as a magic line or a call.
+_RESET = re.compile(r"(^|\n)[ \t]*%{1,2}reset(_selective)?\b|run_line_magic\(\s*['\"]reset(_selective)?['\"]"
+                    r"|\.magic\(\s*['\"]reset(_selective)?\b")
+
+
 def _before_cell(info: Any = None) -> None:
     _RUNNING["info"] = info
+    raw = getattr(info, "raw_cell", None) or ""
+    found = _RESET.search(raw) if "reset" in raw else None
+    if found is not None:
+        _before_reset(whole=not any(found.group(i) for i in (2, 3, 4)))
+
+
+def _before_reset(whole: bool = True) -> None:
+    """Before a cell that clears the namespace: reset the sessions of that namespace (their compiled code
+    goes with them, and torch deletes the globals it put there for it now). For ``%reset`` (``whole``),
+    torch's later deletions of the globals of compiled code still alive (trials' copies, the user's own
+    ``torch.compile``) are pointed away from the namespace, which IPython empties: a ``KeyError`` from
+    torch's cleanup otherwise, during the reset or at any later time."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    namespace = getattr(shell, "user_ns", None)
+    for session in sessions():
+        if session.namespace is namespace:
+            session.reset()
+    if whole and isinstance(namespace, dict):
+        torch_compat.detach_cleanup_hooks(namespace)
 
 
 def _after_cell(*_args: Any) -> None:

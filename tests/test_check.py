@@ -111,6 +111,27 @@ def test_module_buffers_updated_by_the_run_are_compared_and_kept_once(ip):
     assert torch.allclose(net.bn.running_mean, expected.running_mean)
 
 
+def test_enum_members_the_run_reads_are_not_state(ip):
+    """An Enum's members are constants (EnumType refuses to reassign them): the check copies around
+    them instead of failing its eager run (transformers' Qwen2 reads such a class)."""
+    body = textwrap.dedent(
+        """\
+        import enum
+        import torch
+        class Mode(enum.Enum):
+            NONE = 0
+            DOUBLE = 1
+        MODE = Mode.DOUBLE
+        def scaled(x):
+            return x * 2 if MODE is Mode.DOUBLE else x if MODE is Mode.NONE else -x
+        """
+    )
+    run_compile_cell(ip, '--backend aot_eager --no-panel --run "scaled(torch.ones(3))"', body)
+    report = nbcompile.last().report
+    assert report.check.compared and report.check.ok, report.check.message
+    assert ip.user_ns["Mode"].NONE.value == 0
+
+
 def test_the_eager_run_prints_nothing(ip, capsys):
     body = "import torch\ndef loud(x):\n    print('ran once')\n    return x + 1\n"
     run_compile_cell(ip, '--backend eager --no-panel --run "loud(torch.ones(2))"', body)

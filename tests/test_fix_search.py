@@ -301,6 +301,7 @@ def test_a_configuration_much_slower_than_the_start_is_not_chosen(ip):
     best, start = result.best, result.start
     assert best.breaks == 0 and start.breaks == 2
     start.median_s, best.median_s = 0.001, 0.01  # as if the bench had measured the chosen one 10x slower
+    start.min_s, start.max_s, best.min_s, best.max_s = 0.0009, 0.0011, 0.009, 0.011  # beyond the spread
     assert searcher._reject_slower([best], start)
     assert best.rejected.startswith("10.0x slower than the start") and result.best is not best
     assert result.best is None or result.best.admissible
@@ -347,7 +348,7 @@ def test_custom_op_follows_the_input_dtype_defaults_and_keywords_and_leaves_the_
     assert f(x64).dtype == torch.float64  # the fake takes the dtype from the input at call time
     assert torch.allclose(helper(torch.ones(2), 2.5), torch.full((2,), 3.5))  # defaults and a float scale
     code = session.export()
-    assert "schema='(Tensor x, float scale=2.0, *, SymInt bias=1) -> Tensor'" in code
+    assert "schema='(Tensor x, Scalar scale=2.0, *, Scalar bias=1) -> Tensor'" in code  # numbers widen to Scalar
 
 
 def test_bad_budgets_are_refused_with_one_line(ip):

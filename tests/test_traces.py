@@ -165,17 +165,17 @@ CACHE_JOB = textwrap.dedent(
     """\
     import sys, time, torch
     import nbcompile  # noqa: F401 (the magic's helpers)
-    from nbcompile.core import torch_compat
+    from nbcompile.engine import cachefile
     torch._inductor.config.fx_graph_cache = True
     def f(x):
         return (x.sin() * 2 + x.cos()).relu().sum()
     if sys.argv[1] == "load":
-        torch_compat.load_compile_cache(sys.argv[2])
+        cachefile.apply(cachefile.read(sys.argv[2]))
     start = time.perf_counter()
     torch.compile(f)(torch.randn(64))
     took = time.perf_counter() - start
     if sys.argv[1] == "save":
-        torch_compat.save_compile_cache(sys.argv[2])
+        cachefile.save(sys.argv[2])
     print(took)
     """)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import re
 import threading
 import weakref
@@ -318,7 +319,11 @@ _GUARD_LATENCY = re.compile(r"Guard latency = ([0-9.]+) us\s*$")
 def _guard_latency(text: str) -> float | None:
     """Torch's own figure at the end of the guard tree text (one check after a cache flush)."""
     match = _GUARD_LATENCY.search(text or "")
-    return float(match[1]) if match else None
+    try:
+        latency = float(match[1]) if match else None
+    except ValueError:  # "1.2.3" from a damaged log
+        return None
+    return latency if latency is None or math.isfinite(latency) else None
 
 
 def _missing(_name: str) -> Any:

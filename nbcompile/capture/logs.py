@@ -5,20 +5,30 @@ names the event, plus ``frame_id``, ``frame_compile_id``, ``attempt``), followed
 each indented by a tab. ``LogReader`` cuts a log into raw records (incrementally, for a job still
 writing); ``RankTrace`` types each one (``records.parse_record``) and hands it to an offline
 ``Hub``: the very code that turns live trace events into report items, so a loaded trace and a live
-session cannot disagree on how an event reads. A line that is not a record, a truncated record and a
-damaged one (a field of the wrong type) are each named by file and line; the rest is kept. Nothing
-in a trace is executed.
+session cannot disagree on how an event reads. A line that is not a record, a truncated record, a
+damaged one (a field of the wrong type, a value that cannot be true) and an empty log are each named
+by file and line; the rest is kept. The problems kept per log are bounded (``MAX_PROBLEMS``, then a
+count), so a garbage file cannot flood a notebook. Nothing in a trace is executed.
+
+A rank with several logs (an elastic job restarted: one ``..._rank_N_<random>.log`` per process) is
+read as one history: each log in the order it was written, judged by the time of its first record
+(the glog prefix: month, day and time, which survives copying the logs where file times do not; a
+log without one goes after those with one, by modification time), each through its own hub (a
+restarted process numbers its frames and file names afresh), into the rank's one report.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import pathlib
 import re
+import stat
 import time
+import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import NbcompileError
@@ -29,13 +39,67 @@ from .hub import Hub, Recording
 from .records import Record, RecordError, parse_record
 
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
+_STAMP = re.compile(rb"^[VIWEC](?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d+) ")
 _RANK_FILE = re.compile(r"rank_(?P<rank>\d+)")
 #: How long a follower waits for more of a record whose file stopped growing before it reads it.
 SETTLE_S = 0.5
+#: Problems kept (and shown) per log; past it they are counted: "... and 22,903 more".
+MAX_PROBLEMS = 20
+#: Bytes read (or decompressed) at a time.
+CHUNK = 1 << 22
+#: Longest line read; a longer one (a gzip bomb of one line) is skipped to its end, named.
+MAX_LINE_CHARS = 64 << 20
 
 
 class TraceError(NbcompileError):
     """A log that cannot be read; the message names the file and the line."""
+
+
+class Problems:
+    """What could not be read in one log, "file:line: why" each: the first ``limit`` kept, the rest
+    counted (a 3 MB random file is 20 lines and a count, not 22,923 lines)."""
+
+    def __init__(self, path: str, limit: int = MAX_PROBLEMS) -> None:
+        self.path = path
+        self.limit = limit
+        self.kept: list[str] = []
+        #: Problems past ``limit``: counted, not kept.
+        self.more = 0
+
+    def append(self, text: str) -> None:
+        if len(self.kept) < self.limit:
+            self.kept.append(text)
+        else:
+            self.more += 1
+
+    def __len__(self) -> int:
+        return len(self.kept) + self.more
+
+    def lines(self) -> list[str]:
+        """The kept problems, then one line with the count of the rest."""
+        tail = [f"{self.path}: ... and {self.more:,} more {'problem' if self.more == 1 else 'problems'} "
+                f"(the first {self.limit} are listed)"] if self.more else []
+        return self.kept + tail
+
+
+def bounded(problems: Iterable[Problems], limit: int) -> list[str]:
+    """Several logs' problems as at most ``limit`` lines and one line counting the rest."""
+    lines: list[str] = []
+    rest = 0
+    for found in problems:
+        for line in found.kept:
+            if len(lines) < limit:
+                lines.append(line)
+            else:
+                rest += 1
+        if found.more:
+            if len(lines) < limit:
+                lines.append(found.lines()[-1])
+            else:
+                rest += found.more
+    if rest:
+        lines.append(f"... and {rest:,} more {'problem' if rest == 1 else 'problems'}")
+    return lines
 
 
 @dataclass
@@ -51,20 +115,38 @@ class LogReader:
     """Reads one log incrementally: ``feed(text)`` returns the complete records so far (a record is
     complete when the next envelope starts, or at ``flush``); errors name the file and the line."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_line: int = MAX_LINE_CHARS) -> None:
         self.path = path
-        self.errors: list[str] = []
+        self.problems = Problems(path)
+        self.max_line = max_line
         self._line = 0
         self._rest = ""
+        #: Inside a line over ``max_line``: dropped up to its end.
+        self._skipping = False
         self._current: tuple[dict[str, Any], list[str], int] | None = None
 
+    @property
+    def errors(self) -> list[str]:
+        """The problems met so far, bounded (``Problems.lines``)."""
+        return self.problems.lines()
+
     def feed(self, text: str) -> list[RawRecord]:
+        out: list[RawRecord] = []
+        if self._skipping:
+            end = text.find("\n")
+            if end < 0:
+                return out
+            text, self._skipping = text[end + 1:], False
         lines = (self._rest + text).split("\n")
         self._rest = lines.pop()  # an unfinished last line waits for the rest
-        out: list[RawRecord] = []
         for line in lines:
             self._line += 1
             self._take(line, out)
+        if len(self._rest) > self.max_line:
+            self._line += 1
+            self.problems.append(f"{self.path}:{self._line}: a line of over {self.max_line:,} characters, not a "
+                                 "trace record; skipped")
+            self._rest, self._skipping = "", True
         return out
 
     def flush(self, final: bool = True) -> list[RawRecord]:
@@ -73,6 +155,7 @@ class LogReader:
         out: list[RawRecord] = []
         if self._rest and not final:
             return out
+        self._skipping = False
         if self._rest:
             self._line += 1
             rest, self._rest = self._rest, ""
@@ -95,14 +178,20 @@ class LogReader:
                 metadata = json.loads(match["json"])
             except json.JSONDecodeError as exc:
                 kind = "truncated" if last else "corrupt"
-                self.errors.append(f"{self.path}:{self._line}: {kind} record ({exc.msg} at column "
-                                   f"{exc.pos + match.start('json') + 1}); kept what came before")
+                self.problems.append(f"{self.path}:{self._line}: {kind} record ({exc.msg} at column "
+                                     f"{exc.pos + match.start('json') + 1}); kept what came before")
+                if self._current is not None:
+                    out.append(self._finish())
+                return
+            except (ValueError, RecursionError) as exc:  # a number of 5,000 digits, [[[[... 100,000 deep
+                why = "nested too deeply" if isinstance(exc, RecursionError) else _one_line(exc)
+                self.problems.append(f"{self.path}:{self._line}: corrupt record ({why}); kept what came before")
                 if self._current is not None:
                     out.append(self._finish())
                 return
         if not isinstance(metadata, dict):
-            self.errors.append(f"{self.path}:{self._line}: not a trace record (a TORCH_TRACE line starts like "
-                               f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
+            self.problems.append(f"{self.path}:{self._line}: not a trace record (a TORCH_TRACE line starts like "
+                                 f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
             return
         if self._current is not None:
             out.append(self._finish())
@@ -115,91 +204,199 @@ class LogReader:
         return RawRecord(metadata, "\n".join(payload) if payload else None, line)
 
 
+def _one_line(exc: BaseException, most: int = 120) -> str:
+    """An exception as one short line: ``ValueError: Exceeds the limit (4300 digits) ...``."""
+    text = (str(exc).splitlines() or [""])[0]
+    text = text if len(text) <= most else text[: most - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class LogFile:
+    """One log of a rank: its reader and its own offline hub (a restarted process numbers its frames
+    and interns its file names afresh, so two logs never share a hub's state)."""
+
+    path: str
+    reader: LogReader
+    hub: Hub
+    offset: int = 0
+    bytes: int = 0
+    #: Records read from it.
+    events: int = 0
+    grown_at: float = field(default_factory=time.monotonic)
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+    #: A compressed log is read whole, once: it was.
+    done: bool = False
+    #: An empty log is named once.
+    empty_named: bool = False
+
+
 class RankTrace:
-    """One rank's log, read into a report through an offline hub."""
+    """One rank's log (or logs, in the order they were written), read into one report through offline hubs."""
 
     def __init__(self, rank: int, path: str) -> None:
         self.rank = rank
-        self.path = path
-        self.reader = LogReader(path)
+        self.logs: list[LogFile] = []
         self.recording = Recording(Report(title=f"rank {rank}: {os.path.basename(path)}", backend="(from the trace)"))
-        self.hub = Hub(offline=True)
-        self.hub.register(self.recording)
-        self.offset = 0
-        self.events = 0
-        self.bytes = 0
-        self._grown_at = time.monotonic()
+        self.add_file(path)
+
+    def add_file(self, path: str) -> None:
+        """Read ``path`` after the logs this rank already has (a restarted process's log)."""
+        hub = Hub(offline=True)
+        hub.register(self.recording)
+        self.logs.append(LogFile(path, LogReader(path), hub))
+        if len(self.logs) > 1:
+            names = ", then ".join(os.path.basename(log.path) for log in self.logs)
+            self.report.title = f"rank {self.rank}: {names} ({len(self.logs)} logs of one rank, read in order)"
+
+    @property
+    def path(self) -> str:
+        """The rank's first log."""
+        return self.logs[0].path
+
+    @property
+    def paths(self) -> list[str]:
+        return [log.path for log in self.logs]
 
     @property
     def report(self) -> Report:
         return self.recording.report
 
-    def feed(self, records: Iterable[RawRecord]) -> None:
-        """Type each record and hand it to the hub; a damaged one is named by file and line and skipped."""
-        with self.hub.active(self.recording):
+    @property
+    def events(self) -> int:
+        return sum(log.events for log in self.logs)
+
+    @property
+    def bytes(self) -> int:
+        return sum(log.bytes for log in self.logs)
+
+    @property
+    def problems(self) -> list[Problems]:
+        return [log.reader.problems for log in self.logs]
+
+    @property
+    def errors(self) -> list[str]:
+        """Every log's problems, each log's bounded."""
+        return [line for log in self.logs for line in log.reader.errors]
+
+    @property
+    def reader(self) -> LogReader:
+        """The reader of the rank's newest log."""
+        return self.logs[-1].reader
+
+    def feed(self, records: Iterable[RawRecord], log: LogFile | None = None) -> None:
+        """Type each record and hand it to the hub; a damaged one is named by file and line and skipped.
+        Nothing a record holds can raise out of here: what the typed edge misses, the hub's handler
+        raising included, is named the same way."""
+        log = log if log is not None else self.logs[-1]
+        problems = log.reader.problems
+        with log.hub.active(self.recording):
             for raw in records:
-                self.events += 1
+                log.events += 1
+                where = f"{log.path}:{raw.line}"
                 try:
                     typed = parse_record(raw.metadata, raw.payload)
                 except RecordError as exc:
-                    self.reader.errors.append(f"{self.path}:{raw.line}: damaged record ({exc}); read the others")
+                    problems.append(f"{where}: damaged record ({exc}); read the others")
                     continue
+                except (ValueError, TypeError, LookupError, AttributeError, RecursionError) as exc:
+                    problems.append(f"{where}: damaged record ({_one_line(exc)}); read the others")
+                    continue
+                for problem in getattr(typed, "problems", ()):
+                    problems.append(f"{where}: {problem}")
                 if isinstance(typed, Record):
-                    self.hub.dispatch(typed)
+                    try:
+                        log.hub.dispatch(typed)
+                    except Exception as exc:  # a record the hub cannot take must not end the load  # noqa: BLE001
+                        problems.append(f"{where}: a record nbcompile could not read ({_one_line(exc)}); "
+                                        "read the others")
         self.recording.notify()
 
     def read_more(self, final: bool = False) -> bool:
-        """Read what the file gained since the last call; True when anything was read."""
-        if self.path.endswith(".gz"):  # a compressed log (CI artifacts): read whole, once
-            if self.offset:
-                return False
-            import zlib
+        """Read what the logs gained since the last call; True when anything was read."""
+        changed = False
+        for log in self.logs:
+            changed |= self._read_log(log, final)
+        return changed
 
-            try:
-                raw = pathlib.Path(self.path).read_bytes()
-            except OSError as exc:
-                self.reader.errors.append(f"{self.path}: {exc.strerror}")
+    def _read_log(self, log: LogFile, final: bool) -> bool:
+        problems = log.reader.problems
+        if log.path.endswith(".gz"):  # a compressed log (CI artifacts): read whole, once
+            if log.done:
                 return False
-            stream = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip, read as far as it goes
-            try:
-                data = stream.decompress(raw)
-                complete = stream.eof
-            except zlib.error as exc:
-                data, complete = b"", False
-                self.reader.errors.append(f"{self.path}: not a gzip file ({exc})")
-            if not complete and data:
-                self.reader.errors.append(f"{self.path}: a truncated or damaged gzip file; read the "
-                                          f"{len(data)} bytes before the damage")
-            chunks = [data.decode("utf-8", errors="replace")]
-            text = "".join(chunks)
-            self.offset = self.bytes = len(text.encode())
-            self.feed(self.reader.feed(text))
-            self.feed(self.reader.flush())
+            log.done = True
+            self._read_gzip(log)
+            self._note_empty(log)
             return True
         try:
-            size = os.path.getsize(self.path)
+            size = os.path.getsize(log.path)
         except OSError:
             return False
-        grew = size > self.offset
+        grew = size > log.offset
         if grew:
-            with open(self.path, encoding="utf-8", errors="replace") as handle:
-                handle.seek(self.offset)
-                text = handle.read()
-            self.offset = size
-            self.bytes = size
-            self._grown_at = time.monotonic()
-            self.feed(self.reader.feed(text))
-        if final or (not grew and time.monotonic() - self._grown_at > SETTLE_S):
-            last = self.reader.flush(final=final)
+            try:
+                with open(log.path, "rb") as handle:
+                    handle.seek(log.offset)
+                    while chunk := handle.read(CHUNK):
+                        log.offset += len(chunk)
+                        self.feed(log.reader.feed(log.decoder.decode(chunk)), log)
+            except OSError as exc:
+                problems.append(f"{log.path}: cannot be read ({exc.strerror or exc})")
+            log.bytes = log.offset
+            log.grown_at = time.monotonic()
+        if final or (not grew and time.monotonic() - log.grown_at > SETTLE_S):
+            text = log.decoder.decode(b"", final=final) if final else ""
+            last = log.reader.feed(text) + log.reader.flush(final=final) if text else log.reader.flush(final=final)
             if last:
-                self.feed(last)
-                return True
+                self.feed(last, log)
+                grew = True
+        if final:
+            self._note_empty(log)
         return grew
 
+    def _read_gzip(self, log: LogFile) -> None:
+        """Decompress a chunk at a time (a small file may hold gigabytes) and read as far as it goes."""
+        problems = log.reader.problems
+        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
+        decoded = 0
+        try:
+            with open(log.path, "rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    log.bytes += len(chunk)
+                    while chunk and not stream.eof:
+                        data = stream.decompress(chunk, CHUNK)
+                        chunk = stream.unconsumed_tail
+                        decoded += len(data)
+                        self.feed(log.reader.feed(log.decoder.decode(data)), log)
+                    if stream.eof:
+                        break
+        except OSError as exc:
+            problems.append(f"{log.path}: cannot be read ({exc.strerror or exc})")
+        except zlib.error as exc:
+            what = "not a gzip file" if not decoded else "a damaged gzip file; read the " \
+                f"{decoded:,} bytes before the damage"
+            problems.append(f"{log.path}: {what} ({exc})")
+        else:
+            if not stream.eof and log.bytes:
+                problems.append(f"{log.path}: a truncated or damaged gzip file; read the {decoded:,} bytes before "
+                                "the damage")
+        log.offset = log.bytes
+        self.feed(log.reader.feed(log.decoder.decode(b"", final=True)), log)
+        self.feed(log.reader.flush(), log)
+
+    def _note_empty(self, log: LogFile) -> None:
+        """A log with no record in it is named, once (an empty ``.log.gz`` is not a rank that compiled nothing)."""
+        if log.events or log.empty_named:
+            return
+        log.empty_named = True
+        what = "an empty file (0 bytes)" if not log.bytes else "no trace records in it"
+        log.reader.problems.append(f"{log.path}: {what}; this rank shows nothing from it")
+
     def finish_notice(self) -> None:
-        if self.reader.errors:
-            self.report.notice = "; ".join(self.reader.errors[:3]) + (
-                f" (and {len(self.reader.errors) - 3} more)" if len(self.reader.errors) > 3 else "")
+        errors = [line for found in self.problems for line in found.kept]
+        total = sum(len(found) for found in self.problems)
+        if errors:
+            self.report.notice = "; ".join(errors[:3]) + (f" (and {total - 3:,} more)" if total > 3 else "")
 
 
 def compile_seconds(report: Report) -> float:
@@ -274,23 +471,76 @@ def _break_lines(rank: int, base: int, report: Report, reference: Report) -> lis
     return lines
 
 
-def rank_files(path: pathlib.Path) -> dict[int, pathlib.Path]:
+@dataclass
+class LogSet:
+    """The logs under a path, by rank, each rank's in the order they were written; and what was
+    skipped (a directory named like a log), one line each."""
+
+    ranks: dict[int, list[pathlib.Path]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+def first_record_time(path: pathlib.Path) -> tuple[int, ...] | None:
+    """(month, day, hour, minute, second, microsecond) of a log's first line's glog prefix; None when
+    it has none (or cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+        if path.name.endswith(".gz"):
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 256)
+    except (OSError, zlib.error):
+        return None
+    match = _STAMP.match(head)
+    if match is None:
+        return None
+    us = match["us"][:6].ljust(6, b"0")
+    return (int(match["month"]), int(match["day"]), int(match["h"]), int(match["m"]), int(match["s"]), int(us))
+
+
+def _written_order(path: pathlib.Path) -> tuple[Any, ...]:
+    """How the logs of one rank sort: by their first record's time; those without one after, by mtime."""
+    stamp = first_record_time(path)
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return (stamp is None, stamp or (), mtime, path.name)
+
+
+def rank_files(path: pathlib.Path) -> LogSet:
+    """The logs of a TORCH_TRACE directory (or the one log given), by rank. ``..._rank_N_...`` names
+    the rank; logs without one are one "rank" each (one process after another). Several logs of one
+    rank (a restarted job) are kept, in the order they were written (``_written_order``). What is not
+    a regular file (a directory named ``x.log``, a FIFO) is skipped with a note: never opened."""
     if path.is_file():
         match = _RANK_FILE.search(path.name)
-        return {int(match["rank"]) if match else 0: path}
+        return LogSet({int(match["rank"]) if match else 0: [path]})
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory; give a TORCH_TRACE directory or one of its .log files")
     if not path.is_dir():
         raise TraceError(f"{path}: not a directory or a regular file; give a TORCH_TRACE directory or one of its "
                          ".log files")
-    files: dict[int, pathlib.Path] = {}
+    found = LogSet()
+    unranked: list[pathlib.Path] = []
     logs = sorted([*path.glob("*.log"), *path.glob("*.log.gz")], key=lambda p: p.name)
     for log in logs:
+        try:
+            mode = log.stat().st_mode
+        except OSError as exc:
+            found.skipped.append(f"{log}: skipped, it cannot be read ({exc.strerror or exc})")
+            continue
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            found.skipped.append(f"{log}: skipped, {what} named like a log")
+            continue
         match = _RANK_FILE.search(log.name)
-        rank = int(match["rank"]) if match else 0
-        if rank in files and match is None:
-            rank = max(files) + 1  # several unranked logs (one process after another): one "rank" each
-        files[rank] = log
-    return files
-
-
+        if match is None:
+            unranked.append(log)
+        else:
+            found.ranks.setdefault(int(match["rank"]), []).append(log)
+    for files in found.ranks.values():
+        if len(files) > 1:
+            files.sort(key=_written_order)
+    for log in unranked:  # several unranked logs (one process after another): one "rank" each
+        found.ranks[0 if 0 not in found.ranks else max(found.ranks) + 1] = [log]
+    return found

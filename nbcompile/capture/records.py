@@ -6,8 +6,10 @@ two ways: live, as ``record.metadata`` / ``record.payload`` on the logger ``torc
 hub), and offline, as the JSON lines of a ``TORCH_TRACE`` log (``logs.py``). Both call
 ``parse_record``, which checks the type of every field nbcompile reads: a wrong one raises
 ``RecordError`` naming the kind and the field, so a damaged record is reported and skipped, never a
-crash further on. Kinds nbcompile does not read (``chromium_event``, ``describe_tensor``, most
-artifacts) come back as ``Ignored`` after one dict look-up.
+crash further on. A value of the right type that cannot be true (a NaN, infinite or negative time)
+is read as unknown (None) and named in the record's ``problems``: the rest of the record is kept.
+Kinds nbcompile does not read (``chromium_event``, ``describe_tensor``, most artifacts) come back as
+``Ignored`` after one dict look-up.
 
 ``REGISTRY`` is the one table of the kinds read: register a new kind there (its record class and its
 parser), then its handler in the consumer's table (``Hub._handlers``).
@@ -16,8 +18,9 @@ parser), then its handler in the consumer's table (``Hub._handlers``).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -75,6 +78,9 @@ class Record:
     """One typed trace record."""
 
     envelope: Envelope
+    #: Values read as unknown because they cannot be true (a NaN time), one line each:
+    #: ``compilation_metrics record: entire_frame_compile_time_s should be ..., got float nan; read as unknown``.
+    problems: tuple[str, ...] = field(default=(), kw_only=True)
     #: Read only within a frame's compilation: without a ``frame_id`` the record is ignored.
     in_frame: ClassVar[bool] = True
 
@@ -222,13 +228,23 @@ def _int(kind: str, body: Mapping[str, Any], key: str, where: str = "") -> int |
     return value
 
 
-def _float(kind: str, body: Mapping[str, Any], key: str) -> float | None:
+def _seconds(kind: str, body: Mapping[str, Any], key: str, problems: list[str]) -> float | None:
+    """A time in seconds: a number (else ``RecordError``); a NaN, infinite or negative one is read as
+    unknown (None) and named in ``problems`` (it would make the report's JSON invalid, or a sum lie)."""
     value = body.get(key)
     if value is None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise RecordError(kind, key, "a number", value)
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
+        problems.append(f"{kind} record: {key} should be a finite number of seconds >= 0, got {_show(value)}; "
+                        "read as unknown")
+        return None
+    return seconds
 
 
 def _strs(kind: str, body: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -322,6 +338,10 @@ def _parse_output_code(kind: str, envelope: Envelope, body: Any, payload: str) -
 def _parse_metrics(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
     m = _mapping(kind, kind, body)
     reason = _str(kind, m, "recompile_reason")
+    problems: list[str] = []
+    times = {key: _seconds(kind, m, key, problems) for key in (
+        "entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s",
+        "structured_logging_overhead_s")}
     return CompilationMetrics(
         envelope,
         compile_id=_str(kind, m, "compile_id"),
@@ -332,14 +352,15 @@ def _parse_metrics(kind: str, envelope: Envelope, body: Any, payload: str) -> Re
         guard_count=_int(kind, m, "guard_count"),
         graph_op_count=_int(kind, m, "graph_op_count"),
         graph_node_count=_int(kind, m, "graph_node_count"),
-        entire_frame_compile_time_s=_float(kind, m, "entire_frame_compile_time_s"),
-        backend_compile_time_s=_float(kind, m, "backend_compile_time_s"),
-        inductor_compile_time_s=_float(kind, m, "inductor_compile_time_s"),
-        structured_logging_overhead_s=_float(kind, m, "structured_logging_overhead_s"),
+        entire_frame_compile_time_s=times["entire_frame_compile_time_s"],
+        backend_compile_time_s=times["backend_compile_time_s"],
+        inductor_compile_time_s=times["inductor_compile_time_s"],
+        structured_logging_overhead_s=times["structured_logging_overhead_s"],
         restart_reasons=_strs(kind, m, "restart_reasons"),
         fail_type=_str(kind, m, "fail_type"),
         fail_reason=_str(kind, m, "fail_reason"),
         cudagraph_skip_reason=_str(kind, m, "cudagraph_skip_reason"),
+        problems=tuple(problems),
     )
 
 

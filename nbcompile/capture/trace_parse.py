@@ -8,7 +8,9 @@ tested on text and stay valid when the capture plumbing changes.
 from __future__ import annotations
 
 import linecache
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 _BREAK_AT = re.compile(r"Graph break(?: in user code)? at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
@@ -37,7 +39,7 @@ def parse_graph_break(text: str) -> ParsedBreak:
     # Keep only the part above torch's own traceback of the tracer.
     head = text.split("\nTraceback (most recent call last):", 1)[0]
     at = _BREAK_AT.search(head)
-    filename, lineno = (at.group("file"), int(at.group("line"))) if at else ("", 0)
+    filename, lineno = (at.group("file"), _lineno(at.group("line"))) if at else ("", 0)
 
     reason_m = _REASON.search(head)
     reason = reason_m.group("reason").strip() if reason_m else ""
@@ -79,14 +81,14 @@ def parse_graph_break(text: str) -> ParsedBreak:
     if len(tb) == 2:
         frames = _TB_FRAME.findall(tb[1])
         for file, line, fn in reversed(frames):
-            if not filename or (file == filename and int(line) == lineno):
+            if not filename or (file == filename and _lineno(line) == lineno):
                 function = fn.strip()
                 break
         if not function and frames:
             function = frames[-1][2].strip()
             if not filename:
-                filename, lineno = frames[-1][0], int(frames[-1][1])
-    source_line = linecache.getline(filename, lineno).strip() if filename else ""
+                filename, lineno = frames[-1][0], _lineno(frames[-1][1])
+    source_line = source_line_of(filename, lineno) if filename else ""
     return ParsedBreak(
         filename=filename,
         lineno=lineno,
@@ -99,6 +101,36 @@ def parse_graph_break(text: str) -> ParsedBreak:
         doc_url=doc_url,
         source_line=source_line,
     )
+
+
+#: Most digits of a line number read (a longer one is garbage, and ``int`` refuses 4,300 digits).
+_MAX_DIGITS = 9
+#: Largest source file read for a break's source line.
+MAX_SOURCE_BYTES = 16 << 20
+
+
+def _lineno(text: str) -> int:
+    """A line number as text (``\\d+``); a number too long to be one reads as 0 (unknown)."""
+    return int(text) if len(text) <= _MAX_DIGITS else 0
+
+
+def source_line_of(filename: str, lineno: int) -> str:
+    """The source line a break names, when the file is here: a cell's (in ``linecache``) or a regular
+    file of at most ``MAX_SOURCE_BYTES``. A name a trace gives (``/dev/zero``, a FIFO) is never opened
+    otherwise: reading it could hang or fill memory."""
+    if lineno <= 0:
+        return ""
+    if filename not in linecache.cache:
+        try:
+            info = os.stat(filename)
+        except (OSError, ValueError):
+            return ""
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
+            return ""
+    try:
+        return linecache.getline(filename, lineno).strip()
+    except (OSError, ValueError, SyntaxError, UnicodeError):
+        return ""
 
 
 _GUARD_LINE = re.compile(r"^[|\s]*\+- (?P<kind>[A-Z_]+): (?P<expr>.*)$")

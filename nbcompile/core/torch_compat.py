@@ -136,6 +136,45 @@ def drop_compiled_code(code: types.CodeType) -> None:
         torch._dynamo.eval_frame.reset_code(each)  # type: ignore[attr-defined]  # private, not re-exported
 
 
+def dynamo_frame(frame: types.FrameType) -> tuple[str, Any] | None:
+    """What a frame of another thread says about Dynamo: ``("compiling", None)`` for a frame of Dynamo's
+    frame conversion (a compile in progress), ``("calling", fn)`` for ``torch.compile``'s wrapper about to
+    run ``fn`` (``fn`` is None when it cannot be read), None otherwise."""
+    import os
+
+    code = frame.f_code
+    folder = os.path.dirname(torch._dynamo.__file__)
+    if not code.co_filename.startswith(folder):
+        return None
+    name = os.path.basename(code.co_filename)
+    if name == "convert_frame.py":
+        return ("compiling", None)
+    if name == "eval_frame.py" and code.co_name in ("compile_wrapper", "_fn"):
+        try:
+            return ("calling", frame.f_locals.get("fn"))
+        except Exception:  # a frame's locals read while it runs: never fail the drop on it
+            return ("calling", None)
+    return None
+
+
+def detach_cleanup_hooks(scope: dict[str, Any]) -> int:
+    """Before ``scope`` (a notebook namespace) is cleared: torch deletes the globals it put there for a
+    compiled code (``__compiled_fn_...``) when that code dies, by ``del scope[name]``, which raises
+    ``KeyError`` once the namespace was cleared. Each such deletion is pointed at a dict of its own
+    holding the name, so it finds it whenever it comes. Returns how many were pointed away."""
+    manager = getattr(getattr(torch._dynamo, "utils", None), "CleanupManager", None)
+    entries = getattr(getattr(manager, "instance", None), "values", None)
+    if not isinstance(entries, dict):
+        return 0
+    moved = 0
+    for hooks in list(entries.values()):
+        for hook in list(hooks) if isinstance(hooks, list) else []:
+            if getattr(hook, "scope", None) is scope and isinstance(getattr(hook, "name", None), str):
+                hook.scope = {hook.name: scope.get(hook.name)}
+                moved += 1
+    return moved
+
+
 def iter_code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
     """``code`` and every code object nested in it (closures, lambdas, comprehensions)."""
     yield code
@@ -387,6 +426,14 @@ def destroy_custom_op(op: Any) -> None:
         data.pop(qualname, None)
 
 
+# --- torch.compile's cache artifacts (torch.compiler.save_cache_artifacts' format) ---------------
+# The policy (manifest, hash, which keys are safe, the listing) is nbcompile/engine/cachefile.py;
+# here is only what knows torch's private format and where torch writes each entry.
+
+#: One entry of a cache artifact file: (type, key, content), in file order.
+CacheEntry = tuple[str, str, bytes]
+
+
 def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
     save = getattr(torch.compiler, "save_cache_artifacts", None)
     load = getattr(torch.compiler, "load_cache_artifacts", None)
@@ -395,53 +442,159 @@ def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
     return save, load
 
 
-def save_compile_cache(path: str) -> tuple[int, str]:
-    """``torch.compiler.save_cache_artifacts()`` written to ``path``: (bytes, what it holds)."""
+def compile_cache_payload() -> bytes:
+    """``torch.compiler.save_cache_artifacts()``: the bytes of every artifact this process has seen."""
     save, _ = _cache_api()
     artifacts = save()
     if artifacts is None:
         raise NbcompileError("nothing to save: no compile in this process has left cache artifacts yet (run the "
                              "compiled code first; artifacts come from Inductor and AOTAutograd, not backend eager)")
-    data, info = artifacts
+    return bytes(artifacts[0])
+
+
+def decode_compile_cache(data: bytes) -> list[CacheEntry]:
+    """The entries of torch's artifact bytes, read without applying anything (torch's own reader trusts
+    lengths and writes as it reads). Raises NbcompileError saying how the bytes are damaged."""
+    import base64
+    import binascii
+    import zlib
+
     try:
-        with open(path, "wb") as handle:
-            handle.write(data)
-    except OSError as exc:
-        raise NbcompileError(f"cannot write {path}: {exc.strerror}") from None
-    return len(data), _describe_cache_info(info)
+        from torch.utils import _appending_byte_serializer as serializer
+        version = int(serializer._ENCODING_VERSION)
+    except (ImportError, AttributeError):
+        version = 1
+    if len(data) < 12:
+        raise NbcompileError(f"{len(data)} bytes, too short for torch's artifact header")
+    if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
+        raise NbcompileError("its checksum does not match its contents (damaged, or not torch's artifact format)")
+    pos = 4
+
+    def uint() -> int:
+        nonlocal pos
+        if pos + 8 > len(data):
+            raise NbcompileError(f"it ends inside a length at byte {pos}")
+        pos += 8
+        return int.from_bytes(data[pos - 8:pos], "big")
+
+    def raw() -> bytes:
+        nonlocal pos
+        size = uint()
+        if size > len(data) - pos:
+            raise NbcompileError(f"it ends inside a field of {size} bytes at byte {pos}")
+        pos += size
+        return data[pos - size:pos]
+
+    def text() -> str:
+        try:
+            return base64.b64decode(raw(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise NbcompileError(f"a name before byte {pos} is not base64 UTF-8 text") from None
+
+    found = uint()
+    if found != version:
+        raise NbcompileError(f"torch's artifact format version {found}; this torch reads version {version}")
+    entries: list[CacheEntry] = []
+    while pos < len(data):
+        kind = text()
+        for _ in range(uint()):
+            key = text()
+            entries.append((kind, key, raw()))
+    return entries
 
 
-def load_compile_cache(path: str) -> tuple[int, str]:
-    """``torch.compiler.load_cache_artifacts`` of the bytes in ``path``: (bytes, what it held)."""
-    _, load = _cache_api()
+def compile_cache_dir() -> str:
+    """torch's local compile cache directory (``TORCHINDUCTOR_CACHE_DIR``, else its default)."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
-    quiet = logging.getLogger("torch.compiler._cache")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # torch logs its own traceback for a file it cannot read; the error says it
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:  # torch before cache_dir_utils
+        from torch._inductor.runtime.runtime_utils import cache_dir  # type: ignore[attr-defined]
+    return str(cache_dir())
+
+
+def compile_cache_target(kind: str, key: str) -> tuple[str, str | None]:
+    """Where torch writes an entry of this type and key: (the directory it writes under, the path it
+    writes: a file, or the directory whose file it adds), asking torch's own path functions; the path
+    is None when torch writes nothing for it here (local PGO off). Raises NbcompileError ("not
+    judged, because ...") for a type nbcompile does not know."""
+    with _cache_dir_env_kept():
+        return _compile_cache_target(kind, key)
+
+
+def _cache_dir_env_kept() -> Any:
+    """torch's ``cache_dir()`` sets ``TORCHINDUCTOR_CACHE_DIR`` when it is unset: put it back as it was."""
+    import contextlib
+    import os
+
+    @contextlib.contextmanager
+    def kept() -> Iterator[None]:
+        before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    return kept()
+
+
+def _compile_cache_target(kind: str, key: str) -> tuple[str, str | None]:
+    import os
+
+    root = compile_cache_dir()
     try:
-        info = load(data)
-    except Exception as exc:
-        raise NbcompileError(f"{path} is not a torch.compile cache artifact file ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
-    finally:
-        quiet.setLevel(level)
-    if info is None:
-        raise NbcompileError(f"{path} is not a torch.compile cache artifact file (torch could not read it: a "
-                             "different torch version, or not a file %nbcompile cache save wrote)")
-    return len(data), _describe_cache_info(info)
+        if kind == "inductor":
+            from torch._inductor.codecache import FxGraphCache
+            return root, str(FxGraphCache._get_tmp_dir_for_key(key))
+        if kind == "aot_autograd":
+            from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+            return root, str(AOTAutogradCache._get_tmp_dir_for_key(key))
+        if kind == "autotune":  # torch writes os.path.join(cache_dir(), key): an absolute key goes anywhere
+            return root, os.path.join(root, key)
+        if kind == "pgo":
+            from torch._dynamo import pgo
+            path = pgo.code_state_path(pgo.PGOCacheArtifact._rewrite_cache_key_for_mega_cache(key))
+            return root, None if path is None else str(path)
+        if kind == "precompile":
+            from torch._dynamo.package import DynamoCache
+            prefix = DynamoCache.path_prefix()
+            return prefix or os.getcwd(), os.path.join(prefix, key) if prefix else key
+    except (ImportError, AttributeError) as exc:
+        raise NbcompileError(f"not judged, because this torch ({torch.__version__}) does not say where it writes a "
+                             f"{kind!r} entry ({type(exc).__name__}: {exc})") from None
+    raise NbcompileError(f"not judged, because nbcompile does not know where torch writes a {kind!r} entry (known: "
+                         "inductor, aot_autograd, autotune, pgo, precompile)")
 
 
-def _describe_cache_info(info: Any) -> str:
-    parts = []
-    for name in ("inductor_artifacts", "autotune_artifacts", "aot_autograd_artifacts", "pgo_artifacts"):
-        items = getattr(info, name, None)
-        if items:
-            parts.append(f"{len(items)} {name.replace('_artifacts', '').replace('_', ' ')}")
-    return ", ".join(parts) or "no entries"
+def write_compile_cache_entries(entries: list[CacheEntry]) -> int:
+    """Hand each entry to torch's own ``populate_cache`` (what ``torch.compiler.load_cache_artifacts``
+    does), in order; the caller has checked every key. Torch's bundled Triton kernels are not
+    unpickled here (torch unpacks them on a cache hit), so loading writes bytes and runs nothing
+    from the file. Returns how many were written; raises NbcompileError naming the entry that failed."""
+    try:
+        from torch.compiler._cache import CacheArtifactFactory, CacheArtifactManager
+        CacheArtifactManager._ensure_cache_artifacts_registered()
+        import torch._inductor.config as inductor_config
+    except (ImportError, AttributeError) as exc:
+        raise NbcompileError(f"not tried, because torch {torch.__version__} has no cache artifact factory "
+                             f"({type(exc).__name__}: {exc})") from None
+    patch = (inductor_config.patch(bundle_triton_into_fx_graph_cache=False)
+             if hasattr(inductor_config, "bundle_triton_into_fx_graph_cache") else _nothing())
+    written = 0
+    with patch, _cache_dir_env_kept():
+        for index, (kind, key, content) in enumerate(entries, 1):
+            try:
+                CacheArtifactFactory.create(kind, key, content).populate_cache()
+            except Exception as exc:
+                raise NbcompileError(f"entry {index} ({kind} {key[:80]!r}) could not be written ({type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); {written} of "
+                                     f"{len(entries)} entries were written") from None
+            written += 1
+    return written
+
+
+def _nothing() -> Any:
+    import contextlib
+    return contextlib.nullcontext()
 
 
 # --- small private-API seams the engine uses (kept here so a torch upgrade touches one file) -----

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -49,10 +50,34 @@ def _default_entries(namespace: dict[str, Any], cell: CellFunctions, tracked: di
     return entries
 
 
-def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFunctions) -> None:
-    """Before the body runs: each --entry is a def of the cell, a name it assigns, or a name that exists."""
+def bound_names(body: str) -> set[str]:
+    """Every name the cell's top level binds (``model, x = ...``, ``for``, ``with ... as``, imports), not
+    the names bound inside its defs and classes."""
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if not isinstance(node, ast.Lambda):
+                names.add(node.name)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFunctions,
+                   bound: set[str] | None = None) -> None:
+    """Before the body runs: each --entry is a def of the cell, a name it binds, or a name that exists."""
     for name in requested:
-        if name in cell.names or name in cell.assigned or name in namespace:
+        if name in cell.names or name in cell.assigned or name in namespace or name in (bound or ()):
             continue
         valid = sorted({*cell.names, *(n for n, v in namespace.items()
                                        if isinstance(v, torch.nn.Module) and not n.startswith("_"))})
@@ -101,5 +126,5 @@ def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> Cel
     validate_flags(options.initial_toggles(), [*cell.names, *options.track])
     for name in options.track:
         library.resolve(name)  # a one-line error before the body runs
-    _check_entries(options.entries, namespace, cell)
+    _check_entries(options.entries, namespace, cell, bound_names(body))
     return cell

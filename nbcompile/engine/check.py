@@ -347,10 +347,11 @@ def against_eager(
     rng_after = RngState()
     rng_before.restore()
     try:
-        with quiet(), torch_compat.force_eager(), replay.swapped(bind) as extra, no_outside_effects():
+        with quiet(), torch_compat.force_eager(), replay.swapped(bind) as extra, no_outside_effects(watch=replay):
             expected = run_eager(extra)
     except OutsideEffect as exc:
-        return Check(True, None, f"not compared: the run {exc} outside Python, which the check will not do a "
+        where = " outside Python" if exc.outside else ""
+        return Check(True, None, f"not compared: the run {exc}{where}, which the check will not do a "
                                  "second time", compared=False)
     except Exception as exc:
         return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {one_line(str(exc))}")
@@ -393,7 +394,12 @@ def quiet() -> Any:
 
 
 class OutsideEffect(Exception):
-    """The eager run tried to change something outside the process's Python objects."""
+    """The run tried to change something outside the process's Python objects (``outside``), or a
+    module attribute that none of its copies holds."""
+
+    def __init__(self, what: str, *, outside: bool = True) -> None:
+        super().__init__(what)
+        self.outside = outside
 
 
 _GUARD = threading.local()
@@ -439,19 +445,93 @@ _CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
 
 
 @contextlib.contextmanager
-def no_outside_effects(compiler_may: bool = False) -> Any:
+def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) -> Any:
     """The eager run may not write files, start processes or use the network: an audit hook stops the
     first attempt (before it happens), and the check says it could not compare. ``compiler_may``: a
-    compiled run, in which torch.compile itself may write its caches while it compiles."""
+    compiled run, in which torch.compile itself may write its caches while it compiles.
+
+    ``watch``: the copies the run was given. The attributes of the user's modules it reaches (a global,
+    an import inside a function) are watched too: an attribute the run rebinds that no copy holds is
+    put back, a container no copy holds that it changes in place is named, a user module it imports
+    for the first time is named, and ``OutsideEffect`` says so when the run ends."""
     global _HOOKED
     if not _HOOKED:
         sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
         _HOOKED = True
+    modules = _ModuleAudit(watch) if watch is not None and watch.refused is None else None
     _GUARD.on, _GUARD.compiler_may = True, compiler_may
+    failed = False
     try:
         yield
+    except BaseException:
+        failed = True
+        raise
     finally:
         _GUARD.on, _GUARD.compiler_may = False, False
+        if modules is not None:
+            effect = modules.settle()
+            if effect and not failed:
+                raise OutsideEffect(effect, outside=False)
+
+
+class _ModuleAudit:
+    """The attributes of the user's modules a run can reach, before it: what it changes that is not one
+    of its copies is put back (a rebinding) or named (a change in place, a first import)."""
+
+    def __init__(self, replay: Replay) -> None:
+        held = {(id(slot.owner), slot.key) for slot in replay.slots.values()}
+        self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Any]]] = []
+        for module in replay.modules:
+            space = vars(module)
+            watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
+            self.before.append((module, watched, {k: _shape(v) for k, v in watched.items()}))
+        self.held = held
+        self.imports = {name for name in replay.imports if name not in sys.modules}
+
+    def settle(self) -> str:
+        effects: list[str] = []
+        for module, watched, shapes in self.before:
+            space = vars(module)
+            for key in [k for k in space if not k.startswith("__") and k not in watched
+                        and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:
+                del space[key]
+                effects.append(f"sets {module.__name__}.{key}")
+            for key, value in watched.items():
+                now = space.get(key, _GONE)
+                if now is not value and callable(value) and callable(now):
+                    continue  # a function rebound to a wrapper: nbcompile's own toggles (given back by them)
+                if now is not value:
+                    space[key] = value
+                    effects.append(f"sets {module.__name__}.{key}")
+                elif _shape(value) != shapes[key]:
+                    effects.append(f"changes {module.__name__}.{key} in place")
+        for name in sorted(self.imports):
+            imported = sys.modules.get(name)
+            if imported is not None and _user_file(imported):
+                effects.append(f"imports {name} for the first time (its code ran)")
+        if not effects:
+            return ""
+        more = f" and {len(effects) - 2} more" if len(effects) > 2 else ""
+        return ", ".join(effects[:2]) + more + " (no copy of it was made; what it rebound was put back)"
+
+
+_GONE = object()
+
+
+def _shape(value: Any) -> Any:
+    """A cheap fingerprint of a container's contents (its length and its first items' identities)."""
+    if type(value) in (list, tuple):
+        return (len(value), tuple(id(v) for v in value[:32]))
+    if type(value) is dict:
+        return (len(value), tuple(id(v) for v in list(value.values())[:32]))
+    if type(value) in (set, frozenset, bytearray):
+        return len(value)
+    return None
+
+
+def _user_file(module: types.ModuleType) -> bool:
+    path = str(getattr(module, "__file__", "") or "")
+    return bool(path) and not path.startswith(tuple({sys.prefix, sys.base_prefix, sys.exec_prefix}))
 
 
 def verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:

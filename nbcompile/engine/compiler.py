@@ -2,13 +2,17 @@
 never seen (its own cache, gone with the copy), in a cache region of its own where torch has them
 (``isolate_recompiles``), behind a recording backend or a plain one. Sessions, ``inspect``, trials
 and the bench all compile through :func:`compiled_copy`; the toggles ``inspect`` and ``bench`` take
-are applied through :func:`toggle_engine` and :func:`applied`."""
+are applied through :func:`toggle_engine` and :func:`applied`. Compiled code is dropped through
+:func:`drop_compiled`, which never drops the code another thread is running."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
+import time
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -39,6 +43,85 @@ def compiled_copy(obj: Any, options: CompileOptions, *, recording: Recording | N
         return torch.compile(target, backend=RecordingBackend(name, options.mode, kwargs.get("dynamic"), recording),
                              **kwargs)
     return torch.compile(target, backend=name, mode=options.mode, **kwargs)
+
+
+#: Codes whose drop waits for the other threads that were running them (tried again at every drop).
+_PENDING: dict[types.CodeType, None] = {}
+_DROP_LOCK = threading.Lock()
+#: How long a drop waits for other threads where torch has no cache regions (it must drop to be right).
+DROP_WAIT_S = 10.0
+
+
+def _spans(code: types.CodeType) -> set[tuple[str, int]]:
+    """(file, first line) of ``code`` and of its resume functions: what a frame running their compiled
+    code shows (Dynamo's code keeps the original's file, name and first line)."""
+    return {(c.co_filename, c.co_firstlineno) for c in [code, *torch_compat.resume_codes(code)]}
+
+
+def _target_spans(fn: Any) -> set[tuple[str, int]] | None:
+    """(file, first line) of the code a ``torch.compile``'d call of ``fn`` runs first; None if unknown."""
+    target = torch_compat.unwrap_compiled(fn)
+    owner = getattr(target, "__self__", None)
+    if isinstance(owner, torch.nn.Module):  # a module's __call__: its forward runs
+        target = type(torch_compat.unwrap_compiled(owner)).forward
+    if isinstance(target, torch.nn.Module):
+        target = type(target).forward
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    return {(code.co_filename, code.co_firstlineno)} if isinstance(code, types.CodeType) else None
+
+
+def _running_elsewhere(spans: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The spans some other thread may be running now: a frame of their code on its stack, a
+    ``torch.compile``'d call of one of them about to start (or of something nbcompile cannot read), or a
+    compile in progress (which may be compiling any of them: all spans)."""
+    me = threading.get_ident()
+    busy: set[tuple[str, int]] = set()
+    for ident, frame in sys._current_frames().items():  # noqa: SLF001  # documented in sys; no public form
+        if ident == me:
+            continue
+        each: types.FrameType | None = frame
+        while each is not None:
+            key = (each.f_code.co_filename, each.f_code.co_firstlineno)
+            if key in spans:
+                busy.add(key)
+            seen = torch_compat.dynamo_frame(each)
+            if seen is not None:
+                targets = _target_spans(seen[1]) if seen[0] == "calling" else None
+                busy.update(spans if targets is None else targets & spans)
+            each = each.f_back
+    return busy
+
+
+def drop_compiled(codes: Iterable[types.CodeType]) -> list[types.CodeType]:
+    """Drop the compiled code of ``codes`` (and their resume functions), except code another thread is
+    running: torch frees a cache entry's code under the thread running it (a crash in ``eval_frame``).
+    Such a drop is put off: tried again at every later drop. Where torch has cache regions
+    (``isolate_recompiles``) that is enough (the fresh compiled copy never reads the old entries);
+    without them a drop waits up to ``DROP_WAIT_S`` for the other thread to leave the code. Returns the
+    codes whose drop was put off."""
+    with _DROP_LOCK:
+        wanted = list(dict.fromkeys([*_PENDING, *codes]))
+        _PENDING.clear()
+        deadline = time.monotonic() + (0.0 if torch_compat.ISOLATE_RECOMPILES else DROP_WAIT_S)
+        while True:
+            interval = sys.getswitchinterval()
+            # The check and the drops with no forced thread switch between them (Python code only: no
+            # other thread runs unless this one waits), so no thread enters the code in between.
+            sys.setswitchinterval(max(interval, 1.0))
+            try:
+                busy = _running_elsewhere({s for code in wanted for s in _spans(code)})
+                later = [code for code in wanted if _spans(code) & busy]
+                for code in wanted:
+                    if code not in later:
+                        torch_compat.drop_compiled_code(code)
+            finally:
+                sys.setswitchinterval(interval)
+            if not later or time.monotonic() >= deadline:
+                break
+            wanted = later
+            time.sleep(0.001)
+        _PENDING.update(dict.fromkeys(later))
+        return later
 
 
 def fresh_copy(fn: Any) -> Any:
@@ -113,7 +196,8 @@ def replay_for(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Replay
     namespace = namespace_of(fn)
     original = torch_compat.unwrap_compiled(fn)
     slots = reach(namespace, None, [original])
-    return Replay.capture({label: (slot, slot.get()) for label, slot in slots.items()}, (original, args, kwargs))
+    return Replay.capture({label: (slot, slot.get()) for label, slot in slots.items()}, (original, args, kwargs),
+                          modules=slots.modules, imports=slots.imports)
 
 
 def call_with(extra: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> Any:

@@ -6,17 +6,23 @@ such a function by its import path (``%%compile --track``, ``Session.track``, an
 the functions that hold its breaks): the toggle rebinds the module's or the class's attribute, and
 the binding writes only while the attribute holds what it put there; ``reset`` puts the original
 back. A library function's compiled code is never dropped by nbcompile (other models may use it).
+
+Several sessions (or ``inspect`` calls) may track one library function. Its attribute is one
+``SharedSlot`` for all of them: the true original is recorded by the first taker, each holder's value
+is a layer (the latest write shows), and a holder that lets go takes only its own layer away: the
+attribute shows the next layer down, or the original once the last holder is gone, whatever the order.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import types
 from typing import Any
 
 from ..core.errors import NbcompileError
-from .toggles import Binding
+from .toggles import _MISSING, Binding, StaleError
 
 SEP = ":"
 _EXAMPLE = "transformers.models.gpt2.modeling_gpt2:GPT2Attention.forward"
@@ -24,6 +30,99 @@ _EXAMPLE = "transformers.models.gpt2.modeling_gpt2:GPT2Attention.forward"
 
 def is_library_name(name: str) -> bool:
     return SEP in name
+
+
+class SharedSlot:
+    """One library attribute (a module's function, a class's method) as every holder shares it."""
+
+    def __init__(self, owner: Any, attr: str, original: Any) -> None:
+        self.owner = owner  # the module's dict, or the class (kept alive: the key is its id)
+        self.attr = attr
+        #: What was there before any holder wrote.
+        self.original = original
+        #: What the attribute holds as far as nbcompile knows (the top layer, or the original).
+        self.current = original
+        #: id(binding) -> (binding, the value it asked for); the last one is the top.
+        self.layers: dict[int, tuple[LibraryBinding, Any]] = {}
+
+    def read(self) -> Any:
+        if isinstance(self.owner, dict):
+            return self.owner.get(self.attr, _MISSING)
+        return self.owner.__dict__.get(self.attr, _MISSING)
+
+    def show(self) -> None:
+        """Write the top layer's value (or the original) if it is not what the attribute holds."""
+        value = next(reversed(self.layers.values()))[1] if self.layers else self.original
+        if self.read() is not value:
+            if isinstance(self.owner, dict):
+                self.owner[self.attr] = value
+            else:
+                setattr(self.owner, self.attr, value)
+        self.current = value
+
+
+_SLOTS: dict[tuple[int, str], SharedSlot] = {}
+_LOCK = threading.RLock()
+
+
+def _slot(owner: Any, attr: str) -> SharedSlot:
+    """The shared slot of ``owner.attr``: the one holders already share while the attribute still holds
+    what they put there; a fresh one (what is there now as the original) otherwise."""
+    with _LOCK:
+        key = (id(owner), attr)
+        slot = _SLOTS.get(key)
+        if slot is None or slot.owner is not owner or slot.read() is not slot.current:
+            now = owner.get(attr, _MISSING) if isinstance(owner, dict) else owner.__dict__.get(attr, _MISSING)
+            slot = _SLOTS[key] = SharedSlot(owner, attr, now)
+        return slot
+
+
+class LibraryBinding(Binding):
+    """A holder's binding of a shared library attribute: it writes its own layer, and ``restore`` takes only
+    that layer away."""
+
+    def __init__(self, name: str, slot: SharedSlot, *, holder: tuple[dict[str, Any], str, Any] | None = None):
+        self.slot = slot
+        super().__init__(name, slot.owner, slot.attr, holder=holder)
+        self.original = self.expected = slot.original
+
+    def problem(self) -> str | None:
+        if self.holder is not None:
+            namespace, cls_name, cls = self.holder
+            now = namespace.get(cls_name, _MISSING)
+            if now is _MISSING:
+                return f"class {cls_name} was deleted"
+            if now is not cls:
+                return f"class {cls_name} was redefined"
+        value = self._read()
+        if value is _MISSING:
+            return f"{self.name} was deleted"
+        if value is not self.slot.current:
+            return f"{self.name} was redefined"
+        return None
+
+    def write(self, value: Any) -> None:
+        with _LOCK:
+            problem = self.problem()
+            if problem is not None:
+                raise StaleError(problem)
+            self.slot.layers.pop(id(self), None)
+            self.slot.layers[id(self)] = (self, value)
+            self.slot.show()
+            self.expected = value
+
+    def restore(self) -> bool:
+        """This holder's layer taken away; the attribute shows the next layer down (or the original) if it
+        still holds what nbcompile put there. False (nothing written) if the user changed it."""
+        with _LOCK:
+            problem = self.problem()
+            had = self.slot.layers.pop(id(self), None) is not None
+            if problem is not None:
+                return False
+            if had:
+                self.slot.show()
+            self.expected = self.original
+            return True
 
 
 def resolve(name: str) -> tuple[Binding, types.FunctionType]:
@@ -39,14 +138,15 @@ def resolve(name: str) -> tuple[Binding, types.FunctionType]:
         raise NbcompileError(f"{name!r}: module {module_name} does not import ({type(exc).__name__}: {exc})") from None
     space = vars(module)
     if len(parts) == 1:
-        fn = space.get(parts[0])
-        binding = Binding(name, space, parts[0])
+        slot = _slot(space, parts[0])
+        binding = LibraryBinding(name, slot)
     else:
         cls = space.get(parts[0])
         if not isinstance(cls, type):
             raise NbcompileError(f"{name!r}: {module_name} has no class {parts[0]}")
-        fn = vars(cls).get(parts[1])
-        binding = Binding(name, cls, parts[1], holder=(space, parts[0], cls))
+        slot = _slot(cls, parts[1])
+        binding = LibraryBinding(name, slot, holder=(space, parts[0], cls))
+    fn = None if slot.original is _MISSING else slot.original  # the true original, whatever a holder put there
     if not isinstance(fn, types.FunctionType):
         what = "nothing" if fn is None else f"a {type(fn).__name__}"
         raise NbcompileError(f"{name!r} is {what}, not a Python function defined there; nbcompile toggles plain "

@@ -7,12 +7,17 @@ user's objects given back as they were. The search starts from the session's con
 the fixes its breaks and recompiles suggest, then improves a small beam one change at a time (a
 function's mode, a torch callable's mode, ``dynamic``) until nothing improves, the budget is spent or
 it is stopped; it keeps the best configuration found so far. The finalists (the fewest breaks and
-recompiles) are timed side by side with the bench's timer, on the session's own backend.
+recompiles) are timed side by side on the session's own backend, each on fresh copies of the state
+rewound before every call (``timing.time_search``), within what is left of the budget: every phase,
+timing included, stops at it.
 
 A configuration is never chosen when it fails to compile, raises, fails the check, leaves nothing
 compiled (or under a quarter of the ops the start compiled), sets ``allow_in_graph`` or
 ``nonstrict_trace`` on a function whose lint warns of a captured tensor, a mutation or a side effect
-(the check cannot see those go wrong), or is timed over 1.5x slower than the start.
+(the check cannot see those go wrong), freezes a Python global the user can change (a second run with
+those globals changed goes stale against eager: ``trial.staleness``), or is slower than the start beyond
+the measured spread (its fastest call over 1.5x the start's slowest). The result says when it is bound
+by the budget (``FixSearch.budget_bound``) or by timing noise (``FixSearch.noise_bound``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Protocol
 
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
+from ..core.text import plural
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
@@ -176,12 +182,14 @@ class Searcher:
         except Exception as exc:  # a trial must never cost the search
             outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
         check = outcome.check
-        result = Trial(dict(toggles), outcome.breaks, outcome.recompiles, check is None or check.ok,
+        untried = outcome.error is not None and outcome.error.startswith("not tried")
+        result = Trial(dict(toggles), None if untried else outcome.breaks, None if untried else outcome.recompiles,
+                       check is None or check.ok,
                        options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, ops=outcome.ops,
                        label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
                        at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
-                       sites=list(outcome.sites))
+                       sites=list(outcome.sites), stale=outcome.stale)
         result.rejected = self._why_rejected(result)
         self._seen[key] = result
         self.result.trials.append(result)
@@ -197,6 +205,8 @@ class Searcher:
             return t.error
         if not t.check_ok:
             return f"check FAILED ({t.check_message[:100]})"
+        if t.stale:  # a Python global it froze at trace time, changed: its result went stale (or not judged)
+            return t.stale
         if t.graphs == 0:
             return "nothing left compiled"
         start = self.result.start
@@ -220,32 +230,43 @@ class Searcher:
         yield self.result
         if start is None:
             self.result.state = "budget"
+            self.result.budget_bound = f"the {self.result.budget_s:g} s budget ran out before the start was tried"
+            return
+        if start.error is not None and start.error.startswith("not tried"):
+            self.result.state = f"not tried: the session's own run cannot be tried on copies ({start.error})"
             return
         if start.error is not None and not start.error.startswith("fails to compile"):
             self.result.state = f"failed: the session's own run does not go through ({start.error})"
             return
         beam = [start]  # a start that fails to compile (fullgraph with a break) is searched from too
+        cut = False  # a configuration left untried because the budget ran out or the search was stopped
         for toggles, options, label in self._seeds():
             if self._try(toggles, options, label) is None:
+                cut = True
                 break
             yield self.result
         improved = True
-        while improved and not self._over():
+        while improved and not cut:
             improved = False
             frontier = sorted([t for t in self.result.trials if t.admissible], key=_rank)[:BEAM]
             for base in frontier or beam:
                 for toggles, options, label in self._neighbours(base):
                     t = self._try(toggles, options, f"{label} (from {base.describe()})")
                     if t is None:
+                        cut = True
                         break
                     yield self.result
                     if t.admissible and (not base.admissible or _rank(t) < _rank(base)):
                         improved = True
+                if cut:
+                    break
             beam = frontier
+        if cut and not self.result.stopped:
+            self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before every configuration "
+                                        "one change from the best was tried: a longer budget may find fewer breaks")
         self._time_finalists()
         yield self.result
-        self.result.state = ("stopped" if self.result.stopped else
-                             "budget" if time.perf_counter() > self._deadline else "done")
+        self.result.state = ("stopped" if self.result.stopped else "budget" if self.result.budget_bound else "done")
         self._explain_left()
 
     def _all_modes_tried(self, name: str) -> bool:
@@ -275,14 +296,15 @@ class Searcher:
         return self.result
 
     def _time_finalists(self) -> None:
-        """Time the best configurations and the start side by side (the bench's timer, the session's
-        backend). The fastest wins among those with the fewest breaks and recompiles, unless the times
-        are too noisy to rank; a configuration much slower than the start (``SLOWER_LIMIT``) is
-        rejected, and the next best is timed in its place, while the budget lasts."""
+        """Time the best configurations and the start side by side, each on fresh copies of the state (a
+        run's appends never accumulate) and fresh compiled copies, within what is left of the budget.
+        The fastest wins among those with the fewest breaks and recompiles only when its times and the
+        next one's do not overlap; a configuration slower than the start beyond their measured spread
+        (``SLOWER_LIMIT``) is rejected, and the next best is timed in its place, while the budget lasts."""
         start = self.result.start
         for _ in range(3):
             best = self.result.best
-            if best is None or best is start:
+            if best is None or best is start or self.result.stopped:
                 return
             ties = [t for t in self.result.trials if t.admissible and _rank(t) == _rank(best)]
             ties.sort(key=lambda t: len([m for m in t.toggles.values() if m != "compile"]) + len(t.options))
@@ -290,38 +312,64 @@ class Searcher:
             timed = [t for t in finalists if t.median_s is None]
             if start is not None and start.admissible and start.median_s is None and start not in finalists:
                 timed.append(start)
-            slowest = max((t.seconds for t in self.result.trials), default=0.0)
-            if self._over() or time.perf_counter() + 4 * slowest * len(timed) > self._deadline:
+            if self._over():
                 if timed:
-                    self.result.noisy = ("not timed: the budget left is shorter than timing them would take "
-                                         f"(about {4 * slowest * len(timed):.0f} s)")
+                    self._budget_cut("not timed: the budget ran out before the finalists were timed")
                 return
             if timed:
                 try:
-                    bench = timing.bench_configs(self.workload, [(t.describe(), t.toggles, t.options) for t in timed],
-                                                 min_run_time=0.2, also_track=tuple(self.result.tracked))
+                    rows = timing.time_search(self.workload, [(t.describe(), t.toggles, t.options) for t in timed],
+                                              deadline=self._deadline, min_run_time=0.2,
+                                              also_track=tuple(self.result.tracked))
                 except Exception as exc:
                     self.result.noisy = f"not timed ({type(exc).__name__}: {exc})"
                     return
-                rows = {row.config: row for row in bench.rows}
-                self.result.eager_s = bench.rows[0].median_s if bench.rows else self.result.eager_s
+                by_name = {row.config: row for row in rows}
                 for t in timed:
-                    row = rows.get(t.describe())
+                    row = by_name.get(t.describe())
                     if row is not None and row.timed:
-                        t.median_s, t.iqr_s = row.median_s, row.iqr_s
+                        t.median_s, t.iqr_s, t.min_s, t.max_s = row.median_s, row.iqr_s, row.min_s, row.max_s
+                untimed = [row.why for row in rows if not row.timed]
+                if untimed:
+                    if any("budget" in why for why in untimed):
+                        self._budget_cut(f"{plural(len(untimed), 'finalist')} not timed: the budget ran out")
+                    else:
+                        self.result.noisy = untimed[0]
             if self._reject_slower(finalists, start):
                 continue  # the next best, timed in the next round
             self._rank_by_time(finalists)
             return
+        if self._over() and not self.result.stopped:
+            self._budget_cut("the budget ran out while finalists were timed")
+
+    def _budget_cut(self, why: str) -> None:
+        self.result.noisy = self.result.noisy or why
+        self.result.budget_bound = self.result.budget_bound or (
+            f"{why}: the choice among the configurations with the fewest breaks may differ with a longer budget")
 
     def _reject_slower(self, finalists: list[Trial], start: Trial | None) -> bool:
-        """Reject the finalists much slower than the start; True when the best changed because of it."""
+        """Reject the finalists slower than the start beyond the timing noise: the finalist's fastest
+        time over ``SLOWER_LIMIT`` times the start's slowest. A finalist slower by its median only (the
+        ranges overlap) is kept, and the result says it is noise-bound. True when the best changed."""
         if start is None or not start.median_s:
             return False
-        slow = [t for t in finalists if t.median_s and t.median_s > SLOWER_LIMIT * start.median_s]
+        slow: list[Trial] = []
+        for t in finalists:
+            if not t.median_s or t is start:
+                continue
+            low, high = _low(t), _high(start)
+            if low > SLOWER_LIMIT * high:
+                slow.append(t)
+            elif t.median_s > SLOWER_LIMIT * start.median_s:
+                self.result.noise_bound = (
+                    f"{t.describe()} timed {t.median_s / start.median_s:.1f}x slower than the start by the median "
+                    f"({t.median_s * 1e3:.3g} ms against {start.median_s * 1e3:.3g} ms), within the spread of "
+                    f"the times ({low * 1e3:.3g} ms at best against {high * 1e3:.3g} ms at worst): kept; on a "
+                    "quieter machine the times may tell them apart")
         for t in slow:
             t.rejected = (f"{t.median_s / start.median_s:.1f}x slower than the start "  # type: ignore[operator]
-                          f"({(t.median_s or 0.0) * 1e3:.3g} ms against {start.median_s * 1e3:.3g} ms)")
+                          f"({(t.median_s or 0.0) * 1e3:.3g} ms against {start.median_s * 1e3:.3g} ms; at best "
+                          f"{_low(t) * 1e3:.3g} ms against the start's worst {_high(start) * 1e3:.3g} ms)")
         if not slow:
             return False
         left = [t for t in self.result.trials if t.admissible]
@@ -329,18 +377,27 @@ class Searcher:
         return True
 
     def _rank_by_time(self, finalists: list[Trial]) -> None:
+        """The fastest finalist wins only when it is faster beyond the noise: its slowest time under the
+        next one's fastest, and faster by ``MIN_GAIN``; otherwise the one with the fewest changes stays,
+        and the result says it is noise-bound."""
         timed = sorted((t for t in finalists if t.median_s is not None), key=lambda t: t.median_s or 0.0)
         if len(timed) < 2:
             return
         fastest, second = timed[0], timed[1]
         spread = max(fastest.iqr_s or 0.0, second.iqr_s or 0.0)
         gap = (second.median_s or 0.0) - (fastest.median_s or 0.0)
-        if gap <= spread or gap <= MIN_GAIN * (second.median_s or 0.0):
+        overlap = _high(fastest) >= _low(second) if fastest.max_s is not None and second.min_s is not None \
+            else gap <= spread
+        if overlap or gap <= MIN_GAIN * (second.median_s or 0.0):
             first_ms, second_ms = (fastest.median_s or 0.0) * 1e3, (second.median_s or 0.0) * 1e3
             self.result.noisy = (f"too noisy to rank: {fastest.describe()} {first_ms:.3g} ms and "
                                  f"{second.describe()} {second_ms:.3g} ms differ by less than "
                                  f"their spread ({spread * 1e3:.2g} ms) or {MIN_GAIN:.0%}; kept the one with the "
                                  "fewest changes")
+            if fastest is not self.result.best:
+                self.result.noise_bound = self.result.noise_bound or (
+                    f"{fastest.describe()} timed faster than {self.result.best.describe() if self.result.best else '?'}"
+                    " by the median, within the noise: kept the one with the fewest changes")
             return
         self.result.best = fastest
 
@@ -394,6 +451,16 @@ class ConfigTarget(Protocol):
     def untrack(self, name: str) -> None: ...
 
     def apply_config(self, toggles: dict[str, str], **options: Any) -> Report: ...
+
+
+def _low(t: Trial) -> float:
+    """A trial's fastest timed call (its median when the range was not kept)."""
+    return t.min_s if t.min_s is not None else (t.median_s or 0.0)
+
+
+def _high(t: Trial) -> float:
+    """A trial's slowest timed call (its median when the range was not kept)."""
+    return t.max_s if t.max_s is not None else (t.median_s or 0.0)
 
 
 def apply_best(target: ConfigTarget, result: FixSearch) -> None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import dis
+import enum
 import re
 import sys
 import types
@@ -89,7 +91,7 @@ def _is_state(value: Any) -> bool:
     """Worth copying: data, not code (functions, classes, modules, compiled wrappers)."""
     if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
                           types.MemberDescriptorType, types.GetSetDescriptorType, types.WrapperDescriptorType,
-                          types.MethodDescriptorType, property)):
+                          types.MethodDescriptorType, property, enum.Enum)):
         return False
     if torch_compat.unwrap_compiled(value) is not value:
         return isinstance(torch_compat.unwrap_compiled(value), torch.nn.Module)
@@ -105,6 +107,8 @@ def _settable_class(cls: type) -> bool:
     """A class whose attributes can hold state the run changes: defined in Python (not builtins' or
     torch's), and not an immutable type (``functools.partial`` and other C types cannot be set)."""
     flags = cls.__flags__
+    if issubclass(cls, enum.Enum):  # its members are constants: EnumType refuses to reassign them
+        return False
     return (cls.__module__ != "builtins" and not cls.__module__.startswith("torch")
             and bool(flags & _HEAPTYPE) and not flags & _IMMUTABLETYPE)
 
@@ -115,21 +119,61 @@ def _user_module(module: types.ModuleType) -> bool:
     return bool(path) and not str(path).startswith(_SYSTEM_PREFIXES) and not module.__name__.startswith("torch")
 
 
-def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Iterable[Any] = ()) -> dict[str, Slot]:
+def imported_modules(code: types.CodeType) -> list[types.ModuleType]:
+    """The modules ``code`` (nested code included) imports inside itself (``import metrics``,
+    ``from pkg import mod``), as they are in ``sys.modules`` now: the code's ``IMPORT_NAME``s."""
+    found: list[types.ModuleType] = []
+    for each in torch_compat.iter_code_objects(code):
+        names = [ins.argval for ins in dis.get_instructions(each)
+                 if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str)]
+        for name in names:
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                module = sys.modules.get(".".join(parts[:i]))
+                if isinstance(module, types.ModuleType) and module not in found:
+                    found.append(module)
+    return found
+
+
+def import_names(code: types.CodeType) -> set[str]:
+    """The absolute module names ``code`` (nested code included) imports inside itself."""
+    return {ins.argval for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each)
+            if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str) and ins.argval}
+
+
+class Reached(dict[str, "Slot"]):
+    """``reach``'s answer: label -> slot, plus the user's modules the code can reach (by a global or an
+    import inside a function: their attributes are what an audit watches) and the module names its
+    functions import inside themselves."""
+
+    modules: list[types.ModuleType]
+    imports: set[str]
+
+
+def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Iterable[Any] = ()) -> Reached:
     """The slots of state that ``code`` and ``functions`` can read: names of ``namespace``, the
     closure cells of the functions they call, data attributes of the user's classes and modules
-    that the code names; followed through every function and class defined in the namespace."""
+    that the code names (a module named by a global, or imported inside a function); followed through
+    every function and class defined in the namespace or in those modules."""
     pending: list[str] = []
     seen_codes: set[types.CodeType] = set()
     seen_objects: set[int] = set()
     slots: dict[str, Slot] = {}
     attributes: list[Any] = []  # user classes and modules whose named data attributes are state
+    imports: set[str] = set()
+
+    def add_module(module: types.ModuleType) -> None:
+        if _user_module(module) and not any(module is a for a in attributes):
+            attributes.append(module)
 
     def add_code(c: types.CodeType) -> None:
         for each in torch_compat.iter_code_objects(c):
             if each not in seen_codes:
                 seen_codes.add(each)
                 pending.extend(each.co_names)
+        imports.update(import_names(c))
+        for module in imported_modules(c):  # `import metrics` inside a function: metrics.calls is state
+            add_module(module)
 
     def add_object(obj: Any) -> None:
         obj = torch_compat.unwrap_compiled(obj)
@@ -148,6 +192,9 @@ def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Ite
                     add_object(getattr(member, "__func__", member))
             return
         fn = getattr(obj, "__func__", obj)
+        home = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if home is not None and getattr(fn, "__globals__", None) is vars(home):  # a user module's function
+            add_module(home)
         for c in _codes(fn):
             add_code(c)
         freevars = getattr(getattr(fn, "__code__", None), "co_freevars", ())
@@ -166,21 +213,30 @@ def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Ite
     for fn in functions:
         add_object(fn)
     seen: set[str] = set()
+    followed: set[tuple[int, str]] = set()
     while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name not in namespace or name in _SKIP_NAMES or _HISTORY.match(name):
-            continue
-        value = namespace[name]
-        if isinstance(value, types.ModuleType):
-            if _user_module(value):
-                attributes.append(value)
-        elif _is_state(value):
-            slots.setdefault(name, Slot(namespace, name, name))
-        if not isinstance(value, types.ModuleType) and (callable(value) or isinstance(value, type)):
-            add_object(value)
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name not in namespace or name in _SKIP_NAMES or _HISTORY.match(name):
+                continue
+            value = namespace[name]
+            if isinstance(value, types.ModuleType):
+                add_module(value)
+            elif _is_state(value):
+                slots.setdefault(name, Slot(namespace, name, name))
+            if not isinstance(value, types.ModuleType) and (callable(value) or isinstance(value, type)):
+                add_object(value)
+        for owner in [a for a in attributes if isinstance(a, types.ModuleType)]:  # metrics.bump(): its code too
+            where = vars(owner)
+            for name in sorted(seen & set(where)):
+                value = where[name]
+                if (id(owner), name) not in followed and isinstance(value, (types.FunctionType, type)) \
+                        and not name.startswith("__"):
+                    followed.add((id(owner), name))
+                    add_object(value)
     for owner in attributes:  # Counter.n += 1, a user module's state.seen.append(...)
         where = vars(owner)
         prefix = getattr(owner, "__name__", "?")
@@ -190,7 +246,10 @@ def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Ite
                     and not isinstance(value, (property, staticmethod, classmethod))):
                 label = f"{prefix}.{name}"
                 slots.setdefault(label, Slot(owner if isinstance(owner, type) else where, name, label))
-    return dict(sorted(slots.items()))
+    reached = Reached(sorted(slots.items()))
+    reached.modules = [a for a in attributes if isinstance(a, types.ModuleType)]
+    reached.imports = imports
+    return reached
 
 
 def _walk(value: Any, found: dict[int, tuple[Any, str]], label: str, depth: int = 0) -> None:
@@ -237,7 +296,8 @@ class Replay:
     _marks: list[Any]
 
     def __init__(self, slots: dict[str, Slot], reals: dict[str, Any], copies: dict[str, Any],
-                 extra_copy: Any, refused: str | None) -> None:
+                 extra_copy: Any, refused: str | None, modules: Iterable[types.ModuleType] = (),
+                 imports: Iterable[str] = ()) -> None:
         #: label -> where the real object lives; label -> the real object copied; label -> its copy
         self.slots = slots
         self.reals = reals
@@ -255,12 +315,22 @@ class Replay:
         self.optimizers: list[tuple[str, Any, Any]] = []
         #: After ``swapped``: (label, what the slot held before the swap, what the second run left in it)
         self.outcomes: list[tuple[str, Any, Any]] = []
+        #: The user's modules the run can reach (a global, an import inside a function): an audit watches
+        #: their attributes (``check.no_outside_effects``), as the copies hold only those the code names.
+        self.modules: list[types.ModuleType] = list(modules)
+        #: Module names the run's functions import inside themselves (a first import runs a module's code).
+        self.imports: set[str] = set(imports)
+        #: What the copies' containers held right after ``capture`` (``rewind`` puts it back).
+        self._contents: list[tuple[Any, Any]] = []
 
     @classmethod
     def capture(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None,
-                budget: int = MAX_COPY_BYTES) -> Replay:
+                budget: int = MAX_COPY_BYTES, *, modules: Iterable[types.ModuleType] = (),
+                imports: Iterable[str] = ()) -> Replay:
         """Copy the ``roots`` (label -> (slot, the real object)) and ``extra`` (a call's arguments) in one
-        deep copy; refuse (``refused``) what cannot be copied or replayed."""
+        deep copy; refuse (``refused``) what cannot be copied or replayed. ``modules``: the user's modules
+        the run reaches (watched by the audit); ``imports``: the module names its functions import."""
+        modules, imports = list(modules), set(imports)
         slots = {label: slot for label, (slot, _) in roots.items()}
         reals = {label: real for label, (_, real) in roots.items()}
         found: dict[int, tuple[Any, str]] = {}
@@ -271,7 +341,7 @@ class Replay:
         tensors += [t.grad for t in tensors if t.grad is not None]
 
         def refuse(why: str) -> Replay:
-            return cls(slots, reals, {}, None, why)
+            return cls(slots, reals, {}, None, why, modules, imports)
 
         size = sum(_nbytes(t) for t in tensors)
         if size > budget:
@@ -290,7 +360,7 @@ class Replay:
             return refuse(f"not compared: {_uncopyable(reals)} cannot be copied ({type(exc).__name__}: "
                           f"{(str(exc).splitlines() or [''])[0][:80]}), "
                           "so the eager run could not be kept off your objects")
-        replay = cls(slots, reals, copied[0], copied[1], None)
+        replay = cls(slots, reals, copied[0], copied[1], None, modules, imports)
         replay.memo = memo
         replay.labels = {k: label for k, (_, label) in found.items()}
         replay.optimizers = [(label, o, memo[id(o)]) for o, label in found.values()
@@ -305,7 +375,31 @@ class Replay:
                     c.grad = t.grad.detach().clone()  # Parameter's deepcopy drops .grad
                 replay.pairs.append((t, c, torch_compat.tensor_version(t), torch_compat.tensor_version(c)))
         replay._marks = replay._fingerprint()
+        replay._contents = _containers([*replay.copies.values(), replay.extra_copy])
         return replay
+
+    def rewind(self) -> None:
+        """Put back what the copies held right after ``capture``: each slot its copy (a counter the run
+        rebound), each list, dict and set among the copies its first contents (an append), the same
+        objects, so compiled code guarding on them stays valid. Between timed runs: what a run appends
+        never accumulates. Tensors changed in place (a training step) are left as they are."""
+        for label, value in self.copies.items():
+            slot = self.slots[label]
+            if slot.get() is not value:
+                slot.set(value)
+        for container, contents in self._contents:
+            if isinstance(container, list):
+                if len(container) != len(contents) or any(a is not b for a, b in zip(container, contents,
+                                                                                      strict=False)):
+                    container[:] = contents
+            elif isinstance(container, dict):
+                if len(container) != len(contents) or any(container.get(k, _ABSENT) is not v
+                                                          for k, v in contents.items()):
+                    container.clear()
+                    container.update(contents)
+            elif isinstance(container, set) and container != contents:
+                container.clear()
+                container.update(contents)
 
     def _fingerprint(self) -> list[Any]:
         marks: list[Any] = []
@@ -351,6 +445,117 @@ class Replay:
             if moved or real.grad is not None or twin.grad is not None:
                 out.append((self.labels.get(id(real), "a tensor"), real, twin))
         return out
+
+
+def _containers(values: Iterable[Any]) -> list[tuple[Any, Any]]:
+    """(container, a shallow copy of what it holds) for every list, dict and set reachable from
+    ``values`` (through containers and plain objects, to the walk's depth)."""
+    found: dict[int, tuple[Any, str]] = {}
+    for value in values:
+        _walk(value, found, "")
+    out: list[tuple[Any, Any]] = []
+    for obj, _ in found.values():
+        if type(obj) in (list, set):
+            out.append((obj, type(obj)(obj)))
+        elif type(obj) is dict:
+            out.append((obj, dict(obj)))
+    return out
+
+
+# --- globals a traced-once function freezes -------------------------------------------------------
+
+#: Python values a function may read from a global, which a function traced once bakes in.
+_PLAIN = (bool, int, float, complex, str, bytes)
+_MAX_PERTURBED = 64
+
+
+def frozen_globals(functions: dict[str, Any]) -> list[tuple[Slot, Any, Any]]:
+    """The Python globals (numbers, strings, containers of them) that ``functions`` read, and the
+    functions and user modules they reach: (slot, value now, a different value of the same kind).
+    A function ``allow_in_graph`` or ``nonstrict_trace`` puts in the graph runs its Python once, at
+    trace time, and Dynamo does not guard what it read: such a global changed later is not seen."""
+    out: dict[tuple[int, str], tuple[Slot, Any, Any]] = {}
+    seen: set[int] = set()
+    pending = [(name, fn) for name, fn in functions.items()]
+    while pending:
+        label, fn = pending.pop()
+        fn = torch_compat.unwrap_compiled(fn)
+        fn = getattr(fn, "__func__", fn)
+        while getattr(fn, "__wrapped__", None) is not None and id(fn.__wrapped__) not in seen:
+            seen.add(id(fn))
+            fn = fn.__wrapped__
+        code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if not isinstance(code, types.CodeType) or not isinstance(space, dict) or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for each in torch_compat.iter_code_objects(code):
+            loads = [ins for ins in dis.get_instructions(each)]
+            for i, ins in enumerate(loads):
+                if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or not isinstance(ins.argval, str):
+                    continue
+                name = ins.argval
+                if name not in space or name.startswith("__") or _HISTORY.match(name):
+                    continue
+                value = space[name]
+                if isinstance(value, types.FunctionType):
+                    pending.append((name, value))
+                elif isinstance(value, types.ModuleType) and _user_module(value):
+                    # config.SCALE: the attribute loaded right after the module
+                    after = loads[i + 1] if i + 1 < len(loads) else None
+                    if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") and \
+                            isinstance(after.argval, str) and after.argval in vars(value):
+                        attr = vars(value)[after.argval]
+                        if isinstance(attr, types.FunctionType):
+                            pending.append((after.argval, attr))
+                        else:
+                            _add_frozen(out, vars(value), after.argval, f"{value.__name__}.{after.argval}", attr)
+                else:
+                    _add_frozen(out, space, name, name, value)
+    return list(out.values())
+
+
+def _add_frozen(out: dict[tuple[int, str], tuple[Slot, Any, Any]], owner: dict[str, Any], key: str, label: str,
+                value: Any) -> None:
+    if (id(owner), key) in out:
+        return
+    other = perturbed(value)
+    if other is not _ABSENT:
+        out[(id(owner), key)] = (Slot(owner, key, label), value, other)
+
+
+def perturbed(value: Any, depth: int = 0) -> Any:
+    """A value of the same kind that differs from ``value`` (numbers scaled, strings changed, containers
+    of them changed element by element); ``_ABSENT`` for what is not a plain Python value."""
+    if depth > 3:
+        return _ABSENT
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int) and type(value) is int:
+        return value + 1
+    if isinstance(value, float) and type(value) is float:
+        return value * 2.5 + 0.5 if value == value and abs(value) != float("inf") else 1.0
+    if type(value) is complex:
+        return value * 2.5 + 0.5
+    if type(value) is str:
+        return value + "~"
+    if type(value) is bytes:
+        return value + b"~"
+    if type(value) in (list, tuple) and 0 < len(value) <= _MAX_PERTURBED:
+        items = [perturbed(v, depth + 1) for v in value]
+        if any(v is _ABSENT for v in items):
+            return _ABSENT
+        return type(value)(items)
+    if type(value) is dict and 0 < len(value) <= _MAX_PERTURBED:
+        changed = {k: perturbed(v, depth + 1) for k, v in value.items()}
+        if any(v is _ABSENT for v in changed.values()):
+            return _ABSENT
+        return changed
+    return _ABSENT
+
+
+def short(value: Any) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _uncopyable(roots: dict[str, Any]) -> str:

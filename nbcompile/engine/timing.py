@@ -539,3 +539,119 @@ def _bench_configs(workload: Workload, code: Any, replay: Replay,
         return run_plans(run, plans, device, min_run_time,
                          lambda out: _tensor_bytes(out) + sum(_tensor_bytes(v) for v in tensors),
                          stateful=replay.touched)
+
+
+# --- the fix search's timer ----------------------------------------------------------------------
+
+#: Most samples one configuration is timed for in the search (each sample a few calls).
+SEARCH_MAX_SAMPLES = 200
+#: A sample is this many seconds of calls at least (calls grouped so that the timer's cost is small).
+SEARCH_SAMPLE_S = 1e-3
+
+
+@dataclass
+class SearchTime:
+    """One configuration timed for the fix search: the median, IQR and range of its samples, or why
+    it was not timed."""
+
+    config: str
+    median_s: float | None = None
+    iqr_s: float | None = None
+    min_s: float | None = None
+    max_s: float | None = None
+    samples: int = 0
+    #: Why it was not timed ("the budget ran out", "the run changes a module attribute..."), or "".
+    why: str = ""
+
+    @property
+    def timed(self) -> bool:
+        return self.median_s is not None
+
+
+def time_search(workload: Workload, configs: list[tuple[str, dict[str, str], dict[str, Any]]], *,
+                deadline: float, min_run_time: float = 0.2, also_track: tuple[str, ...] = (),
+                eager: bool = False) -> list[SearchTime]:
+    """Each configuration timed on fresh copies of the state the ``--run`` expression reaches, and fresh
+    compiled copies of the entries; before every call the copies are rewound (``Replay.rewind``), so
+    what a run appends never accumulates; timing stops at ``deadline`` whatever it has (a configuration
+    it could not time says so). ``eager``: the original functions timed too, as the row ``"eager"``."""
+    code = workload.run_code
+    if code is None:
+        raise NbcompileError("nothing to time: the workload has no --run expression")
+    rows: list[SearchTime] = []
+    todo: list[tuple[str, dict[str, str] | None, dict[str, Any]]] = [*configs]
+    if eager:
+        todo.append(("eager", None, {}))
+    for name, modes, overrides in todo:
+        if time.perf_counter() >= deadline:
+            rows.append(SearchTime(name, why="not timed: the budget ran out"))
+            continue
+        try:
+            rows.append(_time_one(workload, code, name, modes, overrides, deadline, min_run_time, also_track))
+        except check_ops.OutsideEffect as exc:
+            rows.append(SearchTime(name, why=f"not timed: the run {exc}"))
+        except Exception as exc:  # a configuration that fails here was proven by its trial: say so, go on
+            rows.append(SearchTime(name, why=f"not timed ({type(exc).__name__}: {check_ops.one_line(str(exc))})"))
+    return rows
+
+
+def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | None, overrides: dict[str, Any],
+              deadline: float, min_run_time: float, also_track: tuple[str, ...]) -> SearchTime:
+    replay = workload.replay(code)  # fresh copies for each configuration
+    if replay.refused is not None:
+        return SearchTime(name, why=replay.refused.replace("not compared", "not timed", 1))
+    device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
+    options = dataclasses.replace(workload.options.compile_options(),
+                                  **{k: v for k, v in overrides.items() if not k.startswith("_")})
+
+    def fresh_compile(entry: str, obj: Any) -> Any:
+        if entry not in workload.entries:
+            return obj
+        return compiled_copy(replay.counterpart(torch_compat.unwrap_compiled(obj)), options)
+
+    recording = Recording(Report(title="fix search timing"))  # not the session's compiles
+    code_state = torch_compat.code_state_snapshot()
+    rng = check_ops.RngState()
+    with contextlib.ExitStack() as stack:
+        if modes is None:  # eager: the originals, every compiled callable forced eager
+            stack.enter_context(replay.swapped(workload.originals()))
+            stack.enter_context(torch_compat.force_eager())
+            bind: Callable[[], None] = lambda: None  # noqa: E731
+        else:
+            stack.enter_context(replay.swapped())
+            stack.enter_context(HUB.active(recording))
+            stack.enter_context(_forgetting(code_state, recording))
+            _, bind = stack.enter_context(workload.scratch(modes, fresh_compile, also_track))
+            stack.enter_context(torch_compat.dynamo_config_patch(**overrides.get("_config", {})))
+        stack.enter_context(check_ops.no_outside_effects(compiler_may=True, watch=replay))
+        stack.callback(rng.restore)
+
+        def once() -> None:
+            replay.rewind()
+            bind()
+            workload.evaluate(code)
+
+        once()  # compiles
+        once()
+        if time.perf_counter() >= deadline:
+            return SearchTime(name, why="not timed: the budget ran out while it compiled")
+        _sync(device)
+        began = time.perf_counter()
+        once()
+        _sync(device)
+        per_call = max(time.perf_counter() - began, 1e-7)
+        group = max(1, min(100, int(SEARCH_SAMPLE_S / per_call)))
+        times: list[float] = []
+        until = time.perf_counter() + min_run_time
+        while len(times) < SEARCH_MAX_SAMPLES and (len(times) < MIN_SAMPLES or time.perf_counter() < until):
+            if time.perf_counter() >= deadline:
+                break
+            began = time.perf_counter()
+            for _ in range(group):
+                once()
+            _sync(device)
+            times.append((time.perf_counter() - began) / group)
+    if len(times) < 3:
+        return SearchTime(name, samples=len(times), why="not timed: the budget ran out while it was timed")
+    q = statistics.quantiles(times, n=4)
+    return SearchTime(name, statistics.median(times), q[2] - q[0], min(times), max(times), len(times))

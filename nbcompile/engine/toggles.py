@@ -339,22 +339,29 @@ class Toggles:
         if problem is not None:
             raise StaleError(problem)
         previous = self.mode(name)
+        # The object the previous mode held and its registration, taken aside together: the new mode's
+        # registration takes the same key, and each is let go exactly once (the old one after success).
         old_held = self._held.pop(name, None) if mode != previous else None
+        old_registration = self._registrations.pop(f"held:{name}", None) if old_held is not None else None
+        made = False
         try:
             if mode in _HELD and name not in self._held:
                 self._held[name] = (mode, self._hold(name, mode, binding.original))
+                made = True
             self.modes[name] = mode
             binding.write(self.wrap(name, self.toggled(name)))
         except BaseException:
             self.modes[name] = previous
-            if name in self._held and (old_held is None or self._held[name] is not old_held):
+            if made:
                 self._release(name)
                 self._held.pop(name, None)
             if old_held is not None:
                 self._held[name] = old_held
+                if old_registration is not None:
+                    self._registrations[f"held:{name}"] = old_registration
             raise
-        if old_held is not None:
-            self._release(name)
+        if old_registration is not None:
+            old_registration.undo()
 
     def rebind(self, names: Iterable[str] | None = None) -> None:
         """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a

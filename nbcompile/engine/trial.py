@@ -11,10 +11,11 @@ undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..core import torch_compat
 from ..core.errors import describe_failure
 from ..model.report import Check, Fix, Report
 from . import check as check_ops
-from .state import Replay, Slot
+from .state import Replay, Slot, frozen_globals, short
 
 #: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
 VERIFY_BUDGET_S = 8.0
@@ -35,6 +36,9 @@ UNSAFE_LINT = ("captured-tensor", "mutation", "side-effect")
 #: Dynamo's view is what a trial counts: Inductor's code generation is left out (AOTAutograd stays,
 #: so what allow_in_graph bakes into a graph is the same).
 TRIAL_BACKENDS = {"inductor": "aot_eager"}
+#: Function modes that run a function's Python once, at trace time, and put what it computed in the graph:
+#: Dynamo guards nothing it read, so a Python global it reads is frozen at its value then.
+TRACED_ONCE = ("allow_in_graph", "nonstrict_trace")
 
 
 @dataclasses.dataclass
@@ -56,6 +60,10 @@ class Outcome:
     sites: list[tuple[str, int, str]] = dataclasses.field(default_factory=list)
     #: Ops in all its graphs: how much of the work is compiled.
     ops: int = 0
+    #: Why its result goes stale when a Python global it froze changes ("stale: ..."), or why that could
+    #: not be judged ("not judged: ..."); empty when no traced-once function reads such a global, or
+    #: when a second run with those globals changed matched eager.
+    stale: str = ""
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
@@ -80,6 +88,9 @@ class Spec:
     eager: Callable[[Any], Any]
     originals: dict[Slot, Any]
     backend: str
+    #: name -> the function a toggle names (the cell's own and the tracked library functions): where a
+    #: trial looks for the globals a traced-once mode would freeze.
+    functions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def trial_backend(backend: str) -> str:
@@ -103,7 +114,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 torch_compat.dynamo_config_patch(**(options or {}).get("_config", {})), \
-                HUB.active(recording), check_ops.quiet(), check_ops.no_outside_effects(compiler_may=True):
+                HUB.active(recording), check_ops.quiet(), \
+                check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
         outcome.error = f"not tried: the run {exc}, which a trial will not do again"
@@ -124,16 +136,102 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
                                  [op for g in report.graphs for op in g.ops])
         rng.restore()
+        if outcome.check.ok:
+            frozen = frozen_globals({n: spec.functions[n] for n, m in modes.items()
+                                     if m in TRACED_ONCE and n in spec.functions})
+            if frozen:
+                outcome.stale = staleness(spec, modes, options or {}, frozen)
     outcome.seconds = time.perf_counter() - start
     return outcome
 
 
-def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec, random_ops: list[str]) -> Check:
-    """The eager run on the second copy, and every value the two runs returned or left compared."""
+@contextlib.contextmanager
+def _perturbing(frozen: list[tuple[Slot, Any, Any]]) -> Iterator[None]:
+    """The globals set to their changed values for the duration, then given back what they held."""
+    held = [(slot, slot.get()) for slot, _, _ in frozen]
+    try:
+        for slot, _, other in frozen:
+            slot.set(other)
+        yield
+    finally:
+        for slot, value in reversed(held):
+            slot.set(value)
+
+
+def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
+              frozen: list[tuple[Slot, Any, Any]]) -> str:
+    """Whether the configuration follows a change of the Python globals its traced-once functions read:
+    fresh compiled copies run once as the globals are (they compile then), then again with the globals
+    changed (numbers scaled, strings changed), on copies of the state; the same two runs eagerly on a
+    second copy; the second runs compared. "" when they match; "stale: ..." when the compiled one kept
+    the old values; "not judged: ..." when no sound comparison could be made."""
+    changed = ", ".join(f"{slot.label} {short(value)} -> {short(other)}" for slot, value, other in frozen[:3])
+    if len(frozen) > 3:
+        changed += f" and {len(frozen) - 3} more"
+    traced = sorted({m for m in modes.values() if m in TRACED_ONCE})
+    compiled_copy, eager_copy = spec.capture(), spec.capture()
+    if compiled_copy.refused is not None:
+        return f"not judged with the globals changed ({changed}): {compiled_copy.refused}"
+    recording = Recording(Report(title="trial, globals changed", backend=spec.backend))
+    rng = check_ops.RngState()
+    code_state = torch_compat.code_state_snapshot()
+    result: Any = None
+    raised = ""
+    HUB.acquire()
+    try:
+        with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options) as call, \
+                torch_compat.dynamo_config_patch(**options.get("_config", {})), \
+                HUB.active(recording), check_ops.quiet(), \
+                check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
+            call(extra)  # compiled as the globals are now
+            rng.restore()
+            with _perturbing(frozen):
+                try:
+                    result = call(extra)
+                except Exception as exc:  # judged against eager below
+                    raised = f"{type(exc).__name__}: {check_ops.one_line(str(exc))}"
+    except check_ops.OutsideEffect as exc:
+        return f"not judged with the globals changed ({changed}): the run {exc}"
+    except Exception as exc:
+        return f"not judged with the globals changed ({changed}): the run raised {type(exc).__name__}"
+    finally:
+        HUB.release()
+        rng.restore()
+        torch_compat.restore_code_state(code_state, recording.codes)
+
+    def eager_twice(extra: Any) -> Any:
+        spec.eager(extra)
+        rng.restore()
+        with _perturbing(frozen):
+            return spec.eager(extra)
+
+    if raised:
+        check = _compare(None, compiled_copy, eager_copy, spec, [], eager=eager_twice)
+        rng.restore()
+        if not check.compared or check.message.startswith("the eager reference run raised"):
+            return f"not judged with the globals changed ({changed}): the run raises then ({raised})"
+        return f"stale: with {changed}, the compiled run raised {raised} where eager ran"
+    check = _compare(result, compiled_copy, eager_copy, spec, [op for g in recording.report.graphs for op in g.ops],
+                     eager=eager_twice)
+    rng.restore()
+    if not check.compared:
+        return f"not judged with the globals changed ({changed}): {check.message}"
+    if check.message.startswith("the eager reference run raised"):
+        return f"not judged with the globals changed ({changed}): {check.message}"
+    if check.ok:
+        return ""
+    return (f"stale: with {changed}, the compiled run {check.message[:120]}: {' / '.join(traced)} froze the "
+            "old value at trace time")
+
+
+def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec, random_ops: list[str],
+             eager: Callable[[Any], Any] | None = None) -> Check:
+    """The eager run on the second copy (``eager``, else ``spec.eager``), and every value the two runs
+    returned or left compared."""
     try:
         with check_ops.quiet(), torch_compat.force_eager(), eager_copy.swapped(spec.originals) as extra, \
-                check_ops.no_outside_effects():
-            expected = spec.eager(extra)
+                check_ops.no_outside_effects(watch=eager_copy):
+            expected = (eager or spec.eager)(extra)
     except check_ops.OutsideEffect as exc:
         return Check(True, None, f"not compared: the run {exc}", compared=False)
     except Exception as exc:
@@ -170,7 +268,8 @@ def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec,
 def helped(base: Outcome, after: Outcome) -> bool:
     """A fix helps when the trial compiled, its check did not fail, something is still compiled,
     and it removed a break (or, breaks unchanged, fused graphs)."""
-    if after.error is not None or (after.check is not None and not after.check.ok) or after.graphs == 0:
+    if after.error is not None or (after.check is not None and not after.check.ok) or after.graphs == 0 \
+            or after.stale:
         return False
     return after.breaks < base.breaks or (after.breaks == base.breaks and after.graphs < base.graphs)
 
@@ -192,6 +291,8 @@ def effect(base: Outcome, after: Outcome) -> str:
         parts.append("check ok")
     else:
         parts.append(f"check FAILED ({after.check.message[:80]})")
+    if after.stale:
+        parts.append(after.stale)
     return ", ".join(parts)
 
 

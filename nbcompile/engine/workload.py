@@ -27,7 +27,7 @@ from ..core.options import CellOptions
 from ..model.report import LintWarning
 from . import check as check_ops
 from . import custom_ops, library
-from .compiler import compiled_copy
+from .compiler import compiled_copy, drop_compiled
 from .state import Replay, Slot, reach
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
@@ -122,10 +122,11 @@ class Workload:
         """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
         originals = [b.original for b in self.bindings.values()]
         roots = {}
-        for label, slot in reach(self.namespace, code, originals).items():
+        reached = reach(self.namespace, code, originals)
+        for label, slot in reached.items():
             binding = self.bindings.get(slot.key) if slot.owner is self.namespace else None
             roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
-        return Replay.capture(roots)
+        return Replay.capture(roots, modules=reached.modules, imports=reached.imports)
 
     def originals(self) -> dict[Slot, Any]:
         """Names this session rebound (their slots) -> their originals (for the eager run)."""
@@ -168,8 +169,7 @@ class Workload:
         return codes
 
     def drop_compiled_code(self) -> None:
-        for code in self.owned_codes():
-            torch_compat.drop_compiled_code(code)
+        drop_compiled(self.owned_codes())  # never the code another thread is running
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
@@ -236,9 +236,11 @@ class Workload:
         return op, release
 
     def sample_call(self, name: str, original: Any, then: Callable[[Any], Any]) -> Any:
-        """The first call of ``name`` in an eager run of --run on copies of its state (nothing the user
-        sees runs): its arguments (cloned before the call), its result, what it changed in place; and
-        ``then(sample)``, run on those same copies (what it calls changes them, not the user's state)."""
+        """The calls of ``name`` in an eager run of --run on copies of its state (nothing the user sees
+        runs): the first one's arguments (cloned before the call) and result, every distinct call's
+        arguments and result as meta tensors (the spec is proved on each), what any call changed in
+        place; and ``then(sample)``, run on those same copies (what it calls changes them, not the
+        user's state)."""
 
         code = self.run_code
         if code is None:
@@ -248,11 +250,12 @@ class Workload:
         if replay.refused is not None:
             raise NbcompileError(f"custom_op({name}): no sample call ({replay.refused})")
         seen: list[Any] = []
+        calls: dict[str, Any] = {}
+        mutated: dict[str, None] = {}
+        unproved = [0]  # calls past MAX_CALLS distinct ones, not kept
 
         def recorder(*args: Any, **kwargs: Any) -> Any:
-            if seen:
-                return original(*args, **kwargs)
-            before = custom_ops.clone_tree((args, kwargs))
+            before = None if seen else custom_ops.clone_tree((args, kwargs))
             versions = {id(t): torch_compat.tensor_version(t) for t in (*args, *kwargs.values())
                         if isinstance(t, torch.Tensor)}
             result = original(*args, **kwargs)
@@ -260,9 +263,15 @@ class Workload:
                 bound = _inspect.signature(original).bind(*args, **kwargs).arguments
             except (TypeError, ValueError):
                 bound = {}
-            mutated = tuple(p for p, v in bound.items() if isinstance(v, torch.Tensor)
-                            and torch_compat.tensor_version(v) != versions.get(id(v), torch_compat.tensor_version(v)))
-            seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result), mutated))
+            mutated.update((p, None) for p, v in bound.items() if isinstance(v, torch.Tensor)
+                           and torch_compat.tensor_version(v) != versions.get(id(v), torch_compat.tensor_version(v)))
+            if before is not None:
+                seen.append(custom_ops.Sample(before[0], before[1], custom_ops.clone_tree(result)))
+            key = custom_ops.call_key(args, kwargs, result)
+            if key not in calls and len(calls) < custom_ops.MAX_CALLS:
+                calls[key] = custom_ops.Call.of(args, kwargs, result)
+            elif key not in calls:
+                unproved[0] += 1
             return result
 
         binding = self.bindings[name]
@@ -279,7 +288,9 @@ class Workload:
                                              f"{check_ops.one_line(str(exc))}") from None
                 if not seen:
                     raise NbcompileError(f"custom_op({name}): the --run expression never calls {name}")
-                return then(seen[0])
+                first = seen[0]
+                return then(custom_ops.Sample(first.args, first.kwargs, first.result, tuple(mutated),
+                                              tuple(calls.values()), unproved[0]))
         except check_ops.OutsideEffect as exc:
             raise NbcompileError(f"custom_op({name}): the sample run {exc}, which nbcompile will not do "
                                  "again") from None
@@ -349,5 +360,7 @@ class Workload:
                     return self.evaluate(code)
                 yield call
 
+        functions = {**self.tracked, **{n: library.resolve(n)[1] for n in also_track if n not in self.tracked}}
         return Spec(capture=lambda: self.replay(code), compiled=compiled,
-                    eager=lambda _extra: self.evaluate(code), originals=self.originals(), backend=backend)
+                    eager=lambda _extra: self.evaluate(code), originals=self.originals(), backend=backend,
+                    functions=functions)

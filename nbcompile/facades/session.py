@@ -18,6 +18,8 @@ import io
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, NoReturn
 
+import torch
+
 from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
@@ -151,6 +153,9 @@ class Session:
             self._stale = f"{what}; this session no longer writes its names: re-run the {cell} to compile it again"
             for name in [n for n in self.engine.modes if is_torch_name(n)]:
                 self.engine.apply(name, "compile")
+            for name, binding in self.engine.bindings.items():
+                if library.is_library_name(name):
+                    binding.restore()  # its layer of a shared library attribute: the holders under it show
 
     def run(self) -> Any:
         """Evaluate the `--run` expression again; its value is returned and kept in the report."""
@@ -577,7 +582,22 @@ class Session:
         for name, fn in self.workload.tracked.items():
             if plain is fn or getattr(plain, "__func__", None) is fn or unwrap(plain) is unwrap(fn):
                 return name
-        return torch_name(plain)
+        module = getattr(plain, "__self__", None)
+        if isinstance(module, torch.nn.Module):
+            # a compiled module's forward is torch's call wrapper bound to the module: name its class's forward
+            module = torch_compat.unwrap_compiled(module)
+            for klass in type(module).__mro__:
+                forward = vars(klass).get("forward")
+                name = f"{klass.__name__}.forward"
+                if forward is not None and self.workload.tracked.get(name) is forward:
+                    return name
+        try:
+            return torch_name(plain)
+        except NbcompileError:
+            label = getattr(plain, "__qualname__", None) or type(plain).__name__
+            raise NbcompileError(
+                f"{label} is not tracked by this session, nor a torch callable with a public dotted name; valid: "
+                f"{', '.join(self.functions) or '(none)'}, or a torch callable (torch.sub)") from None
 
     def _after_toggle(self) -> None:
         self.report.warnings = self._current_warnings()

@@ -5,7 +5,9 @@ read into the same ``Report`` a live session builds, one per rank.
 file; ``follow(path)`` tails a directory a running job writes, in a thread, and the panel redraws as
 compiles land. Reading the logs (records typed at the edge, fed to an offline hub) is
 ``capture.logs``; the panel is ``views.traces_panel``. A truncated or corrupt log keeps what was read
-and says which file and line broke; every string ends up escaped by the views like any other.
+and says which file and line broke; every string ends up escaped by the views like any other. The
+problems kept are bounded (``MAX_ERRORS`` over all logs, ``logs.MAX_PROBLEMS`` per log, then a count).
+A rank with several logs (a restarted job) is read as one history, its logs in the order written.
 """
 
 from __future__ import annotations
@@ -19,13 +21,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capture.logs import RankTrace, TraceError, compile_seconds, divergences, rank_files, time_breakdown
+from ..capture.logs import (
+    LogSet,
+    RankTrace,
+    TraceError,
+    bounded,
+    compile_seconds,
+    divergences,
+    rank_files,
+    time_breakdown,
+)
 from ..core.text import _e, plural
 from ..model.report import Report
 from ..views.env import widgets_supported
 from ..views.traces_panel import TracesPanel
 
 __all__ = ["Follower", "TraceError", "Traces", "follow", "load"]
+
+#: Lines of ``Traces.errors`` at most (over every log), then one line counting the rest.
+MAX_ERRORS = 50
 
 
 @dataclass
@@ -34,9 +48,15 @@ class Traces:
 
     path: str
     ranks: dict[int, Report] = field(default_factory=dict)
+    #: Each rank's first log.
     files: dict[int, str] = field(default_factory=dict)
-    #: What could not be read: "file:line: why" (what came before was kept).
+    #: Each rank's logs, in the order read (more than one: a restarted job).
+    logs: dict[int, list[str]] = field(default_factory=dict)
+    #: What could not be read: "file:line: why" (what came before was kept), at most ``MAX_ERRORS``
+    #: lines, the last counting the rest; paths skipped (a directory named like a log) first.
     errors: list[str] = field(default_factory=list)
+    #: Paths under the directory skipped, with why (a directory named like a log).
+    skipped: list[str] = field(default_factory=list)
     #: Seconds to read and parse, and the bytes read.
     seconds: float = 0.0
     bytes: int = 0
@@ -64,7 +84,7 @@ class Traces:
         rows = "".join(
             f"<tr><td>{r}</td><td>{rep.graph_count}</td><td>{rep.break_count}</td><td>{rep.recompile_count}</td>"
             f"<td>{compile_seconds(rep):.2f}{_e(time_breakdown(rep))}</td>"
-            f"<td><code>{_e(os.path.basename(self.files.get(r, '')))}</code></td></tr>"
+            f"<td><code>{_e(', then '.join(os.path.basename(p) for p in self.logs.get(r, [])))}</code></td></tr>"
             for r, rep in sorted(self.ranks.items()))
         notes = "".join(f"<li>{_e(d)}</li>" for d in self.divergences)
         errors = "".join(f"<li style='color:#b00'>{_e(e)}</li>" for e in self.errors)
@@ -113,7 +133,8 @@ class Traces:
         """Pick up what the followed logs gained (the follower thread calls it)."""
         for rank, trace in sorted(self._rank_traces.items()):
             self.ranks[rank] = trace.report
-        self.errors = [e for t in self._rank_traces.values() for e in t.reader.errors]
+        problems = [found for _, t in sorted(self._rank_traces.items()) for found in t.problems]
+        self.errors = self.skipped[:MAX_ERRORS] + bounded(problems, MAX_ERRORS)
         if self._panel is not None:
             self._panel.refresh()
 
@@ -126,6 +147,7 @@ class Traces:
         """Take in one rank's log (its report shows at the next ``refresh``)."""
         self._rank_traces[trace.rank] = trace
         self.files[trace.rank] = trace.path
+        self.logs[trace.rank] = trace.paths
 
     def rank_trace(self, rank: int) -> RankTrace | None:
         return self._rank_traces.get(rank)
@@ -145,12 +167,15 @@ def load(path: str | os.PathLike[str], *, follow: bool = False) -> Traces:
     what a running job appends (a background thread; ``Traces.stop()`` ends it)."""
     start = time.perf_counter()
     root = pathlib.Path(path).expanduser()
-    files = rank_files(root) if root.exists() or not follow else {}
-    if not files and not follow:
-        raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log)")
-    traces = Traces(str(root))
-    for rank, file in sorted(files.items()):
-        trace = RankTrace(rank, str(file))
+    found = rank_files(root) if root.exists() or not follow else LogSet()
+    if not found.ranks and not follow:
+        skipped = f"; {'; '.join(found.skipped[:3])}" if found.skipped else ""
+        raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log){skipped}")
+    traces = Traces(str(root), skipped=found.skipped)
+    for rank, paths in sorted(found.ranks.items()):
+        trace = RankTrace(rank, str(paths[0]))
+        for later in paths[1:]:
+            trace.add_file(str(later))
         trace.read_more(final=not follow)
         trace.finish_notice()
         traces.add(trace)
@@ -201,17 +226,24 @@ class Follower:
         traces = self.traces
         changed = False
         try:
-            files = rank_files(self.root) if self.root.exists() else {}
+            found = rank_files(self.root) if self.root.exists() else LogSet()
         except (OSError, TraceError):
-            files = {}
-        for rank, file in files.items():
+            found = LogSet()
+        if found.skipped != traces.skipped:
+            traces.skipped, changed = found.skipped, True
+        for rank, paths in found.ranks.items():
             trace = traces.rank_trace(rank)
-            if trace is None or trace.path != str(file):
-                trace = RankTrace(rank, str(file))
-                traces.add(trace)
+            for path in paths:  # a log that appears later (a restart) is read after those read before
+                if trace is None:
+                    trace = RankTrace(rank, str(path))
+                elif str(path) not in trace.paths:
+                    trace.add_file(str(path))
+            if trace is None:
+                continue
+            traces.add(trace)
             changed |= trace.read_more(final=final)
             trace.finish_notice()
-        if changed:
+        if changed or final:  # the last poll names what only the end can tell (an empty log)
             traces.tally()
             try:
                 traces.refresh()

@@ -12,11 +12,12 @@ from ..core.text import _e, plural
 
 @dataclass
 class Trial:
-    """One configuration the search ran."""
+    """One configuration the search ran. ``breaks`` and ``recompiles`` are None when it could not be
+    tried (its state could not be copied: ``error`` says why), never a zero nobody counted."""
 
     toggles: dict[str, str]
-    breaks: int
-    recompiles: int
+    breaks: int | None
+    recompiles: int | None
     check_ok: bool
     median_s: float | None = None
     #: Compile options besides the toggles ({"dynamic": True}).
@@ -38,10 +39,21 @@ class Trial:
     seconds: float = 0.0
     #: Where its breaks are: (filename, line, GB type).
     sites: list[tuple[str, int, str]] = field(default_factory=list, repr=False)
+    #: Why its result went stale when a Python global it froze at trace time changed ("stale: ..."), or
+    #: why that could not be judged ("not judged: ..."); empty when proven or not at risk.
+    stale: str = ""
+    #: The fastest and slowest timed call, when it was timed (the spread a timing gate must exceed).
+    min_s: float | None = None
+    max_s: float | None = None
 
     @property
     def admissible(self) -> bool:
         return not self.rejected
+
+    @property
+    def tried(self) -> bool:
+        """Whether it ran (False: it could not be tried, and its counts are None)."""
+        return self.breaks is not None
 
     def describe(self) -> str:
         """``"helper -> disable, dynamic=True"``: the configuration, as what differs from compile."""
@@ -52,6 +64,8 @@ class Trial:
     def outcome(self) -> str:
         if self.error:
             return self.error
+        if self.breaks is None or self.recompiles is None:
+            return "not tried"
         text = (f"{plural(self.graphs, 'graph')}, {plural(self.breaks, 'break')}, "
                 f"{plural(self.recompiles, 'recompile')}, check {'ok' if self.check_ok else 'FAILED'}")
         if self.median_s is not None:
@@ -82,6 +96,12 @@ class FixSearch:
     eager_s: float | None = None
     #: Library functions the search tracked because they hold breaks.
     tracked: list[str] = field(default_factory=list)
+    #: Why the answer may be other with more time (configurations left untried, finalists not timed
+    #: when the budget ran out), or "": a result bound by the budget, not by the search's own end.
+    budget_bound: str = ""
+    #: Why the answer may be other on a quieter machine (a timing within the measured spread decided or
+    #: nearly decided it), or "".
+    noise_bound: str = ""
     _stop: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def stop(self) -> None:
@@ -97,11 +117,13 @@ class FixSearch:
         head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
         if start is None:
             return head
+        if not start.tried:
+            return f"{head}; the session's own run was not tried ({start.outcome()})"
         if best is None or best is start:
             return f"{head}; nothing beat the start ({start.outcome()})"
         if not start.admissible:
             return (f"{head}; the start was rejected ({start.rejected[:80]}); chosen: {best.describe()} with "
-                    f"{plural(best.breaks, 'break')}, {plural(best.recompiles, 'recompile')}")
+                    f"{plural(best.breaks or 0, 'break')}, {plural(best.recompiles or 0, 'recompile')}")
         return (f"{head}; breaks {start.breaks} -> {best.breaks}, recompiles {start.recompiles} -> "
                 f"{best.recompiles} with {best.describe()}")
 
@@ -112,6 +134,10 @@ class FixSearch:
                        + (" (applied to the session)" if self.applied else ""))
         if self.noisy:
             out.append(f"  times: {self.noisy}")
+        if self.budget_bound:
+            out.append(f"  bound by the budget: {self.budget_bound}")
+        if self.noise_bound:
+            out.append(f"  bound by noise: {self.noise_bound}")
         out.extend(f"  left: {line}" for line in self.unremovable)
         rejected = [t for t in self.trials if t.rejected]
         if rejected:
@@ -124,8 +150,8 @@ class FixSearch:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{t.breaks}</td><td>{t.recompiles}</td>"
-            f"<td>{'ok' if t.check_ok else 'FAILED'}</td>"
+            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{_count(t.breaks)}</td><td>{_count(t.recompiles)}</td>"
+            f"<td>{('ok' if t.check_ok else 'FAILED') if t.tried else 'not tried'}</td>"
             f"<td>{'' if t.median_s is None else f'{t.median_s * 1e3:.3g} ms'}</td>"
             f"<td>{_e(t.rejected or ('chosen' if t is self.best else ''))}</td></tr>"
             for i, t in enumerate(self.trials))
@@ -164,5 +190,14 @@ class FixSearch:
         return go.Figure(self.figure_dict())
 
 
+def _count(n: int | None) -> str:
+    return "not tried" if n is None else str(n)
+
+
+#: Where an untried trial ranks: after every trial that ran.
+_UNTRIED = 1 << 30
+
+
 def _rank(t: Trial) -> tuple[int, int, int]:
-    return (t.breaks, t.recompiles, t.fallbacks)
+    return (_UNTRIED if t.breaks is None else t.breaks, _UNTRIED if t.recompiles is None else t.recompiles,
+            t.fallbacks)

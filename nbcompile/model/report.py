@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 import sys
 import types
@@ -354,8 +355,9 @@ class Report:
         data["break_count"] = self.break_count
         data["recompile_count"] = self.recompile_count
         data["frame_count"] = self.frame_count
-        data["compile_time_s"] = self.compile_time_s
-        return data
+        data["compile_time_s"] = sum(t for f in self.frames if _finite_seconds(t := f.compile_time_s))
+        safe: dict[str, Any] = json_safe(data)
+        return safe
 
     def summary(self) -> str:
         return summary_line(self)
@@ -448,6 +450,25 @@ class ReportDiff:
         return "\n".join(lines)
 
 
+def _finite_seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float made None: JSON has no NaN, and a frontend's strict
+    parser (JupyterLab's) throws on one. The edge where reports leave Python; the capture edge reads such
+    times as unknown already (``capture.records``), this keeps any other source honest."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_safe(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(json_safe(item) for item in value)
+    return value
+
+
 def _describe_result(value: Any) -> str | None:
     """A short, JSON-safe description of a run's value (tensors by shape and dtype)."""
     if value is None:
@@ -459,7 +480,12 @@ def _describe_result(value: Any) -> str | None:
             return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
     except ImportError:  # pragma: no cover
         pass
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception as exc:  # the user's __repr__ raised: the report still shows
+        text = f"<repr failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}>"
+    if not isinstance(text, str):
+        text = f"<repr failed: __repr__ returned {type(text).__name__}>"
     return text if len(text) <= 300 else text[:297] + "..."
 
 

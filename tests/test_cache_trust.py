@@ -1,0 +1,214 @@
+"""`%nbcompile cache load` under hostile use (issue 21, point 1): a crafted artifact file writes nothing
+outside torch's cache, a file without a matching manifest needs `--trust`, a load lists what it writes
+before writing, never unpickles anything while loading, and a saved file loads warm."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+from torch.compiler._cache import CacheArtifactFactory, CacheArtifactManager, _serialize_single_cache
+from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+MAGIC = b"NBCOMPILE-CACHE 1\n"
+
+
+def torch_payload(*entries: tuple[str, str, bytes]) -> bytes:
+    """Bytes in torch's own artifact format (what torch.compiler.save_cache_artifacts returns), built
+    with torch's own serializer, entries grouped by type in order."""
+    CacheArtifactManager._ensure_cache_artifacts_registered()
+    groups: dict[str, list] = {}
+    for kind, key, content in entries:
+        groups.setdefault(kind, []).append(CacheArtifactFactory.create(kind, key, content))
+    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    serializer.extend(groups.items())
+    return serializer.to_bytes()
+
+
+def with_manifest(payload: bytes, entries: list[tuple[str, str, bytes]]) -> bytes:
+    """A header and manifest an attacker can forge as well as `cache save` writes it (the manifest is
+    integrity, not authorship): the sha256 and the entries list match the payload."""
+    manifest = {"format": "nbcompile-compile-cache", "version": 1, "torch": torch.__version__,
+                "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+                "entries": [{"type": k, "key": key, "bytes": len(c)} for k, key, c in entries]}
+    return MAGIC + json.dumps(manifest).encode() + b"\n" + payload
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    """torch's cache in an empty directory of its own, and a stand-in for ~/.ipython/profile_default/startup."""
+    root = tmp_path / "home" / "inductor-cache"
+    root.mkdir(parents=True)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root))
+    startup = tmp_path / "home" / ".ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    return root, startup
+
+
+def files_under(path) -> list:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def load_error(ip, line: str) -> str:
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("nbcompile", line)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_a_crafted_file_with_an_absolute_key_writes_nothing_anywhere(ip, cache, tmp_path, capsys):
+    root, startup = cache
+    target = startup / "00-nbcompile.py"
+    hostile = [("aot_autograd", "aciggubcbf6izuas6mi6c4mnlw", b"harmless"),
+               ("autotune", str(target), b"open('/tmp/pwned', 'w')\n")]
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(torch_payload(*hostile))
+    forged = tmp_path / "forged.bin"
+    forged.write_bytes(with_manifest(torch_payload(*hostile), hostile))
+    for line in (f"cache load {raw}", f"cache load {raw} --trust", f"cache load {forged}",
+                 f"cache load {forged} --trust", f"cache list {forged}"):
+        message = load_error(ip, line)
+        assert f"entry 2 (autotune {str(target)!r}): its key is an absolute path" in message, message
+        assert "nothing was written" in message
+        assert not target.exists() and files_under(root) == [], line  # not even the harmless entry 1
+    assert "loaded" not in capsys.readouterr().out
+
+
+def test_a_crafted_file_with_a_climbing_key_writes_nothing(ip, cache, tmp_path):
+    root, _ = cache
+    for kind, key in (("aot_autograd", "../../escaped"), ("inductor", "../../../escaped"),
+                      ("autotune", "ab/../../escaped.best_config"), ("precompile", "../../escaped")):
+        hostile = [(kind, key, b"payload")]
+        raw, forged = tmp_path / f"{kind}.bin", tmp_path / f"{kind}-forged.bin"
+        raw.write_bytes(torch_payload(*hostile))
+        forged.write_bytes(with_manifest(torch_payload(*hostile), hostile))
+        for path in (raw, forged):
+            message = load_error(ip, f"cache load {path}")
+            assert f"entry 1 ({kind} {key!r}): its key climbs out of the cache directory (..)" in message, message
+            assert files_under(root) == [] and not list(tmp_path.rglob("escaped*")), kind
+
+
+def test_a_key_that_torch_would_join_outside_or_that_forges_lines_is_refused(ip, cache, tmp_path, capsys):
+    root, _ = cache
+    # FxGraphCache writes under fxgraph/key[1:3]/key: for "x/t-escape", key[1:3] is "/t", an absolute
+    # part, so torch would write /t/x/t-escape: a relative key without "..", caught by where it lands
+    for kind, key, why in (("inductor", "x/t-escape", "it would write /t/x/t-escape, outside torch's cache"),
+                           ("aot_autograd", "ok\nloaded 9 MB: all fine", "its key holds a control character")):
+        hostile = [(kind, key, b"payload")]
+        path = tmp_path / "file.bin"
+        path.write_bytes(with_manifest(torch_payload(*hostile), hostile))
+        message = load_error(ip, f"cache load {path}")
+        assert f"entry 1 ({kind} {key!r}): {why}" in message, message
+        assert files_under(root) == [] and not (tmp_path / "t").exists()
+    assert "all fine" not in capsys.readouterr().out
+
+
+def test_a_file_without_a_matching_manifest_needs_trust(ip, cache, tmp_path, capsys):
+    root, _ = cache
+    entries = [("aot_autograd", "aqsafekey", b"not a pickle")]
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(torch_payload(*entries))
+    message = load_error(ip, f"cache load {raw}")
+    assert "has no nbcompile manifest" in message and "--trust" in message and "like a pickle" in message
+    assert files_under(root) == []
+
+    tampered = tmp_path / "tampered.bin"
+    good = with_manifest(torch_payload(*entries), entries)
+    header = good[:good.index(b"\n", len(MAGIC)) + 1]
+    tampered.write_bytes(header + torch_payload(("aot_autograd", "aqsafekey", b"now a pickle")))  # crc fixed
+    message = load_error(ip, f"cache load {tampered}")
+    assert "does not match its manifest (sha256 differs" in message and files_under(root) == []
+
+    listed = tmp_path / "listed.bin"
+    other = [("aot_autograd", "aqotherkey", b"not a pickle")]
+    listed.write_bytes(with_manifest(torch_payload(*entries), other))  # hash right, list wrong
+    message = load_error(ip, f"cache load {listed}")
+    assert "its entries differ from the manifest's list" in message and files_under(root) == []
+
+    capsys.readouterr()
+    ip.run_line_magic("nbcompile", f"cache load {raw} --trust")
+    out = capsys.readouterr().out.splitlines()
+    warnings = [line for line in out if line.startswith("warning:")]
+    assert len(warnings) == 1 and "runs code" in warnings[0] and "like a pickle" in warnings[0]
+    written = files_under(root)
+    assert [p.relative_to(root).parts[:2] for p in written] == [("aotautograd", "aqsafekey")]
+    assert written[0].read_bytes() == b"not a pickle"
+    with pytest.raises(UsageError, match=r"usage: %nbcompile cache save PATH \| %nbcompile cache load PATH "
+                                         r"\[--trust\]"):
+        ip.run_line_magic("nbcompile", f"cache save {tmp_path / 'x.bin'} --trust")
+
+
+class Marker:
+    """Unpickling this creates a file: the stand-in for a pickle that runs code."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_load_lists_before_writing_and_unpickles_nothing(ip, cache, tmp_path, capsys):
+    root, _ = cache
+    marker = tmp_path / "unpickled"
+    entries = [("inductor", "fsxyzsafekey", pickle.dumps(Marker(str(marker)))),
+               ("aot_autograd", "aqsafekey", b"entry")]
+    path = tmp_path / "file.bin"
+    path.write_bytes(with_manifest(torch_payload(*entries), entries))
+
+    capsys.readouterr()
+    ip.run_line_magic("nbcompile", f"cache list {path}")
+    out = capsys.readouterr().out
+    assert "2 entries" in out and "fxgraph/sx/fsxyzsafekey/" in out and "aotautograd/aqsafekey/" in out
+    assert str(root) in out and "nothing written" in out and files_under(root) == []
+
+    ip.run_line_magic("nbcompile", f"cache load {path}")
+    out = capsys.readouterr().out
+    assert out.index("fxgraph/sx/fsxyzsafekey/") < out.index("loaded ")  # the listing comes first
+    assert sorted(p.relative_to(root).parts[0] for p in files_under(root)) == ["aotautograd", "fxgraph"]
+    assert not marker.exists(), "loading unpickled an entry (torch's Triton bundle emission ran at load)"
+
+
+CELL_SOURCE = """\
+def warm_fn(x):
+    return (x.sin() * 2 + x.cos()).relu().sum() + 3.0
+"""
+
+
+def fresh_warm_fn():
+    namespace: dict = {}
+    exec(compile(CELL_SOURCE, "<cache-trust-cell>", "exec"), namespace)  # new code: Dynamo compiles it anew
+    return namespace["warm_fn"]
+
+
+@pytest.mark.slow  # Inductor
+def test_save_then_load_into_an_empty_cache_starts_warm(ip, tmp_path, monkeypatch, capsys):
+    from torch._dynamo.utils import counters
+
+    x = torch.randn(64)
+    expected = fresh_warm_fn()(x)
+    torch.compile(fresh_warm_fn(), backend="inductor")(x)  # into the shared test cache, cold or warm
+    saved = tmp_path / "artifacts.bin"
+    ip.run_line_magic("nbcompile", f"cache save {saved}")
+    data = saved.read_bytes()
+    assert data.startswith(MAGIC)
+    manifest = json.loads(data[len(MAGIC):data.index(b"\n", len(MAGIC))])
+    payload = data[data.index(b"\n", len(MAGIC)) + 1:]
+    assert manifest["sha256"] == hashlib.sha256(payload).hexdigest() and manifest["torch"] == torch.__version__
+    assert {"inductor", "aot_autograd"} <= {e["type"] for e in manifest["entries"]}
+
+    empty = tmp_path / "empty-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(empty))
+    capsys.readouterr()
+    ip.run_line_magic("nbcompile", f"cache load {saved}")
+    out = capsys.readouterr().out
+    assert "fxgraph/" in out and "aotautograd/" in out and "start warm" in out
+    hits = counters["aot_autograd"]["autograd_cache_hit"], counters["inductor"]["fxgraph_cache_hit"]
+    torch.testing.assert_close(torch.compile(fresh_warm_fn(), backend="inductor")(x), expected)
+    assert (counters["aot_autograd"]["autograd_cache_hit"], counters["inductor"]["fxgraph_cache_hit"]) > hits, \
+        "the compile after the load missed the loaded cache"

@@ -1,0 +1,424 @@
+"""Traces under hostile use (issue 21, points 10-14): a log whose records are damaged field by field (a
+fuzz over real records), a garbage file, a directory named like a log, two logs of one restarted rank,
+a NaN, infinite or negative time and an empty log. The load never raises, each problem is named by
+file and line, what came before is kept, the problems shown are bounded, and every report's JSON is
+strict JSON valid against the schema."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+import pathlib
+import random
+import re
+import threading
+import time
+import warnings
+from typing import Any
+
+import jsonschema
+import pytest
+
+import nbcompile
+from nbcompile.capture import logs
+from nbcompile.capture.logs import LogReader, RankTrace, RawRecord
+from nbcompile.capture.records import REGISTRY, kind_of
+from nbcompile.facades import traces as traces_facade
+from nbcompile.facades.traces import TraceError
+from nbcompile.model.render import mimebundle, to_html, to_text
+from nbcompile.model.report import SCHEMA_PATH, Check, Report
+
+CORPUS = pathlib.Path(__file__).parent / "data" / "traces"
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+#: The bounds (read so, the tests also run, and fail, against code without them).
+MAX_PROBLEMS = getattr(logs, "MAX_PROBLEMS", 20)
+MAX_ERRORS = getattr(traces_facade, "MAX_ERRORS", 50)
+PREFIX = "V1123 04:36:34.203000 1 x.py:1] "
+
+
+def _strict(text: str) -> Any:
+    """``json.loads`` as a strict parser reads: NaN and Infinity are errors."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _valid_json(report: Report) -> None:
+    """The report's JSON and its mime bundle are strict JSON, valid against the schema."""
+    data = _strict(json.dumps(report.to_json(), allow_nan=False))
+    VALIDATOR.validate(data)
+    _strict(json.dumps(mimebundle(report), allow_nan=False))
+
+
+def _corpus_text(name: str = "single/dedicated_log_torch_trace_0.log.gz") -> str:
+    return gzip.decompress((CORPUS / name).read_bytes()).decode()
+
+
+def _unparse(records: list[RawRecord]) -> str:
+    """Records back into a log's text: one envelope line each, then the payload lines."""
+    out = []
+    for raw in records:
+        out.append(PREFIX + json.dumps(raw.metadata))
+        if raw.payload is not None:
+            out += ["\t" + line for line in raw.payload.split("\n")]
+    return "\n".join(out) + "\n"
+
+
+def _read(path: str, text: str) -> RankTrace:
+    """What ``load`` does with a log's text (without the file): cut, type, hand to the hub."""
+    trace = RankTrace(0, path)
+    reader = trace.reader
+    trace.feed(reader.feed(text) + reader.flush())
+    return trace
+
+
+def _frames(report: Report) -> list[tuple[str, str, int]]:
+    return [(f.compile_id, f.function, f.graph_count) for f in report.frames]
+
+
+# --- 10. every field of every record, of the wrong type ----------------------------------------------
+
+_NESTED: Any = {"a": [None, {"b": [1, "x", {"c": []}]}], "d": -1}
+WRONG = [None, 7, -3, 2**70, "s", [], [1, "a"], {}, _NESTED, True, float("nan"), float("inf"), -2.5]
+MISSING = object()
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every field of a record, nested ones included (the first 3 items of a list)."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out += [at + (key,), *_paths(item, at + (key,))]
+    elif isinstance(value, list):
+        for i, item in enumerate(value[:3]):
+            out += [at + (i,), *_paths(item, at + (i,))]
+    return out
+
+
+def _set(metadata: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    target: Any = metadata
+    for key in path[:-1]:
+        target = target[key]
+    if value is MISSING:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+
+
+def _short_trace() -> list[RawRecord]:
+    """The real records of the corpus's first two compilations (a graph break, guards, a graph each): every
+    record of a kind nbcompile reads, and the first of each kind it does not (``chromium_event``, ...)."""
+    reader = LogReader("corpus")
+    records = reader.feed(_corpus_text()) + reader.flush()
+    ends = [i for i, r in enumerate(records) if "compilation_metrics" in r.metadata]
+    kept, ignored = [], set()
+    for raw in records[: ends[1] + 1]:
+        kind = kind_of(raw.metadata)
+        kind = f"artifact:{raw.metadata[kind].get('name')}" if kind == "artifact" else kind
+        if kind in REGISTRY or kind not in ignored:
+            kept.append(raw)
+            ignored.add(kind)
+    return kept
+
+
+def test_every_field_of_every_record_damaged_never_crashes_the_load():
+    """A fuzz over real records: for each record and each field (nested ones too, and the payload), a
+    value of each wrong type, or none. The load never raises; every problem it names is on the damaged
+    record's line; the compilations closed before it are kept whole; the JSON stays strict and valid."""
+    clean = _short_trace()
+    text = _unparse(clean)
+    lines = [i + 1 for i, line in enumerate(text.split("\n")) if line.startswith("V")]  # each record's line
+    before = []  # what the records before each one give
+    for i in range(len(clean)):
+        trace = _read("x.log", _unparse(clean[:i]) if i else "")
+        before.append(_frames(trace.report))
+    assert before[-1] and len(_frames(_read("x.log", text).report)) == 2
+
+    seen: set[str] = set()
+    cases = 0
+    for i, raw in enumerate(clean):
+        variants: list[tuple[dict[str, Any], str | None]] = []
+        for path in _paths(raw.metadata):
+            for value in [*WRONG, MISSING]:
+                metadata = copy.deepcopy(raw.metadata)
+                _set(metadata, path, value)
+                variants.append((metadata, raw.payload))
+        for value in [None, "", "x" * 10, "[1, {}]", '["0/0: a", 3]', "{", "\x00\ud800", "9" * 5000,
+                      "Graph break in user code at a.py:" + "9" * 5000 + "\nGraph Break Reason: x",
+                      "+- TYPE_MATCH: x\nGuard latency = 1.2.3 us", "Guard latency = " + "9" * 400 + " us"]:
+            variants.append((raw.metadata, value))
+        head, tail = _unparse(clean[:i]) if i else "", _unparse(clean[i + 1:]) if i + 1 < len(clean) else ""
+        for metadata, payload in variants:
+            cases += 1
+            trace = _read("x.log", head + _unparse([RawRecord(metadata, payload, 0)]) + tail)  # must not raise
+            where = f"case {cases}: record {i} ({list(raw.metadata)[0]}) as {json.dumps(metadata)[:200]} " \
+                    f"{payload!r:.80}"
+            for error in trace.reader.errors:
+                assert error.startswith(f"x.log:{lines[i]}: "), (where, error)
+            assert _frames(trace.report)[: len(before[i])] == before[i], where
+            key = repr(trace.report)
+            if key not in seen:  # validate each distinct report once
+                seen.add(key)
+                _valid_json(trace.report)
+                to_html(trace.report)
+                to_text(trace.report)
+    assert cases > 2000 and len(seen) > 10
+
+
+@pytest.mark.parametrize("line, why", [
+    (PREFIX + '{"dynamo_start": ' + "[" * 100_000, "nested too deeply"),
+    (PREFIX + '{"a": ' + '{"a": ' * 100_000, "nested too deeply"),
+    (PREFIX + '{"dynamo_start": {"stack": []}, "frame_id": ' + "9" * 5000 + "}", "ValueError: Exceeds the limit"),
+    (PREFIX + '{"str": ["a.py", ' + "1" * 5000 + "]}", "ValueError: Exceeds the limit"),
+])
+def test_nested_garbage_and_huge_numbers_are_named_and_the_rest_kept(tmp_path, line, why):
+    text = _corpus_text()
+    cut = [i for i, ln in enumerate(text.split("\n")) if '"compilation_metrics"' in ln][1] + 1
+    head = text.split("\n")[:cut]
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_x.log"
+    log.write_text("\n".join([*head, line, *text.split("\n")[cut:]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(log)
+    assert any(e.startswith(f"{log}:{cut + 1}: corrupt record (") and why in e for e in traces.errors), traces.errors
+    report = traces.ranks[0]
+    assert len(report.frames) == 4 and report.graph_count == 4  # before and after the damaged line
+    _valid_json(report)
+
+
+# --- 11. garbage is bounded ----------------------------------------------------------------------------
+
+def test_a_random_file_gives_a_bounded_list_of_errors_then_a_count(ip, tmp_path):
+    data = random.Random(21).randbytes(3 << 20)
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_x.log"
+    log.write_bytes(data)
+    garbage = sum(1 for line in data.decode("utf-8", "replace").split("\n")
+                  if line.strip() and not line.startswith("\t"))
+    assert garbage > 5000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = ip.run_line_magic("nbcompile", f"load {tmp_path}")
+    errors = traces.errors
+    assert len(errors) == MAX_PROBLEMS + 1, len(errors)
+    total = garbage + 1  # each line, and "no trace records in it"
+    assert errors[-1] == f"{log}: ... and {total - MAX_PROBLEMS:,} more problems (the first {MAX_PROBLEMS} are listed)"
+    assert all(e.startswith(f"{log}:") for e in errors)
+    html = traces._repr_html_() + traces.panel().report_html.value
+    assert len(html) < 40_000, len(html)
+    assert len(traces.summary()) < 40_000 and len(traces.ranks[0].notice) < 2_000
+    assert f"(and {total - 3:,} more)" in traces.ranks[0].notice
+
+
+def test_many_garbage_ranks_are_bounded_over_all_logs(tmp_path):
+    rng = random.Random(5)
+    for rank in range(8):
+        (tmp_path / f"dedicated_log_torch_trace_rank_{rank}_x.log").write_bytes(rng.randbytes(64 << 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(tmp_path)
+    assert len(traces.ranks) == 8 and len(traces.errors) == MAX_ERRORS + 1
+    assert re.fullmatch(r"\.\.\. and [\d,]+ more problems", traces.errors[-1]), traces.errors[-1]
+
+
+# --- 12. a directory named like a log ------------------------------------------------------------------
+
+def test_a_directory_named_like_a_log_is_skipped_with_a_note(tmp_path):
+    (tmp_path / "dedicated_log_torch_trace_rank_0_x.log").mkdir()
+    (tmp_path / "dedicated_log_torch_trace_rank_1_y.log.gz").mkdir()
+    (tmp_path / "dedicated_log_torch_trace_rank_2_z.log").write_text(_corpus_text())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traces = nbcompile.load(tmp_path)
+    assert sorted(traces.ranks) == [2] and traces.ranks[2].graph_count == 4
+    assert f"{tmp_path / 'dedicated_log_torch_trace_rank_0_x.log'}: skipped, a directory named like a log" \
+        in traces.errors, traces.errors
+    assert any("rank_1_y.log.gz: skipped, a directory" in e for e in traces.errors)
+    assert caught and "skipped, a directory named like a log" in str(caught[0].message)
+
+    only = tmp_path / "only"
+    (only / "dedicated_log_torch_trace_rank_0_x.log").mkdir(parents=True)
+    with pytest.raises(TraceError, match=r"no \.log files .*rank_0_x\.log: skipped, a directory named like a log"):
+        nbcompile.load(only)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_like_a_log_or_named_by_a_break_is_never_opened(tmp_path):
+    """A FIFO would block the kernel for good on open: as a log it is skipped, and as the file a graph
+    break names (the source line of a break) it is not read."""
+    os.mkfifo(tmp_path / "dedicated_log_torch_trace_rank_0_x.log")
+    fifo = tmp_path / "source.py"
+    os.mkfifo(fifo)
+    events = [
+        ({"dynamo_start": {"stack": [{"line": 1, "name": "f", "filename": str(fifo)}]}}, None),
+        ({"artifact": {"name": "dynamo_graph_break_reason"}},
+         f"Graph break in user code at {fifo}:3\nGraph Break Reason: print\n"),
+        ({"compilation_metrics": {"co_name": "f"}}, None),
+    ]
+    log = tmp_path / "dedicated_log_torch_trace_rank_1_x.log"
+    log.write_text(_unparse([RawRecord({**md, "frame_id": 0, "frame_compile_id": 0, "attempt": 0}, p, 0)
+                             for md, p in events]))
+    result: list[Any] = []
+
+    def read() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result.append(nbcompile.load(tmp_path))
+
+    reading = threading.Thread(target=read, daemon=True)  # a blocked open() must not block the test run
+    reading.start()
+    reading.join(60)
+    assert not reading.is_alive(), "the load blocked on a FIFO"
+    (traces,) = result
+    assert sorted(traces.ranks) == [1] and traces.ranks[1].break_count == 1
+    assert traces.ranks[1].breaks[0].source_line == "" and traces.ranks[1].breaks[0].lineno == 3
+    assert traces.errors[0].endswith("rank_0_x.log: skipped, not a regular file named like a log")
+
+
+# --- 13. two logs of one rank ----------------------------------------------------------------------------
+
+def _stamped(text: str, stamp: str) -> str:
+    """The log with every glog prefix's date and time set to ``stamp`` (``MMDD HH:MM:SS.ffffff``)."""
+    return re.sub(r"^V\d{4} \d\d:\d\d:\d\d\.\d+ ", f"V{stamp} ", text, flags=re.M)
+
+
+def test_two_logs_of_one_rank_are_read_in_order_as_its_history(tmp_path):
+    """A restarted elastic job writes a second log for the rank. The first process died in the middle of
+    a compilation (no metrics): the second, which numbers its frames afresh, must not inherit it."""
+    first = _corpus_text("torchrun2/dedicated_log_torch_trace_rank_0.log.gz")  # step: 1 break, 2 graphs
+    second = _corpus_text("torchrun2/dedicated_log_torch_trace_rank_1.log.gz")  # step again, recompiling
+    alone = [_read("a", text).report for text in (first, second)]
+    lines = first.split("\n")
+    died = next(i for i, ln in enumerate(lines) if '"dynamo_output_graph"' in ln and i > [
+        j for j, x in enumerate(lines) if '"compilation_metrics"' in x][0])
+    crashed = "\n".join(lines[: died + 1]) + "\n\t" + "\n\t".join(["class GraphModule:", "    def forward(self):",
+                                                                   "        y = l_x_.exp()"]) + "\n"
+    cut = _read("a", crashed).report
+    assert len(cut.frames) == 1 < len(alone[0].frames)  # the second compilation never closed
+    # Named against the written order: the later log's name sorts first, and its file is older.
+    (tmp_path / "dedicated_log_torch_trace_rank_0_zzz.log").write_text(_stamped(crashed, "0301 10:00:00.000000"))
+    (tmp_path / "dedicated_log_torch_trace_rank_0_aaa.log").write_text(_stamped(second, "0301 10:05:00.000000"))
+    os.utime(tmp_path / "dedicated_log_torch_trace_rank_0_zzz.log", (time.time(), time.time()))
+    os.utime(tmp_path / "dedicated_log_torch_trace_rank_0_aaa.log", (time.time() - 3600, time.time() - 3600))
+    traces = nbcompile.load(tmp_path)
+    assert list(traces.ranks) == [0] and not traces.errors, traces.errors
+    assert [pathlib.Path(p).name for p in traces.logs[0]] == ["dedicated_log_torch_trace_rank_0_zzz.log",
+                                                              "dedicated_log_torch_trace_rank_0_aaa.log"]
+    report = traces.ranks[0]
+    assert _frames(report) == _frames(cut) + _frames(alone[1])  # in order; nothing of the crash inherited
+    assert report.graph_count == cut.graph_count + alone[1].graph_count
+    assert "exp" not in [op for g in report.graphs for op in g.ops]
+    assert report.recompile_count == alone[1].recompile_count
+    assert report.break_count == cut.break_count + alone[1].break_count
+    assert "2 logs of one rank" in report.title and "zzz.log, then dedicated" in report.title
+    assert "rank_0_zzz.log, then dedicated_log_torch_trace_rank_0_aaa.log" in traces._repr_html_()
+
+
+def test_two_logs_without_a_time_go_by_modification_time_and_follow_reads_both(tmp_path):
+    text = _corpus_text("torchrun2/dedicated_log_torch_trace_rank_0.log.gz")
+    plain = re.sub(r"^V\d{4} [^\]]*\] ", PREFIX, text, flags=re.M)  # a time, but the same in both
+    older = tmp_path / "dedicated_log_torch_trace_rank_3_b.log"
+    newer = tmp_path / "dedicated_log_torch_trace_rank_3_a.log"
+    older.write_text(plain.replace(PREFIX, "garbage first line\n" + PREFIX, 1))
+    newer.write_text("junk\n" + plain)
+    os.utime(older, (time.time() - 60, time.time() - 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(tmp_path)
+    assert [pathlib.Path(p).name for p in traces.logs[3]] == [older.name, newer.name]
+    assert len(traces.ranks[3].frames) == 2 * len(_read("x", text).report.frames)
+
+    followed = nbcompile.follow(tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (3 not in followed.ranks or len(followed.logs.get(3, [])) < 2):
+            time.sleep(0.1)
+    finally:
+        followed.stop()
+    assert followed.logs[3] == traces.logs[3]
+    assert _frames(followed.ranks[3]) == _frames(traces.ranks[3])
+
+
+# --- 14. impossible times and empty logs -------------------------------------------------------------------
+
+def test_nan_infinite_and_negative_times_are_named_and_the_json_stays_strict(tmp_path):
+    text = _corpus_text()
+    lines = text.split("\n")
+    metrics = [i for i, ln in enumerate(lines) if '"compilation_metrics"' in ln]
+    bad = {metrics[0]: ("entire_frame_compile_time_s", "NaN"), metrics[1]: ("entire_frame_compile_time_s", "Infinity"),
+           metrics[2]: ("backend_compile_time_s", "-Infinity"), metrics[3]: ("entire_frame_compile_time_s", "-1.5")}
+    for at, (key, value) in bad.items():
+        lines[at], n = re.subn(rf'"{key}": [^,}}]+', f'"{key}": {value}', lines[at])
+        assert n == 1
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_x.log"
+    log.write_text("\n".join(lines))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(log)
+    report = traces.ranks[0]
+    assert len(report.frames) == 4 and report.graph_count == 4  # nothing dropped but the times
+    for at, (key, value) in bad.items():
+        said = f"{log}:{at + 1}: compilation_metrics record: {key} should be a finite number of seconds >= 0"
+        assert any(e.startswith(said) and e.endswith("read as unknown") for e in traces.errors), (value, traces.errors)
+    assert report.frames[0].compile_time_s == 0.0 and report.frames[2].backend_time_s is None
+    _valid_json(report)
+    _strict(json.dumps(traces.figure_dict(), allow_nan=False))
+    to_html(report)
+
+
+def test_a_report_with_a_nan_from_elsewhere_is_still_strict_json():
+    """The edge where reports leave Python: a NaN from any source (a check's difference) becomes null."""
+    report = Report(title="t", check=Check(ok=False, max_abs_diff=float("nan"), message="nan in the output"))
+    data = report.to_json()
+    assert data["check"]["max_abs_diff"] is None
+    _valid_json(report)
+    _strict(json.dumps(report._repr_mimebundle_(), allow_nan=False))
+
+
+@pytest.mark.parametrize("content", [b"", gzip.compress(b""), gzip.compress(b"\n\n")], ids=["0-bytes", "empty-gzip",
+                                                                                          "blank-lines"])
+def test_an_empty_log_gz_is_named(tmp_path, content):
+    (tmp_path / "dedicated_log_torch_trace_rank_0_a.log").write_text(_corpus_text())
+    empty = tmp_path / "dedicated_log_torch_trace_rank_1_b.log.gz"
+    empty.write_bytes(content)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traces = nbcompile.load(tmp_path)
+    assert sorted(traces.ranks) == [0, 1] and traces.ranks[1].frame_count == 0
+    what = "an empty file (0 bytes)" if not content else "no trace records in it"
+    assert f"{empty}: {what}; this rank shows nothing from it" in traces.errors, traces.errors
+    assert caught and str(empty) in str(caught[0].message)
+    assert "rank_1_b.log.gz: " in traces.ranks[1].notice
+
+
+def test_an_empty_plain_log_is_named_at_the_end_not_while_followed(tmp_path):
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_a.log"
+    log.write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert nbcompile.load(log).errors == [f"{log}: an empty file (0 bytes); this rank shows nothing from it"]
+    followed = nbcompile.follow(tmp_path)
+    time.sleep(0.8)
+    assert followed.errors == []  # a job that has not written yet is not a problem
+    followed.stop()
+    assert followed.errors == [f"{log}: an empty file (0 bytes); this rank shows nothing from it"]
+
+
+def test_a_line_without_end_is_skipped_not_kept_in_memory():
+    """A gzip bomb of one line (gigabytes without a newline) is not held: past the longest line read it is
+    dropped to its end, named, and the records after it are read."""
+    reader = LogReader("bomb.log", max_line=1000)
+    text = _corpus_text()
+    records = reader.feed(text[: text.index("\n") + 1])
+    for _ in range(50):
+        records += reader.feed("a" * 500)
+        assert len(reader._rest) <= 1500
+    records += reader.feed("\n" + text[text.index("\n") + 1:]) + reader.flush()
+    assert reader.errors == ["bomb.log:2: a line of over 1,000 characters, not a trace record; skipped"]
+    whole = LogReader("x")
+    full = whole.feed(text) + whole.flush()
+    assert [r.metadata for r in records] == [r.metadata for r in full]  # every record, the bomb's line aside
+    assert [r.line for r in records[1:]] == [r.line + 1 for r in full[1:]]
