@@ -19,14 +19,14 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .core import torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.options import MODES, CellOptions
-from .core.text import _e, _table
 from .engine import cachefile
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades.session import Session, create_session, last, sessions
 from .facades.traces import load
-from .model.render import MIME_TYPE, fix_proof, set_effect
+from .model.render import MIME_TYPE, set_effect
 from .views.env import widgets_supported
+from .views.status import status_table
 
 LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache")
 
@@ -418,58 +418,6 @@ def _after_cell(*_args: Any) -> None:
             import logging
 
             logging.getLogger(__name__).exception("nbcompile redraw failed")
-
-
-class StatusTable:
-    """`%nbcompile status`: one row per tracked function."""
-
-    headers = ("function", "toggle", "entry", "frames", "graphs", "breaks", "recompiles")
-
-    def __init__(self, rows: list[tuple[Any, ...]], notes: list[str] | None = None) -> None:
-        self.rows = rows
-        #: Lines under the table: the check, allow_in_graph lint warnings, suggested fixes.
-        self.notes = notes or []
-
-    def __repr__(self) -> str:
-        widths = [max(len(str(r[i])) for r in [self.headers, *self.rows]) for i in range(len(self.headers))]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        return "\n".join([*(fmt.format(*map(str, r)) for r in [self.headers, *self.rows]), *self.notes])
-
-    def _repr_html_(self) -> str:
-
-        notes = "".join(f"<li>{_e(n.strip())}</li>" for n in self.notes)
-        return _table(self.headers, self.rows) + (f"<ul>{notes}</ul>" if notes else "")
-
-
-def status_table(session: Session) -> StatusTable:
-    report = session.report
-    rows = []
-    for name in session.entries:
-        if name not in session.functions:  # an nn.Module instance or a function from another cell
-            rows.append((name, "-", "yes", len(report.frames), len(report.graphs), len(report.breaks),
-                         len(report.recompiles)))
-    for name in session.functions:
-        part = session.function_report(name)
-        rows.append((
-            name,
-            session.toggles.get(name, "compile"),
-            "yes" if name in session.entries else "",
-            len(part.frames), len(part.graphs), len(part.breaks), len(part.recompiles),
-        ))
-    notes = [f"STALE: {session.stale}"] if session.stale else []
-    if report.check is not None:
-        notes.append(f"check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
-    for w in report.warnings:
-        notes.append(f"allow_in_graph lint, {w.function}: {w.message}")
-    seen = set()
-    for b in report.breaks:
-        for fix in b.fixes:
-            if fix.command and fix.verified is not False and (b.cell_line, fix.command) not in seen:
-                seen.add((b.cell_line, fix.command))
-                where = f"line {b.cell_line}" if b.cell_line is not None else b.function
-                proof = f" ({fix_proof(fix)})" if fix_proof(fix) else ""
-                notes.append(f"break at {where} ({b.gb_type}): {fix.command}{proof}")
-    return StatusTable(rows, notes)
 
 
 def load_ipython_extension(ipython: Any) -> None:

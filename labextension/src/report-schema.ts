@@ -23,6 +23,7 @@ export interface NbcompileReport {
     [k: string]: number;
   };
   notice: string;
+  torch_log: string[];
   schema_version: number;
   graph_count: number;
   break_count: number;
@@ -136,4 +137,7 @@ export interface Check {
   max_abs_diff: number | null;
   message: string;
   compared: boolean;
+  rule: string;
+  compiled_error: number | null;
+  eager_error: number | null;
 }

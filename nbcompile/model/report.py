@@ -150,6 +150,12 @@ class Check:
     max_abs_diff: float | None
     message: str
     compared: bool = True
+    #: Which rule judged: ``"fp64"`` (against a float64 eager reference, as PyTorch's accuracy harness
+    #: does) or ``"tolerance"`` (dtype tolerances only; ``message`` says why fp64 could not run).
+    rule: str = "tolerance"
+    #: The compiled run's and eager float32 run's error against the float64 reference (``rule == "fp64"``).
+    compiled_error: float | None = None
+    eager_error: float | None = None
 
 
 @dataclass
@@ -261,6 +267,8 @@ class Report:
     dropped: dict[str, int] = field(default_factory=dict)
     #: Set on the kept report when a later change failed: that change, why, and what was kept.
     notice: str = ""
+    #: The records torch's own loggers emitted while nbcompile compiled (kept here, not printed into the cell).
+    torch_log: list[str] = field(default_factory=list)
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
     result: Any = field(default=None, repr=False, compare=False)
 
