@@ -14,16 +14,28 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
+# Stamps: pip runs again only when what it installs from changed, so `make lab` and `make demo` start in
+# seconds the second time. The install is editable: a change to nbcompile's Python needs none.
+INSTALLED := $(VENV)/.nbcompile-installed
+LAB_INSTALLED := $(VENV)/.jupyterlab-installed
+
 # A torch already in the venv is kept; otherwise the pinned CPU build is installed.
-venv: $(PY)
+$(INSTALLED): pyproject.toml labextension/package.json | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==$(TORCH_TEST_VERSION)
 	$(PIP) install -e ".[run]"
+	@touch $@
+
+venv: $(INSTALLED)
+
+$(LAB_INSTALLED): $(INSTALLED)
+	$(PIP) install "jupyterlab>=4.0,<4.6"
+	@touch $@
 
 # Tests pin torch. Installing the package builds the JupyterLab extension (npm, from the registry).
 test-deps: $(PY) chromium
 	@$(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_TEST_VERSION)')" 2>/dev/null \
 		|| $(PIP) install torch==$(TORCH_TEST_VERSION)
-	$(PIP) install -e ".[test]" numpy torch==$(TORCH_TEST_VERSION)
+	$(PIP) install -e ".[test]" torch==$(TORCH_TEST_VERSION)
 	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
 # The browser tests drive Debian's Chromium ($$CHROMIUM or /usr/bin/chromium); as root it is installed.
@@ -43,8 +55,7 @@ test: test-deps
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
 
-lab: venv
-	$(PIP) install "jupyterlab>=4.0,<4.6"
+lab: $(LAB_INSTALLED)
 	$(VENV)/bin/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # The JSON schema from the dataclasses, then the extension's TypeScript types from the schema.

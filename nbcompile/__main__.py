@@ -1,4 +1,4 @@
-"""``python -m nbcompile run NOTEBOOK [--html OUT]``."""
+"""``python -m nbcompile run NOTEBOOK [--html OUT] [--json OUT] [--allow-errors]``."""
 
 import sys
 

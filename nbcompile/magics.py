@@ -8,6 +8,7 @@ frontend's cell id, which identifies a cell across re-runs.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from typing import Any
@@ -18,8 +19,10 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .core import torch_compat
 from .core.errors import NbcompileError, describe_failure
+from .core.names import is_torch_name
 from .core.options import MODES, CellOptions
 from .engine import cachefile
+from .engine.library import is_library_name
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades.session import Session, create_session, last, sessions
@@ -169,8 +172,11 @@ class NbcompileMagics(Magics):
 
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
-        """`%nbcompile status|set NAME MODE|report [NAME]|export|bench [EXPR]|panel|reset|fix [--budget S]|load PATH
-        [--follow]|cache save|load|list PATH [--trust]`."""
+        """`%nbcompile status [NAME]|set NAME MODE|report [NAME]|export [NAME]|bench [EXPR]|panel [NAME]|reset [NAME]|
+        fix [--budget S]|load PATH [--follow]|cache save|load|list PATH [--trust]`.
+
+        A subcommand acts on the live session that owns NAME (the latest if several; for ``bench``, the first
+        name EXPR calls), else on the latest session; ``--cell N`` chooses the session of cell ``In [N]``."""
         try:
             argv = shlex.split(line)
         except ValueError as exc:
@@ -184,14 +190,29 @@ class NbcompileMagics(Magics):
             return _load(args)
         if command == "cache":
             return _cache(args)
+        cell, args = _cell_flag(command, args)
         if command == "reset":
-            for session in sessions():
-                session.reset()
+            if cell is None and not args:
+                for session in sessions():
+                    session.reset()
+                return None
+            if len(args) > 1:
+                raise UsageError("%nbcompile reset: usage: %nbcompile reset [NAME] [--cell N]")
+            _session_for(command, args[0] if args else None, cell).reset()
             return None
-        session = _need_session()
         if command == "status":
-            return status_table(session)
+            if len(args) > 1:
+                raise UsageError("%nbcompile status: usage: %nbcompile status [NAME] [--cell N]")
+            session = _session_for(command, args[0] if args else None, cell)
+            table = status_table(session)
+            others = [s for s in sessions() if s is not session]
+            if others:  # several cells: say which one this is, and how to reach the others
+                numbers = ", ".join(str(_number(s)) for s in others if _number(s) is not None)
+                table.notes.append(f"cell {_number(session)}; other %%compile cells: {numbers} "
+                                   "(%nbcompile status --cell N)")
+            return table
         if command == "report":
+            session = _session_for(command, args[0] if len(args) == 1 else None, cell)
             if not args:
                 return session.report
             valid = [*session.functions, *(e for e in session.entries if e not in session.functions)]
@@ -200,9 +221,10 @@ class NbcompileMagics(Magics):
             return session.function_report(args[0]) if args[0] in session.functions else session.report
         if command == "set":
             if len(args) != 2:
-                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE (modes: "
+                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE [--cell N] (modes: "
                                  f"{', '.join(available_function_modes())}; torch callables: compile, "
                                  "disallow_in_graph)")
+            session = _session_for(command, args[0], cell)
             before = session.report
             try:
                 session.set(args[0], args[1])
@@ -213,11 +235,15 @@ class NbcompileMagics(Magics):
                 _display(session)
             return None
         if command == "bench":
-            _bench(session, " ".join(args) or None)
+            expr = " ".join(args) or None
+            _bench(_session_for(command, _called_name(expr), cell, strict=False), expr)
             return None
         if command == "fix":
-            return _fix(session, args)
+            return _fix(_session_for(command, None, cell), args)
         if command == "panel":
+            if len(args) > 1:
+                raise UsageError("%nbcompile panel: usage: %nbcompile panel [NAME] [--cell N]")
+            session = _session_for(command, args[0] if args else None, cell)
             if session.stale:
                 raise UsageError(f"%nbcompile panel: {session.stale}")
             if not widgets_supported():
@@ -225,7 +251,8 @@ class NbcompileMagics(Magics):
             _display(session, force_panel=True)
             return None
         if command == "export":
-            style = _export_style(args)
+            style, name = _export_args(args)
+            session = _session_for(command, name, cell)
             try:
                 print(session.export(style=style), end="")
             except NbcompileError as exc:
@@ -332,16 +359,92 @@ def _fix(session: Session, args: list[str]) -> Any:
     return result
 
 
-def _export_style(args: list[str]) -> str:
+def _export_args(args: list[str]) -> tuple[str, str | None]:
+    """``[--style calls|decorators] [NAME]``: the style and the name whose session is exported."""
+    usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}] [NAME] [--cell N]"
+    style, rest = "calls", list(args)
+    names: list[str] = []
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--style" and rest and rest[0] in STYLES:
+            style = rest.pop(0)
+        elif arg.startswith("--style=") and arg.split("=", 1)[1] in STYLES:
+            style = arg.split("=", 1)[1]
+        elif not arg.startswith("-") and not names:
+            names.append(arg)
+        else:
+            raise UsageError(f"%nbcompile export: bad arguments {' '.join(args)!r}; {usage}")
+    return style, names[0] if names else None
 
-    usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}]"
-    if not args:
-        return "calls"
-    if len(args) == 2 and args[0] == "--style" and args[1] in STYLES:
-        return args[1]
-    if len(args) == 1 and args[0].startswith("--style=") and args[0].split("=", 1)[1] in STYLES:
-        return args[0].split("=", 1)[1]
-    raise UsageError(f"%nbcompile export: bad arguments {' '.join(args)!r}; {usage}")
+
+def _cell_flag(command: str, args: list[str]) -> tuple[int | None, list[str]]:
+    """``--cell N`` (or ``--cell=N``) taken out of a subcommand's arguments: the cell number chosen."""
+    rest: list[str] = []
+    cell: int | None = None
+    values = iter(args)
+    for arg in values:
+        if arg == "--cell" or arg.startswith("--cell="):
+            value = arg.split("=", 1)[1] if "=" in arg else next(values, "")
+            number = value.strip("[]")
+            if not number.isdigit():
+                raise UsageError(f"%nbcompile {command}: --cell takes a cell number (In [N]), not {value!r}; "
+                                 f"live cells: {_cells_text()}")
+            cell = int(number)
+        else:
+            rest.append(arg)
+    return cell, rest
+
+
+def _number(session: Session) -> int | None:
+    """The number of the cell a session belongs to (``In [N]``; the label the cell magic gave it)."""
+    found = re.fullmatch(r"\[(\d+)\]", session.label)
+    return int(found.group(1)) if found else None
+
+
+def _cells_text() -> str:
+    return ", ".join(f"{_number(s)} ({', '.join(s.functions or s.entries)})" for s in sessions()) or "none"
+
+
+def _owns(session: Session, name: str) -> bool:
+    return name in session.functions or name in session.entries or name in session.toggles
+
+
+def _session_for(command: str, name: str | None, cell: int | None, strict: bool = True) -> Session:
+    """The session a subcommand acts on: the one of cell ``cell`` when given; else the live session that
+    owns ``name`` (the latest if several; one no longer stale first); else the latest session. A name no
+    session owns is an error that lists every session's names (``strict``), unless it is a torch callable
+    or a library function, which the latest session can take."""
+    if cell is not None:
+        chosen = [s for s in sessions() if _number(s) == cell]
+        if not chosen:
+            raise UsageError(f"%nbcompile {command}: no live %%compile session of cell {cell}; "
+                             f"live cells: {_cells_text()}")
+        return chosen[-1]
+    if name is None:
+        return _need_session()
+    owners = [s for s in sessions() if _owns(s, name)]
+    fresh = [s for s in owners if s.stale is None]
+    if fresh or owners:
+        return (fresh or owners)[-1]
+    if not strict or is_torch_name(name) or is_library_name(name):
+        return _need_session()
+    _need_session()  # no session at all: say so first
+    several = len(sessions()) > 1
+    valid = "; ".join(", ".join([*s.functions, *(e for e in s.entries if e not in s.functions)])
+                      + (f" (cell {_number(s)})" if several else "") for s in sessions())
+    raise UsageError(f"%nbcompile {command}: no live %%compile session has {name!r}; valid: {valid}")
+
+
+def _called_name(expr: str | None) -> str | None:
+    """The first name in a bench expression that a session owns (``f(x)`` -> ``f``), if any."""
+    if not expr:
+        return None
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return None
+    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    return next((n for n in names if any(_owns(s, n) for s in sessions())), None)
 
 
 def _need_session() -> Session:

@@ -1,9 +1,12 @@
-"""``python -m nbcompile run NOTEBOOK [--html OUT]``: execute a notebook headless, print the summary.
+"""``python -m nbcompile run NOTEBOOK [--html OUT] [--allow-errors]``: execute a notebook headless, print
+the summary.
 
 The notebook runs in a real kernel (nbclient) with the widget state stored, so the HTML export
 (nbconvert) carries the panels and the plotly figures. The summary comes from what the notebook
 displayed: the latest nbcompile report of each ``%%compile`` cell and any benchmark results.
-The kernel's peak resident memory is measured at the end.
+The kernel's peak resident memory is measured at the end. A failing cell stops the run (exit status 1,
+no page) unless ``--allow-errors`` is given: then every cell runs, the page shows each failing cell
+with its traceback, and the terminal names them.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ _PEAK_RSS = ("import resource, json; "
              "print('__nbcompile_rss__' + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))")
 
 
-def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3") -> tuple[Any, dict[str, Any]]:
-    """Run every cell; returns the executed notebook and facts about the run (time, peak RSS)."""
+def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3",
+            allow_errors: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Run every cell; returns the executed notebook and facts about the run (time, peak RSS, and with
+    ``allow_errors`` the cells that failed: their error is kept in their outputs and the run goes on)."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(str(path), as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, store_widget_state=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            allow_errors=allow_errors, resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     peak_kib: int | None = None
     with client.setup_kernel():
@@ -49,8 +54,21 @@ def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3") -> 
             if "__nbcompile_rss__" in text:
                 peak_kib = int(text.split("__nbcompile_rss__")[1].split()[0])
         client.set_widgets_metadata()
-    facts = {"seconds": time.perf_counter() - start, "peak_rss_mib": peak_kib / 1024 if peak_kib else None}
+    facts = {"seconds": time.perf_counter() - start, "peak_rss_mib": peak_kib / 1024 if peak_kib else None,
+             "failed_cells": failed_cells(nb)}
     return nb, facts
+
+
+def failed_cells(nb: Any) -> list[dict[str, Any]]:
+    """The cells whose outputs hold an error: their position (1-based), ``In [n]``, and the error's line."""
+    failed = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "error":
+                failed.append({"cell": index + 1, "execution_count": cell.get("execution_count"),
+                               "error": f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"})
+                break
+    return failed
 
 
 def summary(nb: Any) -> dict[str, Any]:
@@ -141,6 +159,9 @@ def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> Non
               f"{plural(c['frames'], 'frame')}, {check}")
     for s in data["speedups"]:
         print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
+    for f in facts.get("failed_cells") or []:
+        run = f" (In [{f['execution_count']}])" if f.get("execution_count") else ""
+        print(f"  cell {f['cell']}{run} FAILED: {f['error']}")
 
 
 def _importable(name: str) -> bool:
@@ -159,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--html", type=pathlib.Path, default=None, help="write the executed notebook as HTML here")
     run.add_argument("--json", type=pathlib.Path, default=None, help="write the summary as JSON here")
     run.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    run.add_argument("--allow-errors", action="store_true",
+                     help="run every cell even when one fails; the page shows each failing cell with its traceback")
     args = parser.parse_args(argv)
     if not args.notebook.exists():
         parser.error(f"no such notebook: {args.notebook}")
@@ -168,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     from nbclient.exceptions import CellExecutionError
 
     try:
-        nb, facts = execute(args.notebook, args.timeout)
+        nb, facts = execute(args.notebook, args.timeout, allow_errors=args.allow_errors)
     except CellExecutionError as exc:
-        print(f"{args.notebook}: a cell failed:\n{exc}", file=sys.stderr)
+        print(f"{args.notebook}: a cell failed:\n{exc}\n(--allow-errors runs every cell and writes the page with "
+              "the failing cells shown)", file=sys.stderr)
         return 1
     data = summary(nb)
     print_summary(args.notebook.name, facts, data)

@@ -17,8 +17,16 @@ def parse_file(path: pathlib.Path) -> ast.Module:
     """``ast.parse`` of a source file on a fresh thread: CPython 3.11's AST constructor can raise
     "recursion depth mismatch" on a thread whose recursion counter earlier tests (Dynamo) have left
     deep, so static checks parse where the counter starts at zero."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(ast.parse, path.read_text(), str(path)).result()
+    source = path.read_text()
+    for attempt in range(5):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            try:
+                return pool.submit(ast.parse, source, str(path)).result()
+            except SystemError as exc:  # CPython < 3.11.8 (gh-106905): the AST converter's depth counter is
+                # interpreter-wide, so a parse on another thread at the same moment trips it; parse again
+                if "recursion depth mismatch" not in str(exc) or attempt == 4:
+                    raise
+    raise AssertionError("unreachable")
 
 
 def run_compile_cell(shell, line: str, body: str):

@@ -3,12 +3,22 @@
 ``style="calls"`` gives standalone lines that apply the toggles to names that
 already exist; ``style="decorators"`` rewrites the cell source with libcst (a
 concrete syntax tree, so comments and formatting survive): decorators above
-the ``def``s, registrations after the imports, compile lines at the end.
-Run in a fresh interpreter, either gives the session's graphs and breaks.
+the ``def``s, registrations after the imports, compile lines at the end, and
+above it the imports of the names the cell uses but took from earlier cells
+(``from torch import nn``, ``import torch.nn.functional as F``). A method is not
+compiled apart when a compiled module instance of the cell already holds its
+class: the module's compile reaches it, and a second ``torch.compile`` would only
+nest. Run in a fresh interpreter, either gives the session's graphs and breaks.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import re
+import symtable
+import sys
+import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,6 +29,16 @@ from .library import export_target, is_library_name
 from .toggles import validate
 
 STYLES = ("calls", "decorators")
+#: How notebooks import the names a cell uses without importing them itself, when the namespace the
+#: cell ran in is not at hand to say how this one did.
+CONVENTIONAL_IMPORTS = {
+    "torch": "import torch",
+    "nn": "from torch import nn",
+    "F": "import torch.nn.functional as F",
+    "optim": "from torch import optim",
+    "Tensor": "from torch import Tensor",
+    "np": "import numpy as np",
+}
 _DECORATORS = {"disable": "torch.compiler.disable", "allow_in_graph": "torch.compiler.allow_in_graph",
                "nonstrict_trace": "torch._dynamo.nonstrict_trace"}
 
@@ -83,9 +103,12 @@ def export(
     options: None | CompileOptions | Mapping[str, Any] = None,
     style: str = "calls",
     custom_ops: Mapping[str, str] | None = None,
+    namespace: Mapping[str, Any] | None = None,
 ) -> str:
     """The annotation snippet for ``toggles`` (see the module docstring). ``custom_ops``: the code that
-    makes each ``custom_op`` function an operator (a session knows it from the function's sample call)."""
+    makes each ``custom_op`` function an operator (a session knows it from the function's sample call).
+    ``namespace``: where the cell ran; it says how the names the source takes from elsewhere were
+    imported and which module instances hold which classes (without it: the usual imports, the source)."""
     if style not in STYLES:
         raise NbcompileError(f"unknown style {style!r}; valid: {', '.join(STYLES)}")
     functions, disallow = _plan(toggles)
@@ -95,6 +118,9 @@ def export(
         raise NbcompileError(f"custom_op({missing[0]}): its operator is derived from a sample call; export it from "
                              "the session that set it (%nbcompile export)")
     opts = _options(options)
+    entries = list(entries)
+    if source is not None:
+        entries = unnested_entries(entries, source, namespace)
     compiles = [compile_call(entry, opts) for entry in entries]
 
     library = {n: m for n, m in functions.items() if is_library_name(n)}
@@ -116,7 +142,7 @@ def export(
         return "\n".join(lines) + "\n"
     if source is None:
         raise NbcompileError("style='decorators' rewrites the cell source: pass source=")
-    return _rewrite(source, functions, disallow, compiles, custom_ops, library_lines)
+    return _rewrite(source, functions, disallow, compiles, custom_ops, library_lines, namespace)
 
 
 def _library_lines(library: Mapping[str, str], target: Any) -> tuple[list[str], list[str]]:
@@ -139,7 +165,8 @@ def _library_lines(library: Mapping[str, str], target: Any) -> tuple[list[str], 
 
 
 def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compiles: list[str],
-             custom_ops: Mapping[str, str], library_lines: tuple[list[str], list[str]] = ([], [])) -> str:
+             custom_ops: Mapping[str, str], library_lines: tuple[list[str], list[str]] = ([], []),
+             namespace: Mapping[str, Any] | None = None) -> str:
     import libcst as cst
 
     try:
@@ -181,13 +208,17 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
         raise NbcompileError(f"{', '.join(missing)}: no such def in the source; cannot place the decorator")
 
     body = list(module.body)
-    has_torch = any(_imports_torch(stmt) for stmt in body)
     last_import = max((i for i, stmt in enumerate(body) if _is_import(stmt)), default=-1)
     registrations = [cst.parse_statement(line + "\n") for line in [*library_lines[0], *library_lines[1]]]
     registrations += [cst.parse_statement(f"torch._dynamo.disallow_in_graph({name})\n") for name in disallow]
-    if not has_torch:
-        registrations.insert(0, cst.parse_statement("import torch\n"))
     body[last_import + 1:last_import + 1] = registrations
+    imports, elsewhere = needed_imports(source, namespace)
+    header: list[Any] = [cst.parse_statement(line + "\n") for line in imports]
+    top = _after_preamble(body)
+    if elsewhere and top < len(body):  # said above the code that needs them, under the imports
+        note = cst.EmptyLine(comment=cst.Comment(f"# defined elsewhere in the notebook: {', '.join(elsewhere)}"))
+        body[top] = body[top].with_changes(leading_lines=[note, *body[top].leading_lines])
+    body[top:top] = header
     for name in (n for n, m in functions.items() if m == "custom_op"):  # the operator, after its def
         at = next((i for i, stmt in enumerate(body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name),
                   None)
@@ -206,14 +237,120 @@ def _is_import(stmt: Any) -> bool:
     )
 
 
-def _imports_torch(stmt: Any) -> bool:
+def free_names(source: str) -> list[str]:
+    """The names ``source`` reads but never binds (nor are they builtins), in the order they appear:
+    what it takes from earlier cells. Empty when the source is not plain Python."""
+    try:
+        table = symtable.symtable(source, "<cell>", "exec")
+    except (SyntaxError, ValueError):
+        return []
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    read: set[str] = set()
+    todo = [table]
+    while todo:
+        scope = todo.pop()
+        todo.extend(scope.get_children())
+        for symbol in scope.get_symbols():
+            if symbol.is_global() and symbol.is_assigned():
+                bound.add(symbol.get_name())  # `global X; X = ...` in a def binds it too
+            elif (symbol.is_global() or scope is table) and symbol.is_referenced():
+                read.add(symbol.get_name())
+    names = read - bound - set(dir(builtins)) - {"__name__", "__file__", "__doc__"}
+    order = {name: (found.start() if (found := re.search(rf"\b{re.escape(name)}\b", source)) else 0)
+             for name in names}
+    return sorted(names, key=lambda n: (n != "torch", order[n], n))  # `import torch` first, as users write it
+
+
+def import_line(name: str, value: Any) -> str | None:
+    """The import that binds ``name`` to ``value`` in a fresh interpreter, written as a user writes it;
+    None for a value no import gives (a tensor, an object made in a cell)."""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+        parent, _, last = module.rpartition(".")
+        if module == name:
+            return f"import {module}"
+        if parent and last == name:
+            return f"from {parent} import {name}"
+        return f"import {module} as {name}"
+    owner = getattr(value, "__module__", None)
+    if isinstance(owner, str) and owner not in ("__main__", "builtins") and not owner.startswith("<"):
+        if getattr(sys.modules.get(owner), name, None) is value:
+            return f"from {owner} import {name}"
+        qualname = getattr(value, "__qualname__", None)
+        if isinstance(qualname, str) and getattr(sys.modules.get(owner), qualname, None) is value:
+            return f"from {owner} import {qualname} as {name}"
+    return None
+
+
+def needed_imports(source: str, namespace: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """(import lines, names no import gives) for what ``source`` and the lines added to it read but
+    the source does not bind: from ``namespace`` when given (how the notebook imported each), else the
+    usual imports (``CONVENTIONAL_IMPORTS``, the standard library's modules by name)."""
+    names = free_names(source)
+    try:
+        binds_torch = "torch" not in names and any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name).split(".")[0] == "torch"
+                                                                for a in n.names)
+            for n in ast.walk(ast.parse(source)))
+    except SyntaxError:
+        binds_torch = True  # not Python: leave it as it is
+    if not binds_torch and "torch" not in names:
+        names.insert(0, "torch")  # the decorators, registrations and compile lines use it
+    lines: list[str] = []
+    elsewhere: list[str] = []
+    for name in names:
+        line = None
+        if namespace is not None and name in namespace:
+            line = import_line(name, namespace[name])
+        elif name in CONVENTIONAL_IMPORTS:
+            line = CONVENTIONAL_IMPORTS[name]
+        elif name in sys.stdlib_module_names:
+            line = f"import {name}"
+        if line is None:
+            elsewhere.append(name)
+        elif line not in lines:
+            lines.append(line)
+    return lines, elsewhere
+
+
+def _after_preamble(body: list[Any]) -> int:
+    """Where imports go: after a module docstring and ``from __future__`` imports."""
     import libcst as cst
 
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    for s in stmt.body:
-        if isinstance(s, cst.Import) and any(
-            cst.Module([]).code_for_node(a.name) == "torch" and a.asname is None for a in s.names
-        ):
-            return True
-    return False
+    at = 0
+    for stmt in body:
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+        docstring = at == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+        future = isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and \
+            small.module.value == "__future__"
+        if not (docstring or future):
+            break
+        at += 1
+    return at
+
+
+def unnested_entries(entries: list[str], source: str, namespace: Mapping[str, Any] | None = None) -> list[str]:
+    """The entries less the methods (``Block.forward``) whose class a compiled module instance of the
+    entries holds (``model = Net()``, a ``Net`` made of ``Block``s): compiling the module compiles them."""
+    held: set[str] = set()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return entries
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    made = {t.id: n.value.func.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name) for t in n.targets if isinstance(t, ast.Name)}
+    for entry in (e for e in entries if "." not in e):
+        value = namespace.get(entry) if namespace is not None else None
+        if value is not None and callable(getattr(value, "modules", None)):
+            held |= {type(m).__name__ for m in value.modules()}
+        elif made.get(entry) in classes:
+            todo = [made[entry]]
+            while todo:  # the classes the instance's class makes, and theirs
+                name = todo.pop()
+                if name in held:
+                    continue
+                held.add(name)
+                todo += [n.func.id for n in ast.walk(classes[name]) if isinstance(n, ast.Call)
+                         and isinstance(n.func, ast.Name) and n.func.id in classes]
+    return [e for e in entries if "." not in e or e.split(".")[0] not in held]
