@@ -16,11 +16,12 @@ $(PY):
 
 # Stamps: pip runs again only when what it installs from changed, so `make lab` and `make demo` start in
 # seconds the second time. The install is editable: a change to nbcompile's Python needs none.
+# A change to the extension's TypeScript or CSS rebuilds it (the install builds it).
 INSTALLED := $(VENV)/.nbcompile-installed
 LAB_INSTALLED := $(VENV)/.jupyterlab-installed
 
 # A torch already in the venv is kept; otherwise the pinned CPU build is installed.
-$(INSTALLED): pyproject.toml labextension/package.json | $(PY)
+$(INSTALLED): pyproject.toml labextension/package.json $(wildcard labextension/src/*.ts labextension/style/*.css) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==$(TORCH_TEST_VERSION)
 	$(PIP) install -e ".[run]"
 	@touch $@

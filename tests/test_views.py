@@ -43,7 +43,7 @@ def test_a_failed_toggle_keeps_the_last_good_view_everywhere(ip):
     assert panel.figure_dict == figure
     assert {name: html.value for name, html in panel.function_counts.items()} == counts
     assert "ValueError: boom" in panel.status.value  # the error beside the kept view
-    assert status.split(" · ")[0] in panel.status.value  # the same counts as before
+    assert status.split("</div>")[0] in panel.status.value  # the same counts as before (the status's first line)
     # the report (and so the gutter, which reads it) is the last good one, saying what failed
     assert report.notice.startswith("The last change failed and was rolled back: scale -> allow_in_graph failed")
     bundle = report._repr_mimebundle_()
@@ -183,7 +183,8 @@ def resumes(x):
 def test_a_deliberate_skip_frame_is_not_an_error_and_resume_frames_read_as_their_function():
     assert nbcompile.inspect(skips_itself, torch.ones(2), backend="eager").errors == []
     text = str(nbcompile.inspect(resumes, torch.ones(2), backend="eager"))
-    assert "resumes (resumed at line" in text and "torch_dynamo_resume_in" not in text
+    assert "resumes (after line" in text or "resumes (resumed at line" in text
+    assert "torch_dynamo_resume_in" not in text
 
 
 def test_a_module_entry_has_a_row_in_the_panel(ip):

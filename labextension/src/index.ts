@@ -15,6 +15,7 @@ import { CodeMirrorEditor } from '@jupyterlab/codemirror';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { markerGutter, setMarkers } from './gutter';
+import { watchKernel } from './disconnect';
 import { IDisplayContent, IOutputJSON, IReport, isCompileCell, latestReport, markers, outputsToReplace } from './report';
 
 export const COPY_COMMAND = 'nbcompile:copy-snippet';
@@ -81,6 +82,7 @@ function followDisplays(panel: NotebookPanel, content: IDisplayContent): void {
 }
 
 function watchNotebook(panel: NotebookPanel): void {
+  watchKernel(panel);
   panel.sessionContext.iopubMessage.connect((_, msg) => {
     const type = msg.header.msg_type;
     if (type === 'update_display_data' || type === 'display_data') {

@@ -1,5 +1,7 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
-import { IReport, fixProof, functionLabel, plural, summary } from './report';
+import {
+  IReport, IStatusLine, causesOf, fixProof, functionLabel, opsShown, plural, splitsOf, statusLines, summary
+} from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
   const node = document.createElement(tag);
@@ -38,26 +40,49 @@ function section(title: string, body: HTMLElement, open = true, cls = ''): HTMLE
   return d;
 }
 
+/** One status line: its label in bold, a short text, the rest folded in a <details>; coloured by severity. */
+export function statusLine(line: IStatusLine): HTMLElement {
+  const kind = line.kind.replace(/ /g, '-');
+  const extra = line.kind === 'notice' ? ' nbcompile-notice' : line.kind === 'check' ? ' nbcompile-check' : '';
+  const div = el('div', undefined, `nbcompile-status nbcompile-status-${kind} nbcompile-${line.severity}${extra}`);
+  div.appendChild(el('b', line.label));
+  if (line.text) {
+    div.append(`: ${line.text}`);
+  }
+  if (line.detail) {
+    const d = div.appendChild(el('details', undefined, 'nbcompile-status-detail'));
+    d.appendChild(el('summary', 'details'));
+    d.appendChild(el('pre', line.detail));
+  }
+  return div;
+}
+
+/** A graph's op names: the first ones, then the rest folded ("... 528 more"). */
+export function opsCell(graph: { ops: string[]; op_count: number }): HTMLElement {
+  const { first, rest } = opsShown({ ...graph, compile_id: '', function: '', torch_callables: [] });
+  const cell = el('span', `${graph.op_count}: ${first}`, 'nbcompile-ops');
+  if (rest.length) {
+    const d = cell.appendChild(el('details', undefined, 'nbcompile-ops-more'));
+    d.appendChild(el('summary', `... ${rest.length} more`));
+    d.appendChild(el('span', rest.join(', ')));
+  }
+  return cell;
+}
+
 export function renderReport(report: IReport): HTMLElement {
   const root = el('div', undefined, 'nbcompile-report');
   root.appendChild(el('div', report.title || 'nbcompile report', 'nbcompile-title'));
-  if (report.notice) {
-    root.appendChild(el('div', report.notice, 'nbcompile-notice'));
-  }
   root.appendChild(el('div', summary(report), 'nbcompile-summary'));
-  if (report.check && !report.check.ok) {
-    root.appendChild(el('div', `Check failed: ${report.check.message}`, 'nbcompile-error'));
-  } else if (report.check) {
-    root.appendChild(el('div', `Check: ${report.check.message}`, 'nbcompile-check'));
+  for (const line of statusLines(report)) {
+    if (line.kind !== 'lint' && line.kind !== 'torch log') {  // those two have their own folded sections
+      root.appendChild(statusLine(line));
+    }
   }
   if (report.warnings.length) {
     root.appendChild(section(`allow_in_graph lint (${plural(report.warnings.length, 'warning')})`, table(
       ['function', 'rule', 'variable', 'line', 'warning'],
       report.warnings.map(w => [w.function, w.rule, w.variable, String(w.cell_line ?? w.lineno), w.message])
     ), true, 'nbcompile-lint'));
-  }
-  for (const e of report.errors) {
-    root.appendChild(el('div', `${functionLabel(e.function)} ${e.fail_type}: ${e.message}`, 'nbcompile-error'));
   }
   for (const f of report.fallbacks ?? []) {
     const fixes = f.fixes.map(x => x.command || x.why).join('; ');
@@ -67,13 +92,16 @@ export function renderReport(report: IReport): HTMLElement {
   if (report.graphs.length) {
     root.appendChild(section(`Graphs (${report.graph_count})`, table(
       ['#', 'compile id', 'function', 'ops'],
-      report.graphs.map((g, i) => [String(i + 1), g.compile_id, functionLabel(g.function), `${g.op_count}: ${g.ops.join(', ')}`])
+      report.graphs.map((g, i) => [String(i + 1), g.compile_id, functionLabel(g.function), opsCell(g)])
     )));
   }
-  if (report.breaks.length) {
-    root.appendChild(section(`Graph breaks (${report.break_count})`, table(
-      ['line', 'source', 'reason'],
-      report.breaks.map(b => {
+  const causes = causesOf(report);
+  if (causes.length) {
+    const title = `Graph breaks: ${plural(report.break_count, 'event')} from ${plural(causes.length, 'cause')}, ` +
+      `${plural(splitsOf(report), 'split')}`;
+    root.appendChild(section(title, table(
+      ['count', 'line', 'source', 'reason'],
+      causes.map(b => {
         const reason = el('div');
         reason.appendChild(el('b', b.gb_type));
         if (b.doc_url && /^https?:\/\//.test(b.doc_url)) {
@@ -94,16 +122,16 @@ export function renderReport(report: IReport): HTMLElement {
           const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
           reason.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
         }
-        return [b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];
+        return [`x${b.count}`, b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];
       })
-    )));
+    ), true, 'nbcompile-causes'));
   }
   if (report.recompiles.length) {
     root.appendChild(section(`Recompiles (${report.recompile_count})`, table(
-      ['function', 'compile id', 'what changed', 'line', 'reason'],
+      ['function', 'compile id', 'what changed', 'line', 'fix', 'reason'],
       report.recompiles.map(r => [functionLabel(r.function), r.compile_id, changeText(r),
-        r.cell_line === null || r.cell_line === undefined ? '' : String(r.cell_line), r.reason])
-    )));
+        r.cell_line === null || r.cell_line === undefined ? '' : String(r.cell_line), fixList(r.fixes ?? []), r.reason])
+    ), true, 'nbcompile-recompiles'));
   }
   if (report.frames.length) {
     const guards = el('div');
@@ -112,6 +140,11 @@ export function renderReport(report: IReport): HTMLElement {
       guards.appendChild(el('pre', f.guards.join('\n')));
     }
     root.appendChild(section('Frames and guards', guards, false));
+  }
+  const log = report.torch_log ?? [];
+  if (log.length) {
+    root.appendChild(section(`torch log (${plural(log.length, 'record')}, kept out of the cell)`, el('pre', log.join('\n')),
+      false, 'nbcompile-torch-log'));
   }
   if (report.kernels.length) {
     const kernels = el('div');
@@ -122,6 +155,18 @@ export function renderReport(report: IReport): HTMLElement {
     root.appendChild(section(`Generated kernels (${report.kernels.length})`, kernels, false));
   }
   return root;
+}
+
+/** Fixes, each with its proof, classed by it (proven, failed, untried). */
+export function fixList(fixes: IReport['recompiles'][number]['fixes']): HTMLElement {
+  const list = el('div', undefined, 'nbcompile-fixes');
+  for (const f of fixes.slice(0, 3)) {
+    const proof = fixProof(f);
+    const text = f.command ? `fix: ${f.command}  (${f.why})${proof ? ` [${proof}]` : ''}` : `fix: ${f.why}${proof ? ` [${proof}]` : ''}`;
+    const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
+    list.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
+  }
+  return list;
 }
 
 /** `x.shape[0]: 3 -> 5` (the newest cache entry's failed guard, and how many more), as render.py says it. */

@@ -24,9 +24,11 @@ export interface NbcompileReport {
   };
   notice: string;
   torch_log: string[];
+  causes: Cause[];
   schema_version: number;
   graph_count: number;
   break_count: number;
+  splits: number;
   recompile_count: number;
   frame_count: number;
   compile_time_s: number;
@@ -140,4 +142,19 @@ export interface Check {
   rule: string;
   compiled_error: number | null;
   eager_error: number | null;
+}
+export interface Cause {
+  count: number;
+  cell_line: number | null;
+  filename: string;
+  lineno: number;
+  gb_type: string;
+  reason: string;
+  fixes: Fix[];
+  function: string;
+  source_line: string;
+  explanation: string;
+  hints: string[];
+  gb_id: string | null;
+  doc_url: string | null;
 }

@@ -3,7 +3,7 @@
  * frontend reads from it. Pure functions: no DOM, no JupyterLab, so they are unit-tested alone.
  */
 
-import { Fix, GraphBreak, LintWarning, NbcompileReport } from './report-schema';
+import { Cause, Fix, Graph, GraphBreak, LintWarning, NbcompileReport, Recompile } from './report-schema';
 
 export const MIME_TYPE = 'application/vnd.nbcompile.report+json';
 
@@ -14,6 +14,121 @@ export const MIME_TYPE = 'application/vnd.nbcompile.report+json';
 export type IReport = NbcompileReport;
 export type IGraphBreak = GraphBreak;
 export type ILintWarning = LintWarning;
+export type ICause = Cause;
+
+/** Ops of one graph shown before the rest is folded (as nbcompile/render.py's SHOWN_OPS). */
+export const SHOWN_OPS = 12;
+
+/**
+ * The report's break causes, one per site with its event count. A report saved before causes
+ * existed (or built by hand) has none: its breaks are grouped here the way Report.add groups them.
+ */
+export function causesOf(report: IReport): ICause[] {
+  const kept = report.causes ?? [];
+  if (kept.length || !report.breaks.length) {
+    return kept;
+  }
+  const bySite = new Map<string, ICause>();
+  for (const b of report.breaks) {
+    const key = b.filename ? `${b.filename}\u0000${b.lineno}` : `\u0000${b.function}\u0000${b.gb_type}\u0000${b.reason}`;
+    const c = bySite.get(key);
+    if (c) {
+      c.count += 1;
+      if (!c.fixes.length && b.fixes.length) {
+        c.fixes = b.fixes;
+      }
+    } else {
+      bySite.set(key, {
+        count: 1, cell_line: b.cell_line, filename: b.filename, lineno: b.lineno, gb_type: b.gb_type, reason: b.reason,
+        fixes: b.fixes, function: b.function, source_line: b.source_line, explanation: b.explanation, hints: b.hints,
+        gb_id: b.gb_id, doc_url: b.doc_url
+      });
+    }
+  }
+  return [...bySite.values()];
+}
+
+/** Graph splits as GraphMend counts them (the kernel sends them; an old report: graphs - 1). */
+export function splitsOf(report: IReport): number {
+  return typeof report.splits === 'number' ? report.splits : Math.max(0, report.graph_count - 1);
+}
+
+/** A graph's first ops and, apart, the rest (the views fold it: "... 528 more"). */
+export function opsShown(graph: Graph, shown = SHOWN_OPS): { first: string; rest: string[] } {
+  return { first: graph.ops.slice(0, shown).join(', '), rest: graph.ops.slice(shown) };
+}
+
+/** A fix as one line, with its proof (`%nbcompile set f disable (proven: breaks 2 -> 1)`). */
+export function fixText(fix: Fix): string {
+  const proof = fixProof(fix);
+  return `${fix.command || fix.why}${proof ? ` (${proof})` : ''}`;
+}
+
+/** The fixes a view offers: never one that was tried and did not help. */
+export function offeredFixes(fixes: Fix[]): Fix[] {
+  return fixes.filter(f => f.verified !== false);
+}
+
+/** One line of the status (as nbcompile/render.py's StatusLine): a kind, how bad, a short text, the rest folded. */
+export interface IStatusLine {
+  kind: string;
+  severity: 'ok' | 'info' | 'warn' | 'error';
+  label: string;
+  text: string;
+  detail: string;
+}
+
+/** Characters of a status line's short text (as render.py's STATUS_CHARS). */
+export const STATUS_CHARS = 140;
+
+export function shortText(text: string, limit = STATUS_CHARS): string {
+  const lines = text.trim().split('\n');
+  const first = lines[0] ?? '';
+  if (first.length > limit) {
+    return `${first.slice(0, limit - 1).trimEnd()}…`;
+  }
+  return first + (lines.length > 1 ? '…' : '');
+}
+
+function folded(kind: string, severity: IStatusLine['severity'], text: string, detail = '', label = ''): IStatusLine {
+  const brief = shortText(text);
+  const whole = detail || text;
+  return { kind, severity, label: label || kind, text: brief, detail: whole.trim() === brief.trim() ? '' : whole };
+}
+
+/** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
+export function statusLines(report: IReport): IStatusLine[] {
+  const lines: IStatusLine[] = [];
+  const check = report.check;
+  if (check) {
+    if (!check.compared) {
+      lines.push(folded('check', 'info', check.message, '', 'check not compared'));
+    } else if (check.ok) {
+      lines.push(folded('check', 'ok', check.message, '', 'check ok'));
+    } else {
+      lines.push(folded('check', 'error', check.message, '', 'Check failed'));
+    }
+  }
+  if (report.errors.length) {
+    const last = report.errors[report.errors.length - 1];
+    lines.push(folded('errors', 'error',
+      `${plural(report.errors.length, 'compile error')}; last: ${functionLabel(last.function)} ${last.fail_type}: ${last.message}`,
+      report.errors.map(e => `${functionLabel(e.function)} [${e.compile_id}] ${e.fail_type}: ${e.message}`).join('\n')));
+  }
+  if (report.notice) {
+    lines.push(folded('notice', 'warn', report.notice));
+  }
+  if (report.warnings.length) {
+    lines.push(folded('lint', 'warn', `${report.warnings.length} lint warnings (allow_in_graph)`,
+      report.warnings.map(w => `${w.function}: ${w.message}`).join('\n')));
+  }
+  const log = report.torch_log ?? [];
+  if (log.length) {
+    lines.push({ kind: 'torch log', severity: 'info', label: 'torch log', text: `${plural(log.length, 'record')}, kept out of the cell`,
+      detail: log.join('\n') });
+  }
+  return lines;
+}
 
 /** One gutter marker: the line (1-based, as displayed) and what its tooltip says. */
 export interface IMarker {
@@ -100,30 +215,26 @@ function safeUrl(url: string | null): string | null {
 /** Markers for each cell line with a graph break, then each line named by a recompile. */
 export function markers(report: IReport, source: string): IMarker[] {
   const byLine = new Map<number, IMarker>();
-  for (const b of report.breaks) {
-    if (b.cell_line === null || b.cell_line === undefined) {
+  for (const c of causesOf(report)) {
+    if (c.cell_line === null || c.cell_line === undefined) {
       continue;
     }
-    let m = byLine.get(b.cell_line);
+    let m = byLine.get(c.cell_line);
     if (!m) {
-      m = { line: b.cell_line, kind: 'break', title: '', lines: [], links: [] };
-      byLine.set(b.cell_line, m);
+      m = { line: c.cell_line, kind: 'break', title: '', lines: [], links: [] };
+      byLine.set(c.cell_line, m);
     }
-    const reason = `${b.gb_type}${b.gb_id ? ` (${b.gb_id})` : ''}: ${b.explanation || b.reason}`;
-    if (!m.lines.includes(reason)) {
-      m.lines.push(reason);
-      for (const hint of b.hints.slice(0, 2)) {
-        m.lines.push(`hint: ${hint}`);
-      }
-      const fix = b.fixes.find(f => f.command && f.verified !== false);
-      if (fix) {
-        const proof = fixProof(fix);
-        m.lines.push(`fix: ${fix.command}${proof ? ` (${proof})` : ''}`);
-      }
-      const href = safeUrl(b.doc_url);
-      if (href) {
-        m.links.push({ text: b.gb_id || 'docs', href });
-      }
+    m.lines.push(`x${c.count} ${c.gb_type}${c.gb_id ? ` (${c.gb_id})` : ''}: ${c.explanation || c.reason}`);
+    for (const hint of c.hints.slice(0, 2)) {
+      m.lines.push(`hint: ${hint}`);
+    }
+    const fix = c.fixes.find(f => f.command && f.verified !== false);
+    if (fix) {
+      m.lines.push(`fix: ${fixText(fix)}`);
+    }
+    const href = safeUrl(c.doc_url);
+    if (href) {
+      m.links.push({ text: c.gb_id || 'docs', href });
     }
   }
   for (const m of byLine.values()) {
@@ -132,6 +243,7 @@ export function markers(report: IReport, source: string): IMarker[] {
   // Where a recompile's guarded name comes from (its parameter, its global): a distinct marker whose
   // tooltip says what changed ("x.shape[0]: 3 -> 5, 3 recompiles").
   const origins = new Map<number, Map<string, number>>();
+  const originFixes = new Map<number, string[]>();
   for (const r of report.recompiles ?? []) {
     const change = (r.changes ?? [])[0];
     if (r.cell_line === null || r.cell_line === undefined || !change) {
@@ -141,35 +253,66 @@ export function markers(report: IReport, source: string): IMarker[] {
     const counts = origins.get(r.cell_line) ?? new Map<string, number>();
     counts.set(text, (counts.get(text) ?? 0) + 1);
     origins.set(r.cell_line, counts);
+    const fixes = originFixes.get(r.cell_line) ?? [];
+    for (const line of recompileFixLines(r)) {
+      if (!fixes.includes(line)) {
+        fixes.push(line);
+      }
+    }
+    originFixes.set(r.cell_line, fixes);
   }
   for (const [line, counts] of origins) {
-    if (byLine.has(line)) {
-      continue;  // a break on the same line keeps its marker
+    const fixes = originFixes.get(line) ?? [];
+    const existing = byLine.get(line);
+    if (existing) {  // a break on the same line keeps its marker; the recompile's fixes join it
+      existing.lines.push(...fixes.filter(f => !existing.lines.includes(f)));
+      continue;
     }
     const total = [...counts.values()].reduce((a, b) => a + b, 0);
     const said = [...counts.keys()].map(t => `${t}`);
     byLine.set(line, {
       line, kind: 'origin', title: `${said[said.length - 1]}, ${total} recompile${total === 1 ? '' : 's'}`,
-      lines: [...said.map(t => `${t}`), `${total} recompile${total === 1 ? '' : 's'} from this line`], links: []
+      lines: [...said.map(t => `${t}`), `${total} recompile${total === 1 ? '' : 's'} from this line`, ...fixes], links: []
     });
   }
   const lines = source.split('\n');
   for (const r of report.recompiles) {
-    for (const line of recompileLines(r.function, r.reason, lines)) {
-      if (!byLine.has(line)) {
-        byLine.set(line, { line, kind: 'recompile', title: `recompile: ${r.reason}`, lines: [`recompiled ${r.function}: ${r.reason}`], links: [] });
+    for (const line of recompileLines(r.function, r.reason, lines, (r.changes ?? []).map(c => c.subject))) {
+      const said = changeSaid(r) || r.reason;
+      const m = byLine.get(line);
+      if (!m) {
+        byLine.set(line, {
+          line, kind: 'recompile', title: `recompile: ${said}`,
+          lines: [`recompiled ${functionLabel(r.function)}: ${said}`, ...recompileFixLines(r)], links: []
+        });
+      } else if (m.kind === 'recompile') {
+        m.lines.push(...recompileFixLines(r).filter(f => !m.lines.includes(f)));
       }
     }
   }
   return [...byLine.values()].sort((a, b) => a.line - b.line);
 }
 
-/** Lines a recompile reason names: the recompiled function's def, and lines that use a global it names. */
-export function recompileLines(fn: string, reason: string, lines: string[]): number[] {
+/** A recompile's fixes as tooltip lines, each with its proof (one that did not help is not offered). */
+export function recompileFixLines(r: Recompile): string[] {
+  return offeredFixes(r.fixes ?? []).slice(0, 3).map(f => `fix: ${fixText(f)}`);
+}
+
+function changeSaid(r: Recompile): string {
+  const change = (r.changes ?? [])[0];
+  return change ? `${change.subject}: ${change.before} → ${change.after}` : '';
+}
+
+/** Lines a recompile names: the recompiled function's def, and lines that use a global it names (in
+ *  torch's raw `G['X']` form, or as a guard change's plain subject `X`, as nbcompile now writes them). */
+export function recompileLines(fn: string, reason: string, lines: string[], subjects: string[] = []): number[] {
   const base = fn.replace(/^torch_dynamo_resume_in_(.+)_at_\d+$/, '$1');
   const found = new Set<number>();
   const def = new RegExp(`^\\s*def\\s+${escapeRegExp(base)}\\s*\\(`);
-  const globals = [...reason.matchAll(/G\['([A-Za-z_]\w*)'\]/g)].map(m => m[1]);
+  const globals = [
+    ...[...reason.matchAll(/G\['([A-Za-z_]\w*)'\]/g)].map(m => m[1]),
+    ...subjects.filter(s => /^[A-Za-z_]\w*$/.test(s))
+  ];
   lines.forEach((text, i) => {
     if (def.test(text)) {
       found.add(i + 1);
@@ -187,10 +330,10 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-/** `torch_dynamo_resume_in_f_at_5` -> `f (resumed at line 5)` (as nbcompile/render.py's function_label). */
+/** `torch_dynamo_resume_in_f_at_5` -> `f (after line 5)` (as nbcompile/render.py's function_label). */
 export function functionLabel(name: string): string {
   const m = /^torch_dynamo_resume_in_(.+)_at_(\d+)$/.exec(name);
-  return m ? `${m[1]} (resumed at line ${m[2]})` : name;
+  return m ? `${m[1]} (after line ${m[2]})` : name;
 }
 
 /** `1 graph break`, `2 graph breaks` (as nbcompile/render.py's plural). */
@@ -204,6 +347,7 @@ export function summary(report: IReport): string {
     plural(report.frame_count, 'frame'),
     plural(report.graph_count, 'graph'),
     plural(report.break_count, 'graph break'),
+    ...(report.break_count ? [plural(splitsOf(report), 'split'), plural(causesOf(report).length, 'cause')] : []),
     plural(report.recompile_count, 'recompile'),
     `compile ${report.compile_time_s.toFixed(2)} s`
   ];

@@ -17,7 +17,7 @@ function report(extra: Partial<IReport> = {}): IReport {
     title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, schema_version: 1,
     graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '', torch_log: [],
-    fallbacks: [],
+    fallbacks: [], causes: [], splits: 1,
     check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0, eager_error: 0 },
     breaks: [1, 2].map(() => ({
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
@@ -51,7 +51,7 @@ test('one marker per break line, with reason, hint, fix and the GB link', () => 
   expect(m.line).toBe(4);
   expect(m.kind).toBe('break');
   expect(m.lines).toEqual([
-    'Failed to trace builtin operator (GB0059): no print', 'hint: Avoid print', 'fix: %nbcompile set helper disable'
+    'x2 Failed to trace builtin operator (GB0059): no print', 'hint: Avoid print', 'fix: %nbcompile set helper disable'
   ]);
   expect(m.links).toEqual([{ text: 'GB0059', href: 'https://example.org/gb0059' }]);
 });
@@ -69,6 +69,7 @@ test('recompile reasons mark the function and the globals they name', () => {
   const lines = SOURCE.split('\n');
   expect(recompileLines('outer', "G['SCALE'] == 2", lines)).toEqual([6, 7, 8]);
   expect(recompileLines('torch_dynamo_resume_in_helper_at_4', 'size mismatch', lines)).toEqual([3]);
+  expect(recompileLines('outer', 'SCALE == 2', lines, ['SCALE'])).toEqual([6, 7, 8]);
   const r = report({ breaks: [], recompiles: [{
     function: 'outer', compile_id: '1/1', reason: "G['SCALE'] == 2", changes: [], cell_line: null, fixes: []
   }] });
@@ -82,7 +83,7 @@ test('the rendered report escapes every text it shows', () => {
   expect(node.querySelector('img')).toBeNull();
   expect(node.querySelector('script')).toBeNull();
   expect(node.textContent).toContain('<script>alert(1)</script>');
-  expect(node.querySelector('.nbcompile-summary')?.textContent).toBe('2 frames, 2 graphs, 2 graph breaks, 0 recompiles, compile 0.10 s, check ok');
+  expect(node.querySelector('.nbcompile-summary')?.textContent).toBe('2 frames, 2 graphs, 2 graph breaks, 1 split, 1 cause, 0 recompiles, compile 0.10 s, check ok');
   expect(node.querySelector('a')?.getAttribute('href')).toBe('https://example.org/gb0059');
 });
 
@@ -102,10 +103,10 @@ test('allow_in_graph lint warnings are rendered, with their line and message', (
 
 test('the summary counts as the Python one does: plurals and errors', () => {
   const r = report({
-    frame_count: 1, graph_count: 1, break_count: 1,
+    frame_count: 1, graph_count: 1, break_count: 1, splits: 0, breaks: report().breaks.slice(0, 1),
     errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }]
   });
-  expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 recompiles, compile 0.10 s, 1 error, check ok');
+  expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 splits, 1 cause, 0 recompiles, compile 0.10 s, 1 error, check ok');
 });
 
 test('a display message replaces the saved report outputs that carry its display id, and only those', () => {
@@ -134,23 +135,24 @@ test('a fix that was tried and did not help is not offered in the gutter; a prov
   expect(markers(r, SOURCE)[0].lines).toContain('fix: %nbcompile set helper disable (proven: breaks 2 -> 1, check ok)');
   expect(markers(r, SOURCE)[0].lines.join('\n')).not.toContain('set outer disable');
   const shown = [...renderReport(r).querySelectorAll('.nbcompile-fix')].map(d => [d.className, d.textContent]);
-  expect(shown).toEqual([
+  expect(shown).toEqual([  // one cause (two events at one site): its fixes once
     ['nbcompile-fix nbcompile-fix-failed', 'fix: %nbcompile set outer disable  (w) [tried, did not help: breaks 2 -> 2]'],
-    ['nbcompile-fix nbcompile-fix-proven', 'fix: %nbcompile set helper disable  (w) [proven: breaks 2 -> 1, check ok]'],
-    ['nbcompile-fix nbcompile-fix-untried', 'fix: %nbcompile set helper disable  (runs eagerly)']
+    ['nbcompile-fix nbcompile-fix-proven', 'fix: %nbcompile set helper disable  (w) [proven: breaks 2 -> 1, check ok]']
   ]);
 });
 
 test('resume functions read as the function they resume, as in the Python views', () => {
   const r = report({ graphs: [{ compile_id: '2/0', op_count: 1, ops: ['mul'], function: 'torch_dynamo_resume_in_helper_at_4', torch_callables: [] }] });
   const cells = [...renderReport(r).querySelectorAll('td')].map(td => td.textContent);
-  expect(cells).toContain('helper (resumed at line 4)');
+  expect(cells).toContain('helper (after line 4)');
   expect(cells).not.toContain('torch_dynamo_resume_in_helper_at_4');
 });
 
 test('the notice of a kept report (a later change failed) is shown', () => {
   const r = report({ notice: 'scale -> allow_in_graph failed (ValueError: boom); kept the last good report' });
-  expect(renderReport(r).querySelector('.nbcompile-notice')?.textContent).toBe(r.notice);
+  const notice = renderReport(r).querySelector('.nbcompile-notice');
+  expect(notice?.textContent).toContain(r.notice);
+  expect(notice?.className).toContain('nbcompile-warn');
   expect(renderReport(report()).querySelector('.nbcompile-notice')).toBeNull();
 });
 

@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 
 from ..capture.cell import cell_line_of
+from ..core.text import cut
 from ..model.report import LintWarning
 
 #: Attribute reads and calls that look at a tensor's metadata, not its values.
@@ -111,6 +112,9 @@ class _Linter:
         self.tensors = self._tensor_names(args)
         # names that alias an input (y = x, y = x[0], y = x.view(...)): mutating them mutates the input
         self.aliases = {p: p for p in self.params if p in self.tensors}
+        #: names bound to the module's own state (``for group in self.param_groups: for p in group["params"]``):
+        #: assigning into them changes the module (``p.grad = None`` in ``Optimizer.zero_grad``)
+        self.state_names: set[str] = {self.self_name} if self.self_name else set()
 
     # -- helpers ---------------------------------------------------------------------
     def warn(self, rule: str, variable: str, node: ast.AST, message: str) -> None:
@@ -188,16 +192,32 @@ class _Linter:
                             self.tensors.add(name)
                         if isinstance(sub, ast.Assign) and source in self.aliases:
                             self.aliases[name] = self.aliases[source]
-            elif isinstance(sub, (ast.For, ast.comprehension)) and self._mentions_tensor(sub.iter):
-                for name in _target_names(sub.target):
-                    self.tensors.add(name)
+            elif isinstance(sub, (ast.For, ast.comprehension)):
+                if self._mentions_tensor(sub.iter):
+                    for name in _target_names(sub.target):
+                        self.tensors.add(name)
+                root = _root_name(sub.iter)
+                for name in _target_names(sub.target):  # an element of the state or of an input is that state
+                    if root in self.state_names:
+                        self.state_names.add(name)
+                    elif root in self.aliases:
+                        self.aliases[name] = self.aliases[root]
+            if isinstance(sub, ast.Assign) and _root_name(sub.value) in self.state_names and \
+                    _alias_source(sub.value) is not None:
+                for target in sub.targets:
+                    self.state_names.update(_target_names(target))
 
     def _signature(self) -> None:
         args = self.node.args
         if self.self_name is not None and self.owner is not None:  # self_name is set only with an owner
-            self.warn("not-proxyable", self.self_name, self.node,
-                      f"input {self.self_name} is an nn.Module ({self.owner.__name__}), which an FX graph cannot take "
-                      "as an input; use torch.func.functional_call with its parameters passed in")
+            if issubclass(self.owner, torch.nn.Module):
+                self.warn("not-proxyable", self.self_name, self.node,
+                          f"input {self.self_name} is an nn.Module ({self.owner.__name__}), which an FX graph cannot "
+                          "take as an input; use torch.func.functional_call with its parameters passed in")
+            else:
+                self.warn("not-proxyable", self.self_name, self.node,
+                          f"input {self.self_name} is a {self.owner.__name__}, which an FX graph cannot take as an "
+                          "input")
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if a.annotation is not None and not _proxyable_annotation(a.annotation):
                 self.warn("not-proxyable", a.arg, a,
@@ -209,7 +229,7 @@ class _Linter:
         for a, default in pairs:
             if _unproxyable_literal(default):
                 self.warn("not-proxyable", a.arg, default,
-                          f"input {a.arg} defaults to {ast.unparse(default)[:40]}, which an FX graph cannot take")
+                          f"input {a.arg} defaults to {cut(ast.unparse(default), 40)}, which an FX graph cannot take")
         if self.node.returns is not None and not _proxyable_annotation(self.node.returns):
             self.warn("not-proxyable", "return", self.node,
                       f"output annotated {ast.unparse(self.node.returns)} is not a type an FX graph can return")
@@ -260,6 +280,10 @@ class _Linter:
                 continue
             if root == self.self_name:
                 self.warn("mutation", ast.unparse(target), target, f"{verb} {ast.unparse(target)}: state of the module")
+            elif root in self.state_names and not (verb.startswith("calls ") and "in-place" not in verb):
+                self.warn("mutation", ast.unparse(target), target,
+                          f"{verb} {ast.unparse(target)}, which is state of the module ({root} comes from "
+                          f"{self.self_name})")
             elif root in self.aliases and not (verb.startswith("calls ") and "in-place" not in verb):
                 param = self.aliases[root]
                 via = "" if root == param else f" (through {root}, a view of {param})"
@@ -307,12 +331,13 @@ class _Linter:
             name = self._mentions_tensor(func.value)
             if name is not None:
                 self.warn("data-dependent", name, sub,
-                          f"{ast.unparse(sub)[:60]} turns tensor values into Python values; the graph cannot "
+                          f"{cut(ast.unparse(sub), 60)} turns tensor values into Python values; the graph cannot "
                           "follow them (keep them as tensors)")
         if isinstance(func, ast.Name) and func.id in ("bool", "int", "float") and sub.args:
             name = self._mentions_tensor(sub.args[0])
             if name is not None:
-                self.warn("data-dependent", name, sub, f"{ast.unparse(sub)[:60]} reads a tensor's value into Python")
+                self.warn("data-dependent", name, sub,
+                          f"{cut(ast.unparse(sub), 60)} reads a tensor's value into Python")
 
     def _is_submodule(self, attr: str) -> bool:
         value = getattr(self.owner, attr, None) if self.owner is not None else None
@@ -332,14 +357,14 @@ class _Linter:
                 kind = {ast.If: "if", ast.While: "while", ast.IfExp: "conditional expression",
                         ast.Assert: "assert"}[type(sub)]
                 self.warn("data-dependent", name, sub,
-                          f"{kind} on the values of {name} ({ast.unparse(sub.test)[:50]}): the graph keeps one branch; "
-                          "use torch.where or torch.cond")
+                          f"{kind} on the values of {name} ({cut(ast.unparse(sub.test), 50)}): the graph keeps one "
+                          "branch; use torch.where or torch.cond")
         elif isinstance(sub, ast.BoolOp):
             for value in sub.values[:-1]:
                 name = self._mentions_tensor(value)
                 if name is not None:
                     self.warn("data-dependent", name, sub,
-                              f"'{ast.unparse(sub)[:50]}' branches on the values of {name}")
+                              f"'{cut(ast.unparse(sub), 50)}' branches on the values of {name}")
 
     def _outputs(self, sub: ast.AST) -> None:
         if isinstance(sub, (ast.Yield, ast.YieldFrom)):
@@ -350,7 +375,7 @@ class _Linter:
         for value in values:
             if _unproxyable_literal(value):
                 self.warn("not-proxyable", "return", sub,
-                          f"returns {ast.unparse(value)[:40]}, which an FX graph cannot hold "
+                          f"returns {cut(ast.unparse(value), 40)}, which an FX graph cannot hold "
                           "(return tensors, numbers, or tuples/lists of them)")
             elif isinstance(value, ast.Name):
                 where, obj = self.resolve(value.id)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..core.text import code_text, cut, plain_text
 from ..model.report import Fix, FixAction, GuardChange, MarkKind
 
 #: Most guard changes kept per recompile.
@@ -115,7 +116,7 @@ def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
     if (m := _EQUALS.match(guard)) is not None:
         subject = subject_of(m["lhs"])
         value = evaluate(subject, lookup)
-        return GuardChange(subject, m["rhs"].strip()[:MAX_VALUE_CHARS], _short(value))
+        return GuardChange(subject, cut(m["rhs"].strip(), MAX_VALUE_CHARS), _short(value))
     if (m := _RANGE.match(guard)) is not None and (m["lo"] or m["hi"]):
         subject = subject_of(m["expr"])
         bounds = " and ".join(b for b in (f">= {m['lo']}" if m["lo"] else "", f"<= {m['hi']}" if m["hi"] else "")
@@ -377,3 +378,100 @@ def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) 
             fixes.append(Fix("", "train and eval are compiled apart: expect one recompile per mode, not more"))
     return fixes
 
+
+
+# --- torch's internal names, as the user wrote them ----------------------------------------------------
+
+_LOCATION = re.compile(r":\d+ in \S+\s*$")
+_MORE = re.compile(r"\s*\(and \d+ earlier cache entr(?:y|ies) failed too\)$")
+
+
+def stack_expressions(source: str, lineno: int) -> dict[str, str]:
+    """``___stack0`` -> the expression on line ``lineno`` of ``source`` whose value a resume function
+    receives as that stack slot (``z = step * 2 + helper(y)`` broken at ``helper(y)``: ``___stack0`` is
+    ``step * 2``). Python leaves on the stack, at a call, the operands evaluated before it; a slot is
+    named only when every call of the statement agrees on it (else it is left out: never a guess)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)
+                  and n.lineno <= lineno <= (n.end_lineno or n.lineno)]
+    if not statements:
+        return {}
+    stmt = min(statements, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    stacks: list[list[ast.expr]] = []
+
+    def walk(node: ast.expr, pending: list[ast.expr]) -> None:
+        if isinstance(node, ast.Call):
+            walk(node.func, pending)
+            before: list[ast.expr] = [node.func]
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                walk(arg, pending + before)
+                before.append(arg)
+            stacks.append([*pending, node])
+        elif isinstance(node, ast.BinOp):
+            walk(node.left, pending)
+            walk(node.right, [*pending, node.left])
+        elif isinstance(node, ast.Compare):
+            walk(node.left, pending)
+            for other in node.comparators:
+                walk(other, [*pending, node.left])
+        elif isinstance(node, ast.Subscript):
+            walk(node.value, pending)
+            walk(node.slice, [*pending, node.value])
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            done: list[ast.expr] = []
+            for elt in node.elts:
+                walk(elt, pending + done)
+                done.append(elt)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    walk(child, pending)
+
+    if isinstance(stmt, ast.AugAssign):
+        walk(stmt.value, [stmt.target])
+    elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr, ast.Return)):
+        if stmt.value is not None:
+            walk(stmt.value, [])
+    else:
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.expr):
+                walk(child, [])
+    names: dict[str, str] = {}
+    for i in range(max((len(s) for s in stacks), default=0)):
+        found = {ast.unparse(s[i]) for s in stacks if len(s) > i}
+        if len(found) == 1:
+            names[f"___stack{i}"] = found.pop()
+    return names
+
+
+def plain_subject(subject: str, stack: Mapping[str, str], where: str) -> str:
+    """A guard change's subject with a stack slot named: the expression, else "a value on ``where``"."""
+    match = re.match(r"___stack\d+\b", subject)
+    if match is None:
+        return subject
+    if match[0] in stack:
+        return stack[match[0]] + subject[match.end():]
+    return f"a value on {where}" if where else "a value on the stack"
+
+
+def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
+    """A recompile reason as the user reads it: the failed guard with the names they wrote, where it
+    was installed (``cell line 9: z = ...``) and how many earlier entries failed, without torch's
+    internal names (``G['SCALE']``, ``___stack0``, resume functions, the cell's temporary file)."""
+    more = _MORE.search(summary)
+    body = summary[: more.start()] if more else summary
+    first, *_ = body.splitlines() or [""]
+    guard, *comments = first.split("  #")
+    guard = plain_text(guard.strip(), stack)
+    where = ""
+    if comments and _LOCATION.search(comments[-1]):  # torch's "# <source line>  # <file>:<line> in <fn>"
+        # the function named after the location is the recompile's own
+        where = re.sub(r"\s+in \S.*$", "", plain_text(comments.pop().strip(), stack))
+    code = "  #".join(comments).strip().removeprefix("#").strip()
+    said = guard
+    if where or code:
+        said += f" ({where}{': ' if where and code else ''}{code_text(code, 80) if code else ''})"
+    return cut(said, 400) + (more[0] if more else "")

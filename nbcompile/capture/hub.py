@@ -17,23 +17,37 @@ event closes the compilation, to the first owner found of:
 
 Graphs come from ``RecordingBackend``, a thin wrapper around the real
 backend that reads each FX graph it is handed and passes it on unchanged.
+
+While a thread compiles for a recording (``Hub.active``), what torch's own
+loggers print (Dynamo's ``W1123 ...`` warnings) goes to that recording's
+``Report.torch_log`` instead of the cell: the printing handlers of the
+``torch`` loggers are stood in for, and put back exactly when the last
+compile ends. Records from other threads pass through unchanged.
+
+What the user reads names what they wrote: a guard on ``___stack0`` names
+the expression on that line, ``G['SCALE']`` is ``SCALE``, a resume
+function is ``f (after line 5)`` and a cell's temporary file is its line.
+Raw names stay where the data is matched on (``Frame.function``).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
+import linecache
 import logging
 import math
 import re
 import threading
 import weakref
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import torch_compat
 from ..core.names import torch_name
+from ..core.text import cut, function_label, plain_text, user_function
 from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
 from .cell import cell_line_of
@@ -56,6 +70,15 @@ from .trace_parse import parse_graph_break, parse_graph_ops, parse_guards, parse
 #: Compilations still open at once before the oldest is dropped (a failed
 #: compile that never closed, say); keeps memory bounded.
 MAX_PENDING = 64
+#: Most torch log records a report keeps; the rest are counted in ``Report.dropped["torch_log"]``.
+MAX_TORCH_LOG = 200
+#: Most characters of one kept torch log record.
+MAX_LOG_CHARS = 2000
+#: The user-code frames (file, line, function) of the graph break being advised, innermost last: what a
+#: ``Recording.advise`` reads to find the user's own caller of a break inside installed code.
+BREAK_FRAMES: contextvars.ContextVar[tuple[tuple[str, int, str], ...]] = contextvars.ContextVar(
+    "nbcompile_break_frames", default=())
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d{1,9}), in (?P<fn>.+)$', re.M)
 
 
 class Recording:
@@ -128,6 +151,63 @@ class _TraceHandler(logging.Handler):
             logging.getLogger(__name__).exception("nbcompile capture failed on a trace event")
 
 
+class _TorchLogCatcher(logging.Handler):
+    """Stands in for the printing handlers of one torch logger while nbcompile compiles: a record from a
+    thread compiling for a recording goes to its report, one from any other thread to the handlers it
+    stands in for, as before."""
+
+    def __init__(self, hub: Hub, replaced: list[logging.Handler]) -> None:
+        super().__init__(level=min((h.level for h in replaced), default=logging.NOTSET))
+        self._hub = hub
+        self.replaced = replaced
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stack = self._hub.compiling_for()
+        if not stack:
+            for handler in self.replaced:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            return
+        try:
+            keep_torch_log(stack[-1].report, log_line(record, next(
+                (h.formatter for h in self.replaced if h.formatter is not None), None)))
+            stack[-1].notify()
+        except Exception:  # capture must never break the user's compile
+            self.handleError(record)
+
+
+def log_line(record: logging.LogRecord, formatter: logging.Formatter | None) -> str:
+    """One torch log record on one line, as torch would print it: torch repeats its prefix
+    (``W1123 12:00:00.123 77 torch/_dynamo/convert_frame.py:1994] [0/2]``) on each line; kept once."""
+    try:
+        text = formatter.format(record) if formatter is not None else record.getMessage()
+    except Exception:
+        text = str(record.msg)
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    prefix = lines[0]
+    for line in lines[1:]:
+        while not line.startswith(prefix):
+            prefix = prefix[:-1]
+    prefix = prefix[: prefix.rfind("] ") + 2] if "] " in prefix else ""
+    parts = [lines[0], *(line[len(prefix):].strip() for line in lines[1:])]
+    return cut(" | ".join(p for p in parts if p), MAX_LOG_CHARS)
+
+
+def keep_torch_log(report: Report, line: str) -> None:
+    """Keep one torch log line in ``report``, at most ``MAX_TORCH_LOG`` (the rest counted)."""
+    if len(report.torch_log) >= MAX_TORCH_LOG:
+        report.dropped["torch_log"] = report.dropped.get("torch_log", 0) + 1
+    else:
+        report.torch_log.append(line)
+
+
+def _printing(handler: logging.Handler) -> bool:
+    """A handler that prints (torch's own stream handlers): not a file, not the structured trace."""
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+
+
 class Hub:
     """The process-wide router from trace events to recordings. ``offline``: a hub fed from a trace
     file (``logs.py``): the same parsing, without what only a live process has (the recompiling
@@ -147,6 +227,9 @@ class Hub:
         #: The damaged records skipped live, newest last (``RecordError`` messages).
         self.damaged: collections.deque[str] = collections.deque(maxlen=20)
         self._warned: set[tuple[str, str]] = set()
+        #: Threads compiling for a recording now, and the torch loggers' handlers stood in for meanwhile.
+        self._compiling = 0
+        self._catchers: list[tuple[logging.Logger, _TorchLogCatcher, list[logging.Handler], list[logging.Handler]]] = []
         #: One handler per record kind: register a new kind's here, beside ``records.REGISTRY``.
         self._handlers: dict[type[Record], Callable[[Any], None]] = {
             StrEntry: self._on_string,
@@ -191,10 +274,54 @@ class Hub:
         """Attribute compilations started in this thread to ``recording``."""
         stack = self._stack()
         stack.append(recording)
+        self._catch_torch_logs()
         try:
             yield
         finally:
             stack.pop()
+            self._release_torch_logs()
+
+    def _catch_torch_logs(self) -> None:
+        """While anything compiles for a recording, torch's loggers print into reports, not the cell."""
+        with self._lock:
+            self._compiling += 1
+            if self._compiling > 1:
+                return
+            loggers = [logging.getLogger("torch")] + [
+                logger for name, logger in list(logging.root.manager.loggerDict.items())
+                if name.startswith("torch.") and not name.startswith("torch.__trace")
+                and isinstance(logger, logging.Logger)]
+            for logger in loggers:
+                replaced = [h for h in logger.handlers if _printing(h)]
+                if not replaced:
+                    continue
+                catcher = _TorchLogCatcher(self, replaced)
+                original = list(logger.handlers)
+                installed = [catcher, *(h for h in original if h not in replaced)]
+                logger.handlers = installed
+                self._catchers.append((logger, catcher, original, list(installed)))
+
+    def _release_torch_logs(self) -> None:
+        """Put every stood-in handler back where it was; handlers added meanwhile stay."""
+        with self._lock:
+            self._compiling = max(0, self._compiling - 1)
+            if self._compiling:
+                return
+            for logger, catcher, original, installed in self._catchers:
+                if logger.handlers == installed:  # untouched meanwhile: exactly as found
+                    logger.handlers = original
+                    continue
+                if catcher not in logger.handlers:  # reconfigured meanwhile (torch._logging.set_logs): theirs stand
+                    continue
+                handlers: list[logging.Handler] = []
+                for handler in logger.handlers:
+                    handlers.extend(catcher.replaced if handler is catcher else [handler])
+                logger.handlers = handlers
+            self._catchers.clear()
+
+    def compiling_for(self) -> list[Recording]:
+        """The recordings this thread compiles for now, innermost last."""
+        return self._stack()
 
     def _stack(self) -> list[Recording]:
         if not hasattr(self._local, "stack"):
@@ -340,8 +467,8 @@ def limit_fallback(function: str, fail_reason: str, changes: list[GuardChange],
     last = f"; the change that hit it: {guard_ops.describe(changes[:1])}" if changes else ""
     fixes = guard_ops.limit_fixes(changes, globals_)
     return Fallback(function, "recompile_limit",
-                    f"{function} hit recompile_limit{said}: calls that fail its guards now run eagerly, without "
-                    f"a word from torch{last}", fixes)
+                    f"{function_label(function)} hit recompile_limit{said}: calls that fail its guards now run "
+                    f"eagerly, without a word from torch{last}", fixes)
 
 
 _CUDAGRAPH_FIXES = (
@@ -359,7 +486,8 @@ def cudagraph_fallback(function: str, reason: str) -> Fallback:
     """``mode="reduce-overhead"`` that silently ran without CUDA graphs, with what to change."""
     said = reason.removeprefix("skipping cudagraphs due to ").strip()
     fixes = [Fix("", why) for key, why in _CUDAGRAPH_FIXES if key in said.lower()]
-    return Fallback(function, "cudagraph_skip", f"{function} runs without CUDA graphs (reduce-overhead): {said}",
+    return Fallback(function, "cudagraph_skip", f"{function_label(function)} runs without CUDA graphs "
+                    f"(reduce-overhead): {plain_text(said)}",
                     fixes or [Fix("", "see torch's reason; mode='max-autotune-no-cudagraphs' says so up front")])
 
 
@@ -386,6 +514,34 @@ def _cause(recompile: Recompile) -> tuple[str, bool] | None:
     return change.subject, change.before.startswith(">=")
 
 
+_RESUME_AT = re.compile(r"^torch_dynamo_resume_in_\w+_at_(?P<line>\d{1,9})$")
+
+
+def _stack_names(owner: Recording, filename: str, function: str) -> tuple[dict[str, str], str]:
+    """For a resume function (``torch_dynamo_resume_in_f_at_9``): its stack slots named by the expressions
+    of line 9 (``guards.stack_expressions``), and where that line is ("cell line 9")."""
+    match = _RESUME_AT.match(function)
+    if match is None:
+        return {}, ""
+    line = int(match["line"])
+    cell = owner.cell_line(filename, line)
+    where = f"cell line {cell}" if cell is not None else f"line {line}"
+    source = "".join(linecache.getlines(filename)) if filename else ""
+    return (guard_ops.stack_expressions(source, line) if source else {}), where
+
+
+def _plain_changes(changes: list[GuardChange], stack: Mapping[str, str], where: str) -> list[GuardChange]:
+    return [GuardChange(guard_ops.plain_subject(c.subject, stack, where), c.before, c.after) for c in changes]
+
+
+def _user_frames(text: str) -> tuple[tuple[str, int, str], ...]:
+    """The user-code traceback of a graph break's text, innermost last."""
+    tb = text.split("\nTraceback (most recent call last):", 1)[0].split("User code traceback:", 1)
+    if len(tb) < 2:
+        return ()
+    return tuple((m["file"], int(m["line"]), m["fn"].strip()) for m in _TB_FRAME.finditer(tb[1]))
+
+
 def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
@@ -394,19 +550,23 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
     compile_id = metrics.compile_id or pending.compile_id
     fail_reason = metrics.fail_reason or ""
     artifact = pending.recompile_reasons
+    stack, where = _stack_names(owner, filename, function)
     if metrics.fail_type and _LIMIT_HIT in fail_reason:  # no new code: the frame runs eagerly from now on
         if not any(f.function == function and f.kind == "recompile_limit" for f in report.fallbacks):
-            report.add("fallbacks", limit_fallback(function, fail_reason, pending.guard_changes,
+            report.add("fallbacks", limit_fallback(function, fail_reason,
+                                                   _plain_changes(pending.guard_changes, stack, where),
                                                    artifact.global_names if artifact is not None else ()))
         return
 
     if artifact is not None or metrics.recompile_reason is not None:
         # The artifact lists every failed cache entry; the metrics only the newest (torch 2.13 writes both).
         reasons = artifact if artifact is not None and artifact.entries else metrics.recompile_reason or Reasons(())
-        recompile = Recompile(function, compile_id, reasons.summary, list(pending.guard_changes))
+        recompile = Recompile(function, compile_id, guard_ops.plain_reason(reasons.summary, stack),
+                              list(pending.guard_changes))
         if not recompile.changes:
             recompile.changes = guard_ops.changes(reasons.guards, _missing)
-        recompile.cell_line = _origin(owner, filename, function, recompile)
+        recompile.changes = _plain_changes(recompile.changes, stack, where)
+        recompile.cell_line = _origin(owner, filename, user_function(function), recompile)
         cause = _cause(recompile)
         if not any(r.function == function and _cause(r) == cause
                    for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
@@ -416,21 +576,25 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
     for text in pending.breaks:
         parsed = parse_graph_break(text)
         brk = GraphBreak(
-            function=parsed.function or function,
+            function=parsed.function or function,  # raw, as Frame.function: views label it
             filename=parsed.filename,
             lineno=parsed.lineno,
             cell_line=owner.cell_line(parsed.filename, parsed.lineno) if parsed.filename else None,
             source_line=parsed.source_line,
-            reason=parsed.reason,
-            gb_type=parsed.gb_type,
+            reason=plain_text(parsed.reason, stack),
+            gb_type=plain_text(parsed.gb_type, stack),
             gb_id=parsed.gb_id,
-            explanation=parsed.explanation,
-            hints=parsed.hints,
+            explanation=plain_text(parsed.explanation, stack),
+            hints=[plain_text(h, stack) for h in parsed.hints],
             doc_url=parsed.doc_url,
             compile_id=compile_id,
         )
         if owner.advise is not None:
-            brk.fixes = owner.advise(brk)
+            token = BREAK_FRAMES.set(_user_frames(text))
+            try:
+                brk.fixes = owner.advise(brk)
+            finally:
+                BREAK_FRAMES.reset(token)
         report.add("breaks", brk)
 
     for graph in pending.graphs:
@@ -447,13 +611,13 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
     fail_type = metrics.fail_type
     deliberate = "skip_frame()" in fail_reason  # torch._dynamo.skip_frame(): asked for
     if fail_type and not deliberate and torch_compat.errors_suppressed():
-        report.add("fallbacks", Fallback(function, "compile_error", f"{function} failed to compile and runs eagerly "
-                                         f"(torch._dynamo.config.suppress_errors): {fail_type}: "
-                                         f"{fail_reason.splitlines()[0] if fail_reason else ''}"))
+        report.add("fallbacks", Fallback(function, "compile_error", f"{function_label(function)} failed to compile "
+                                         f"and runs eagerly (torch._dynamo.config.suppress_errors): {fail_type}: "
+                                         f"{plain_text(fail_reason.splitlines()[0], stack) if fail_reason else ''}"))
     if fail_type and not deliberate:
         report.add(
             "errors",
-            CompileError(function, compile_id, fail_type, fail_reason),
+            CompileError(function, compile_id, fail_type, plain_text(fail_reason, stack)),
         )
 
     firstlineno = metrics.co_firstlineno or pending.lineno or 0

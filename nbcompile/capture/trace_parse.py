@@ -13,7 +13,8 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-_BREAK_AT = re.compile(r"Graph break(?: in user code)? at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
+_BREAK_AT = re.compile(r"Graph break(?: in user code)? at ")
+_LINE_NUMBER = re.compile(r"(?P<file>.+):(?P<line>\d+)")
 _REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
 _DOC_URL = re.compile(r"please visit:\s*(?P<url>\S+)")
 _GB_ID = re.compile(r"\b(gb\d{3,})\b", re.I)
@@ -34,12 +35,25 @@ class ParsedBreak:
     source_line: str = ""
 
 
+def _break_site(head: str) -> tuple[str, int]:
+    """``Graph break at FILE:LINE`` (the first such line): scanned line by line with a prefix match and a
+    split at the last colon, never a regex that backtracks over a hostile line (linear in its length)."""
+    for line in head.splitlines():
+        at = _BREAK_AT.search(line)
+        if at is None:
+            continue
+        place = line[at.end():].rstrip()
+        file, colon, number = place.rpartition(":")
+        if colon and file and number.isdigit():
+            return file, _lineno(number)
+    return "", 0
+
+
 def parse_graph_break(text: str) -> ParsedBreak:
     """Parse one ``dynamo_graph_break_reason`` payload."""
     # Keep only the part above torch's own traceback of the tracer.
     head = text.split("\nTraceback (most recent call last):", 1)[0]
-    at = _BREAK_AT.search(head)
-    filename, lineno = (at.group("file"), _lineno(at.group("line"))) if at else ("", 0)
+    filename, lineno = _break_site(head)
 
     reason_m = _REASON.search(head)
     reason = reason_m.group("reason").strip() if reason_m else ""
@@ -187,10 +201,8 @@ def parse_recompile_reasons(reasons: object) -> str:
 MAX_REASON_CHARS = 400
 
 
-_CPP_KERNEL = re.compile(
-    r"^(?P<name>\w+)\s*=\s*async_compile\.cpp(?:_pybinding)?\((?P<args>.*?)r?'''(?P<code>.*?)'''\)",
-    re.S | re.M,
-)
+#: The head of a C++ kernel's definition, on one line; its code is found by ``str.find`` (linear time).
+_CPP_KERNEL = re.compile(r"^(?P<name>\w+)[ \t]*=[ \t]*async_compile\.cpp(?:_pybinding)?\(", re.M)
 _TRITON_KERNEL = re.compile(
     r"^(?P<name>\w+)\s*=\s*async_compile\.triton\('(?P<kname>\w+)',\s*'''(?P<code>.*?)''',?",
     re.S | re.M,
@@ -202,9 +214,26 @@ def parse_kernels(output_code: str) -> list[tuple[str, str, str]]:
     kernels = []
     for m in _TRITON_KERNEL.finditer(output_code):
         kernels.append((m.group("name"), "triton", m.group("code").strip("\n")))
-    for m in _CPP_KERNEL.finditer(output_code):
-        kernels.append((m.group("name"), "cpp", m.group("code").strip("\n")))
+    kernels.extend((name, "cpp", code) for name, code in _cpp_kernels(output_code))
     return kernels
+
+
+def _cpp_kernels(output_code: str) -> list[tuple[str, str]]:
+    """Each ``name = async_compile.cpp(..., '''code''')``: the first triple quote after the head opens
+    the code, the next ``''')`` closes it; a later head is looked for after that close, so a hostile
+    module of unclosed heads is read in one pass."""
+    found: list[tuple[str, str]] = []
+    at = 0
+    while (m := _CPP_KERNEL.search(output_code, at)) is not None:
+        opening = output_code.find("'''", m.end())
+        if opening < 0:
+            break
+        closing = output_code.find("''')", opening + 3)
+        if closing < 0:
+            break
+        found.append((m.group("name"), output_code[opening + 3:closing].strip("\n")))
+        at = closing + 4
+    return found
 
 
 _GRAPH_LINE = re.compile(r"^\s+[A-Za-z_]\w*(?::\s*\"[^\"]*\")?\s*=\s*(?P<rhs>.+)$")

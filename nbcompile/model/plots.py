@@ -32,16 +32,24 @@ def bench_figure(result: Any) -> Any:
         up.append(base / lo - r.speedup)
         down.append(r.speedup - base / hi)
     fig.add_trace(go.Bar(x=[r.config for r in trusted], y=speedups, name="speedup",
+                         # the figures on the bars as text, not only on hover
+                         text=[f"{r.speedup:.2f}x ({r.median_s * 1e6:.1f} us)" for r in trusted],
+                         textposition="outside", cliponaxis=False,
                          error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
                          hovertext=[f"{r.median_s * 1e6:.1f} us ± {r.iqr_s * 1e6:.1f} (IQR)" for r in trusted]),
                   row=1, col=1)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888", row=1, col=1)
-    fig.add_trace(go.Bar(x=[r.config for r in compiled], y=[r.compile_s for r in compiled], name="cold cache"),
+    fig.add_trace(go.Bar(x=[r.config for r in compiled], y=[r.compile_s for r in compiled], name="cold cache",
+                         text=[_seconds(r.compile_s) for r in compiled], textposition="outside", cliponaxis=False),
                   row=1, col=2)
-    fig.add_trace(go.Bar(x=[r.config for r in compiled], y=[r.compile_warm_s for r in compiled], name="warm cache"),
+    fig.add_trace(go.Bar(x=[r.config for r in compiled], y=[r.compile_warm_s for r in compiled], name="warm cache",
+                         text=[_seconds(r.compile_warm_s) for r in compiled], textposition="outside",
+                         cliponaxis=False),
                   row=1, col=2)
     if result.memory_bound:
         fig.add_trace(go.Bar(x=names, y=[r.peak_fraction for r in rows], name="of peak",
+                             text=[f"{r.gbps:.1f} GB/s" if r.gbps is not None else "" for r in rows],
+                             textposition="outside", cliponaxis=False,
                              hovertext=[f"{r.gbps:.1f} GB/s of {result.peak_gbps:.1f}" for r in rows]),
                       row=1, col=3)
         fig.update_yaxes(range=[0, 1.05], row=1, col=3)
@@ -60,6 +68,10 @@ def bench_figure(result: Any) -> Any:
     fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
                       margin={"l": 40, "r": 10, "t": 60, "b": 40})
     return fig
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.2f} s" if isinstance(value, (int, float)) else ""
 
 
 def recompile_timeline(report: Any, limit: int) -> dict[str, Any]:

@@ -6,21 +6,38 @@ HTML goes through ``html.escape``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import torch_compat
 from ..core.text import _e, _table, function_label, plural
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
-    from .report import Fix, Report
+    from .report import Fix, Graph, Report
 
 MIME_TYPE = "application/vnd.nbcompile.report+json"
+
+#: Ops of one graph shown before the rest is folded ("... 528 more").
+SHOWN_OPS = 12
+#: Characters of a status line's short text; the whole text is folded under it.
+STATUS_CHARS = 140
+#: Lines of torch's own log shown in the plain-text view (the rest is counted).
+TEXT_LOG_LINES = 5
+
+
+def cause_counts(report: Report) -> list[str]:
+    """``2 splits, 3 causes`` for the summary, beside the break count (nothing without breaks)."""
+    if not report.break_count:
+        return []
+    return [plural(report.splits, "split"), plural(len(report.causes), "cause")]
+
 
 def summary_line(report: Report) -> str:
     parts = [
         plural(report.frame_count, "frame"),
         plural(report.graph_count, "graph"),
         plural(report.break_count, "graph break"),
+        *cause_counts(report),
         plural(report.recompile_count, "recompile"),
         f"compile {report.compile_time_s:.2f} s",
     ]
@@ -44,32 +61,52 @@ def _options(report: Report) -> str:
     return ", ".join(opts)
 
 
+def ops_text(graph: Graph, shown: int = SHOWN_OPS) -> str:
+    """``add, mul, ... (528 more)``: a graph's first ops, the rest counted."""
+    more = len(graph.ops) - shown
+    return ", ".join(graph.ops[:shown]) + (f", ... {more} more" if more > 0 else "")
+
+
+def ops_html(graph: Graph, shown: int = SHOWN_OPS) -> str:
+    """A graph's first ops, the rest folded in a ``<details>`` ("... 528 more")."""
+    first = _e(", ".join(graph.ops[:shown]))
+    rest = graph.ops[shown:]
+    if not rest:
+        return first
+    return (f"{first}, <details class='nbcompile-ops-more' style='display:inline'><summary>... {len(rest)} more"
+            f"</summary>{_e(', '.join(rest))}</details>")
+
+
+def where_text(item: Any) -> str:
+    return f"cell line {item.cell_line}" if item.cell_line is not None else f"{item.filename}:{item.lineno}"
+
+
+def fix_line(fix: Fix) -> str:
+    proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
+    return f"{fix.command}  # {fix.why}{proof}" if fix.command else f"{fix.why}{proof}"
+
+
 def to_text(report: Report) -> str:
     lines = [f"{report.title or 'nbcompile report'} [{_options(report)}]", summary_line(report)]
-    if report.notice:
-        lines.insert(1, f"  {report.notice}")
+    for status in status_lines(report):  # the others have their own lines below
+        if status.kind in ("notice", "recompile limit"):
+            lines.append(f"  {status.head}: {status.detail or status.text}")
     for i, g in enumerate(report.graphs):
-        lines.append(
-            f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: {g.op_count} ops: {', '.join(g.ops)}"
-        )
-    for b in report.breaks:
-        where = f"cell line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
-        lines.append(f"  break in {function_label(b.function)} at {where}: {b.source_line}")
-        lines.append(f"    {b.gb_type}{f' ({b.gb_id})' if b.gb_id else ''}: {b.explanation or b.reason}")
-        for hint in b.hints:
+        lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: "
+                     f"{g.op_count} ops: {ops_text(g)}")
+    for c in report.causes:
+        lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_text(c)}: {c.source_line}")
+        lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {c.explanation or c.reason}")
+        for hint in c.hints:
             lines.append(f"    hint: {hint}")
-        for fix in b.fixes:
-            proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
-            lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
+        for fix in c.fixes:
+            lines.append(f"    fix: {fix_line(fix)}")
     for r in report.recompiles:
         what = change_text(r) or r.reason
         where = f" (line {r.cell_line})" if r.cell_line is not None else ""
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {what}{where}")
         for fix in r.fixes[:3]:
-            proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
-            lines.append(f"    fix: {fix.command}  # {fix.why}{proof}" if fix.command else f"    fix: {fix.why}")
-    for warning in limit_warnings(report):
-        lines.append(f"  WARNING: {warning}")
+            lines.append(f"    fix: {fix_line(fix)}")
     for fb in report.fallbacks:
         lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
         for fix in fb.fixes:
@@ -82,10 +119,108 @@ def to_text(report: Report) -> str:
         lines.append(f"  allow_in_graph lint, {w.function}: {w.rule} {w.variable}: {w.message}")
     if report.kernels:
         lines.append(f"  {len(report.kernels)} kernels: {', '.join(k.name for k in report.kernels)}")
+    if report.torch_log:
+        lines.append(f"  torch log ({plural(len(report.torch_log), 'record')}, kept out of the cell):")
+        lines += [f"    {line}" for line in report.torch_log[:TEXT_LOG_LINES]]
+        if len(report.torch_log) > TEXT_LOG_LINES:
+            lines.append(f"    ... {len(report.torch_log) - TEXT_LOG_LINES} more")
     dropped = {k: v for k, v in report.dropped.items() if v}
     if dropped:
         lines.append(f"  (not kept, counted: {dropped})")
     return "\n".join(lines)
+
+
+# --- the status: one short line per kind, coloured by severity, details folded -----------------
+
+#: Severity -> colour of its status line.
+SEVERITY_COLORS = {"ok": "#2a7", "info": "#555", "warn": "#b60", "error": "#b00"}
+
+
+@dataclass
+class StatusLine:
+    """One line of a status: a kind (check, errors, notice...), how bad, a short text, the rest folded."""
+
+    kind: str
+    #: ok, info, warn, error
+    severity: str
+    text: str
+    detail: str = ""
+    #: The bold words that open the line (the kind, unless said otherwise: ``check ok``, ``Check failed``).
+    label: str = ""
+
+    @property
+    def head(self) -> str:
+        return self.label or self.kind
+
+
+def short(text: str, limit: int = STATUS_CHARS) -> str:
+    """The first line of ``text``, cut at ``limit`` characters with an ellipsis."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    cut = len(first) > limit or len(text.strip().splitlines()) > 1
+    return (first[:limit - 1].rstrip() + "…") if len(first) > limit else first + ("…" if cut else "")
+
+
+def _folded(kind: str, severity: str, text: str, detail: str = "", label: str = "") -> StatusLine:
+    brief = short(text)
+    whole = detail or text
+    return StatusLine(kind, severity, brief, "" if whole.strip() == brief.strip() else whole, label)
+
+
+def check_line(check: Any) -> StatusLine:
+    """The check in one line: ``check ok`` (green), ``Check failed`` (red), ``check not compared`` (grey)."""
+    if not check.compared:
+        return _folded("check", "info", check.message, label="check not compared")
+    if check.ok:
+        return _folded("check", "ok", check.message, label="check ok")
+    return _folded("check", "error", check.message, label="Check failed")
+
+
+def status_lines(report: Report) -> list[StatusLine]:
+    """What the report's header says beyond its counts, one line per kind, worst first within none: the
+    check, compile errors, the notice (a change that failed and was rolled back), fallbacks to eager,
+    recompile-limit warnings, lint warnings, torch's own log (folded)."""
+    lines = []
+    if report.check is not None:
+        lines.append(check_line(report.check))
+    if report.errors:
+        last = report.errors[-1]
+        lines.append(_folded(
+            "errors", "error", f"{plural(len(report.errors), 'compile error')}; last: {function_label(last.function)} "
+            f"{last.fail_type}: {last.message}",
+            "\n".join(f"{function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}"
+                      for e in report.errors)))
+    if report.notice:
+        lines.append(_folded("notice", "warn", report.notice))
+    if report.fallbacks:
+        lines.append(_folded(
+            "fallback", "error", f"{plural(len(report.fallbacks), 'function')} running eagerly: "
+            + ", ".join(f"{function_label(f.function)} ({f.kind})" for f in report.fallbacks),
+            "\n".join(f"{function_label(f.function)} {f.kind}: {f.reason}" for f in report.fallbacks)))
+    warnings = limit_warnings(report)
+    if warnings:
+        lines.append(_folded("recompile limit", "warn", "; ".join(warnings), "\n".join(warnings)))
+    if report.warnings:
+        lines.append(_folded("lint", "warn", f"{len(report.warnings)} lint warnings (allow_in_graph)",
+                             "\n".join(f"{w.function}: {w.message}" for w in report.warnings)))
+    if report.torch_log:
+        lines.append(StatusLine("torch log", "info", f"{plural(len(report.torch_log), 'record')}, kept out of the cell",
+                                "\n".join(report.torch_log)))
+    return lines
+
+
+def status_html(lines: list[StatusLine]) -> str:
+    """Each status line as a div of its severity's colour, its detail folded in a ``<details>``."""
+    out = []
+    for line in lines:
+        kind_class = line.kind.replace(" ", "-")
+        extra = " nbcompile-notice" if line.kind == "notice" else ""
+        detail = "" if not line.detail else (
+            " <details class='nbcompile-status-detail' style='display:inline'><summary>details</summary>"
+            f"<pre style='white-space:pre-wrap;margin:0'>{_e(line.detail)}</pre></details>")
+        out.append(f"<div class='nbcompile-status nbcompile-status-{kind_class} nbcompile-{line.severity}{extra}' "
+                   f"style='color:{SEVERITY_COLORS[line.severity]}'><b>{_e(line.head)}</b>"
+                   + (f": {_e(line.text)}" if line.text else "") + f"{detail}</div>")
+    return "".join(out)
 
 
 _PROOF_CLASS = {True: "proven", False: "unhelpful", None: "untried"}
@@ -100,6 +235,17 @@ def fix_proof(fix: Fix) -> str:
     return fix.effect
 
 
+def fixes_html(fixes: list[Fix]) -> str:
+    """Fixes as list items, each with its proof, classed by it (proven, unhelpful, untried)."""
+    return "".join(
+        f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'><code>{_e(f.command)}</code> {_e(f.why)}"
+        + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
+        if f.command else f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'>{_e(f.why)}"
+        + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
+        for f in fixes
+    )
+
+
 def _break_detail(b: Any) -> str:
     hints = "".join(f"<li>{_e(h)}</li>" for h in b.hints)
     link = (
@@ -107,11 +253,7 @@ def _break_detail(b: Any) -> str:
         if b.doc_url and b.doc_url.startswith(("https://", "http://"))
         else ""
     )
-    fixes = "".join(
-        f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'><code>{_e(f.command)}</code> {_e(f.why)}"
-        + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
-        if f.command else f"<li>{_e(f.why)}</li>" for f in b.fixes
-    )
+    fixes = fixes_html(b.fixes)
     return (
         f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}"
         + (f"<ul>{hints}</ul>" if hints else "")
@@ -150,34 +292,32 @@ def to_html(report: Report) -> str:
         "<div class='nbcompile-report'>",
         f"<h4>{_e(report.title or 'nbcompile report')} <small>[{_e(_options(report))}]</small></h4>",
         f"<p>{_e(summary_line(report))}</p>",
+        status_html(status_lines(report)),
         split_bar(report),
     ]
-    if report.notice:
-        parts.insert(2, f"<p class='nbcompile-notice' style='color:#b00'><b>{_e(report.notice)}</b></p>")
-    if report.check is not None and not report.check.ok:
-        parts.append(f"<p style='color:#b00'><b>Check failed:</b> {_e(report.check.message)}</p>")
-    elif report.check is not None:
-        parts.append(f"<p>Check: {_e(report.check.message)}</p>")
     if report.warnings:
         parts.append("<h5>allow_in_graph lint</h5>")
         parts.append(_table(["function", "rule", "variable", "line", "warning"],
                             [(w.function, w.rule, w.variable, w.cell_line if w.cell_line is not None else w.lineno,
                               w.message) for w in report.warnings]))
     if report.errors:
+        parts.append("<details><summary>Compile errors</summary>")
         parts.append(_table(["function", "compile id", "error", "message"],
                             [(function_label(e.function), e.compile_id, e.fail_type, e.message)
                              for e in report.errors]))
+        parts.append("</details>")
     if report.graphs:
         parts.append("<h5>Graphs</h5>")
         parts.append(_table(["#", "compile id", "function", "ops", "op names"],
-                            [(i + 1, g.compile_id, function_label(g.function), g.op_count, ", ".join(g.ops))
-                             for i, g in enumerate(report.graphs)]))
-    if report.breaks:
-        parts.append("<h5>Graph breaks</h5>")
-        parts.append(_table(["function", "line", "source", "reason"],
-                            [(function_label(b.function),
-                              b.cell_line if b.cell_line is not None else f"{b.filename}:{b.lineno}",
-                              b.source_line, _break_detail(b)) for b in report.breaks], raw_cols=(3,)))
+                            [(i + 1, g.compile_id, function_label(g.function), g.op_count, ops_html(g))
+                             for i, g in enumerate(report.graphs)], raw_cols=(4,)))
+    if report.causes:
+        parts.append(f"<h5>Graph breaks: {plural(report.break_count, 'event')} from "
+                     f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</h5>")
+        parts.append(_table(["count", "function", "line", "source", "reason"],
+                            [(f"x{c.count}", function_label(c.function),
+                              c.cell_line if c.cell_line is not None else f"{c.filename}:{c.lineno}",
+                              c.source_line, _break_detail(c)) for c in report.causes], raw_cols=(4,)))
     for warning in limit_warnings(report):
         parts.append(f"<p class='nbcompile-limit-warning' style='color:#b60'><b>{_e(warning)}</b></p>")
     if report.fallbacks:
@@ -190,8 +330,9 @@ def to_html(report: Report) -> str:
         parts.append(_table(["function", "compile id", "what changed", "line", "fix", "reason"],
                             [(function_label(r.function), r.compile_id, change_text(r),
                               "" if r.cell_line is None else r.cell_line,
-                              "; ".join((f.command or f.why) + (f" [{fix_proof(f)}]" if fix_proof(f) else "")
-                                        for f in r.fixes[:2]), r.reason) for r in report.recompiles]))
+                              f"<ul class='nbcompile-recompile-fixes'>{fixes_html(r.fixes[:3])}</ul>"
+                              if r.fixes else "",
+                              _e(r.reason)) for r in report.recompiles], raw_cols=(4, 5)))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
         parts.append(_table(["compile id", "function", "guards", "guard cost", "compile s"],
@@ -202,6 +343,10 @@ def to_html(report: Report) -> str:
                 parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p>"
                              f"<pre>{_e(chr(10).join(f.guards))}</pre>")
         parts.append("</details>")
+    if report.torch_log:
+        count = plural(len(report.torch_log), "record")
+        parts.append(f"<details class='nbcompile-torch-log'><summary>torch log ({count},"
+                     f" kept out of the cell)</summary><pre>{_e(chr(10).join(report.torch_log))}</pre></details>")
     if report.kernels:
         parts.append("<details><summary>Generated kernels</summary>")
         for k in report.kernels:

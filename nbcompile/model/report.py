@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import re
 import sys
 import types
 import typing
@@ -62,6 +63,59 @@ class GraphBreak:
     compile_id: str = ""
     #: Toggles or code changes that would remove this break, best first.
     fixes: list[Fix] = field(default_factory=list)
+
+
+@dataclass
+class Cause:
+    """One break site: the graph-break events Dynamo reported there, counted (``count``), said once.
+
+    ``Report.breaks`` keeps every event (its length agrees with torch's own events); ``Report.causes``
+    groups them by site, so a view shows one row per cause with its count instead of one per event.
+    """
+
+    #: How many break events came from this site (past MAX_ITEMS too: ``Report.add`` counts them).
+    count: int
+    cell_line: int | None
+    filename: str
+    lineno: int
+    gb_type: str
+    reason: str
+    #: The first event's fixes (the same list: proofs written on the event show here).
+    fixes: list[Fix] = field(default_factory=list)
+    function: str = ""
+    source_line: str = ""
+    explanation: str = ""
+    hints: list[str] = field(default_factory=list)
+    gb_id: str | None = None
+    doc_url: str | None = None
+
+    @classmethod
+    def of(cls, brk: GraphBreak) -> Cause:
+        return cls(1, brk.cell_line, brk.filename, brk.lineno, brk.gb_type, brk.reason, brk.fixes,
+                   function=brk.function, source_line=brk.source_line, explanation=brk.explanation,
+                   hints=list(brk.hints), gb_id=brk.gb_id, doc_url=brk.doc_url)
+
+
+def cause_key(brk: GraphBreak | Cause) -> tuple[Any, ...]:
+    """The site a break event belongs to: its file and line (function and type when it has no file)."""
+    if brk.filename:
+        return (brk.filename, brk.lineno)
+    return ("", brk.function, brk.gb_type, brk.reason)
+
+
+_RESUMED = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_\d+$")
+_RESUMED_LABEL = re.compile(r"^(?P<fn>.+) \((?:after|resumed at) line \d+\)$")
+
+
+def entry_of(function: str) -> tuple[str, bool]:
+    """``torch_dynamo_resume_in_f_at_5`` (or its label ``f (after line 5)``) -> ``("f", True)``; nested
+    resume functions resolve to their entry too; ``f`` -> ``("f", False)``."""
+    name, resumed = function, False
+    while True:
+        m = _RESUMED.match(name) or _RESUMED_LABEL.match(name)
+        if not m:
+            return name, resumed
+        name, resumed = m.group("fn"), True
 
 
 @dataclass
@@ -269,8 +323,15 @@ class Report:
     notice: str = ""
     #: The records torch's own loggers emitted while nbcompile compiled (kept here, not printed into the cell).
     torch_log: list[str] = field(default_factory=list)
+    #: The breaks grouped by site, one per cause with its event count (``Report.add`` keeps it in step
+    #: with ``breaks``, dropped events included: the counts add up to ``break_count``).
+    causes: list[Cause] = field(default_factory=list)
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
     result: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.breaks and not self.causes:  # built with its breaks (a test, a copy): group them now
+            self.causes = group_causes(self.breaks)
 
     # -- counts (they go on past the kept items) --------------------------------
     @property
@@ -280,6 +341,20 @@ class Report:
     @property
     def break_count(self) -> int:
         return len(self.breaks) + self.dropped.get("breaks", 0)
+
+    @property
+    def splits(self) -> int:
+        """Graph splits as GraphMend and the PT2 corpora count them: the graphs less one per call of an
+        entry, i.e. per compile of a function the user called (not of a resume function, nor of a function
+        Dynamo compiled on its own only because a break inside it stopped the inlining of its caller). One
+        break inside a function is one split however often the function is called."""
+        if not self.graph_count:
+            return 0
+        compiled = {f.compile_id: f.function for f in self.frames}
+        nested = {b.function for b in self.breaks
+                  if b.function and compiled.get(b.compile_id, b.function) != b.function}
+        entries = sum(1 for f in self.frames if not entry_of(f.function)[1] and f.function not in nested)
+        return max(0, self.graph_count - max(entries, 1))
 
     @property
     def recompile_count(self) -> int:
@@ -297,6 +372,8 @@ class Report:
     def add(self, kind: str, item: Any) -> None:
         """Append ``item`` to the list ``kind``, keeping memory bounded."""
         items = getattr(self, kind)
+        if kind == "breaks":
+            self._count_cause(item)
         if len(items) >= MAX_ITEMS:
             self.dropped[kind] = self.dropped.get(kind, 0) + 1
             return
@@ -306,6 +383,19 @@ class Report:
                 self.dropped[kind] = self.dropped.get(kind, 0) + 1
                 return
         items.append(item)
+
+    def _count_cause(self, brk: GraphBreak) -> None:
+        key = cause_key(brk)
+        for cause in self.causes:
+            if cause_key(cause) == key:
+                cause.count += 1
+                if not cause.fixes and brk.fixes:
+                    cause.fixes = brk.fixes
+                return
+        if len(self.causes) < MAX_ITEMS:
+            self.causes.append(Cause.of(brk))
+        elif self.causes:  # past MAX_ITEMS sites: counted on the last kept one, so the sum stays right
+            self.causes[-1].count += 1
 
     def for_function(self, name: str, span: Any = None) -> Report:
         """The part of this report about one function (its frames, resumed frames included).
@@ -325,6 +415,7 @@ class Report:
             frames = [f for f in self.frames if within(f.filename, f.firstlineno)]
             ids = {f.compile_id for f in frames}
             breaks = [b for b in self.breaks if within(b.filename, b.lineno)]
+            causes = [c for c in self.causes if within(c.filename, c.lineno)]
 
             def mine(item: Any) -> bool:
                 return item.compile_id in ids
@@ -335,6 +426,7 @@ class Report:
             frames = [f for f in self.frames if named(f.function)]
             ids = {f.compile_id for f in frames}
             breaks = [b for b in self.breaks if b.function == short]
+            causes = [c for c in self.causes if c.function == short]
 
             def mine(item: Any) -> bool:
                 return named(item.function)
@@ -343,6 +435,7 @@ class Report:
             title=f"{self.title} [{name}]",
             graphs=[g for g in self.graphs if mine(g)],
             breaks=breaks,
+            causes=causes,
             frames=frames,
             recompiles=[r for r in self.recompiles if mine(r)],
             kernels=[k for k in self.kernels if k.compile_id in ids],
@@ -361,6 +454,7 @@ class Report:
         data["result"] = _describe_result(self.result)
         data["graph_count"] = self.graph_count
         data["break_count"] = self.break_count
+        data["splits"] = self.splits
         data["recompile_count"] = self.recompile_count
         data["frame_count"] = self.frame_count
         data["compile_time_s"] = sum(t for f in self.frames if _finite_seconds(t := f.compile_time_s))
@@ -374,7 +468,6 @@ class Report:
         """What changed from this report to ``other`` (a later one: after a toggle or an option):
         graphs, breaks, recompiles and guards added and removed, and the speedup change when both were
         benched (``speed``: this report's and the other's speedup over eager)."""
-        import re
 
         def graphs(r: Report) -> list[str]:
             return [f"{label(g.function)}: {', '.join(g.ops) or 'no ops'}" for g in r.graphs]
@@ -409,6 +502,20 @@ class Report:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
+
+
+def group_causes(breaks: list[GraphBreak]) -> list[Cause]:
+    """Break events grouped by site, in the order each site first broke."""
+    causes: dict[tuple[Any, ...], Cause] = {}
+    for brk in breaks:
+        key = cause_key(brk)
+        if key in causes:
+            causes[key].count += 1
+            if not causes[key].fixes and brk.fixes:
+                causes[key].fixes = brk.fixes
+        else:
+            causes[key] = Cause.of(brk)
+    return list(causes.values())
 
 
 def _added_removed(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
@@ -503,6 +610,7 @@ _DERIVED = {
     "schema_version": {"type": "integer"},
     "graph_count": {"type": "integer", "minimum": 0},
     "break_count": {"type": "integer", "minimum": 0},
+    "splits": {"type": "integer", "minimum": 0},
     "recompile_count": {"type": "integer", "minimum": 0},
     "frame_count": {"type": "integer", "minimum": 0},
     "compile_time_s": {"type": "number", "minimum": 0},

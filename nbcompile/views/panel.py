@@ -17,12 +17,16 @@ after each ``set``, ``configure``, ``run`` or ``bench``.
 from __future__ import annotations
 
 import html
+import importlib.util
+import os
 import re
+import shutil
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
+import torch
 
 from ..capture.guards import subject_of
 from ..core import torch_compat
@@ -32,7 +36,19 @@ from ..core.text import function_label, plural
 from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
 from ..model.plots import recompile_timeline
-from ..model.render import change_text, guard_cost_text, limit_warnings, set_effect, split_bar
+from ..model.render import (
+    SEVERITY_COLORS,
+    StatusLine,
+    change_text,
+    fixes_html,
+    guard_cost_text,
+    ops_html,
+    set_effect,
+    short,
+    split_bar,
+    status_html,
+    status_lines,
+)
 from ..model.report import Report, ReportDiff
 from .protocols import PanelSession
 
@@ -44,6 +60,50 @@ _PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
+#: What the panel says about its toggles (they never train the user's model: issue 22, point 2).
+COPIES_NOTE = "Toggles re-run --run on copies: your objects change only when you run a cell."
+#: C and C++ compilers Inductor's CPU code can be built with (the first found is enough).
+_CXX = ("g++", "c++", "clang++", "cl")
+
+
+def _c_compiler() -> bool:
+    """Whether a C++ compiler is on PATH (``$CXX`` first): Inductor's CPU kernels need one."""
+    named = os.environ.get("CXX")
+    return any(shutil.which(c) for c in ((named,) if named else ()) + _CXX)
+
+
+def backend_problem(name: str) -> str | None:
+    """Why ``name`` cannot work on this machine (cheap checks only, nothing compiled), or None."""
+    cuda = torch.cuda.is_available()
+    if name == "inductor":
+        if cuda and importlib.util.find_spec("triton") is None and not _c_compiler():
+            return "no triton for the GPU and no C++ compiler"
+        if not cuda and not _c_compiler():
+            return "no C++ compiler on PATH (Inductor builds its CPU kernels with one)"
+        return None
+    if name == "cudagraphs":
+        return None if cuda else "no CUDA device"
+    needs = {"tvm": "tvm", "openxla": "torch_xla", "onnxrt": "onnxruntime", "tensorrt": "torch_tensorrt",
+             "ipex": "intel_extension_for_pytorch"}
+    module = needs.get(name)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return f"{module} is not installed"
+    return None
+
+
+def working_backends(current: str | None = None) -> list[str]:
+    """The backends the panel offers: torch's user-facing list, less those that cannot work here
+    (the session's own backend is always kept, so the dropdown can show it)."""
+    names = [n for n in torch_compat.list_backends(user_facing=True) if backend_problem(n) is None]
+    if current is not None and current not in names:
+        names.append(current)
+    return names
+
+
+def _fix_list(fixes: list[Any]) -> str:
+    return f"<ul class='nbcompile-recompile-fixes'>{fixes_html(fixes)}</ul>" if fixes else ""
 
 
 def _construction(name: str) -> bool:
@@ -118,9 +178,10 @@ def split_figure(report: Report) -> dict[str, Any]:
 def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) -> str:
     """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
     breaks: dict[int, list[str]] = {}
-    for brk in report.breaks:
-        if brk.cell_line is not None:
-            breaks.setdefault(brk.cell_line, []).append(f"{brk.gb_type}: {brk.explanation or brk.reason}")
+    for cause in report.causes:
+        if cause.cell_line is not None:
+            breaks.setdefault(cause.cell_line, []).append(
+                f"x{cause.count} {cause.gb_type}: {cause.explanation or cause.reason}")
     recompiled: dict[int, list[str]] = {}
     for rec in report.recompiles:
         name = function_label(rec.function).split(" ")[0]
@@ -161,9 +222,18 @@ def _label(name: str, note: str = "", shown: str | None = None) -> widgets.HTML:
     """A row's name in a fixed column: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
     in an ellipsis, with the whole name on hover, instead of running under the buttons."""
     return widgets.HTML(
-        f"<div title='{_e(name)}' style='white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>"
-        f"<code>{_e(shown or name)}</code>{note}</div>",
-        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, overflow="hidden"))
+        f"<div class='nbcompile-name' title='{_e(name)}' style='white-space:nowrap;overflow:hidden;"
+        f"text-overflow:ellipsis'><code>{_e(shown or name)}</code>{note}</div>",
+        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, flex="0 0 auto", overflow="hidden"))
+
+
+def _one_row(toggle: widgets.ToggleButtons, width: str) -> None:
+    """Keep a row's buttons on one line: the toggle is as wide as its buttons and never shrinks."""
+    px = int(width.removesuffix("px"))
+    toggle.layout = widgets.Layout(min_width=f"{len(toggle.options) * (px + 6)}px", flex="0 0 auto")
+
+
+_ROW = {"flex_flow": "row nowrap", "align_items": "center", "overflow_x": "auto"}
 
 
 class Panel(widgets.VBox):
@@ -171,6 +241,7 @@ class Panel(widgets.VBox):
 
     def __init__(self, session: PanelSession) -> None:
         super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
+        self.add_class("nbcompile-panel")  # the JupyterLab extension marks it disconnected after a kernel restart
         self._session_ref = weakref.ref(session)
         self._syncing = False
         #: How many times the panel was redrawn whole (one per click; tests and the latency benchmark read it).
@@ -185,6 +256,9 @@ class Panel(widgets.VBox):
         self.figure_dict: dict[str, Any] = {}
         self.title = widgets.HTML()
         self.status = widgets.HTML()
+        self.copies_note = widgets.HTML(f"<span class='nbcompile-copies-note' style='color:#555'>"
+                                        f"{_e(COPIES_NOTE)}</span>")
+        self.causes_html = widgets.HTML()
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
         self.op_rows: dict[str, widgets.ToggleButtons] = {}
@@ -226,7 +300,7 @@ class Panel(widgets.VBox):
         #: The search the Fix tab runs now (its stop button stops it), or None.
         self.fix_running: Any = None
         self.tabs = widgets.Tab(children=[
-            widgets.HBox([self.figure_output, self.source_html]),
+            widgets.VBox([widgets.HBox([self.figure_output, self.source_html]), self.causes_html]),
             widgets.VBox([self.guard_filter, self.guards_html]),
             widgets.VBox([self.timeline_output, self.recompiles_html]),
             widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
@@ -238,7 +312,7 @@ class Panel(widgets.VBox):
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
         self.children = [
-            self.title, self.status, widgets.HTML("<b>Functions</b>"), self.functions_box,
+            self.title, self.status, widgets.HTML("<b>Functions</b>"), self.copies_note, self.functions_box,
             widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
         ]
         self.refresh()
@@ -256,14 +330,15 @@ class Panel(widgets.VBox):
                                        value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
-        counts = widgets.HTML()
+        _one_row(toggle, FUNCTION_BUTTON_WIDTH)
+        counts = widgets.HTML(layout=widgets.Layout(flex="0 0 auto"))
         self.function_rows[name] = toggle
         self.function_counts[name] = counts
         if ":" in name:  # a library function: its class and name, the module on hover
             label = _label(name, " <i>(library)</i>", shown=name.partition(":")[2])
         else:
             label = _label(name, " <i>(entry)</i>" if name in self.session.entries else "")
-        return widgets.HBox([label, toggle, counts])
+        return widgets.HBox([label, toggle, counts], layout=widgets.Layout(**_ROW))
 
     def _entry_row(self, name: str) -> widgets.HBox:
         """An entry that is not a function of the cell (an nn.Module instance): counts, no toggle."""
@@ -272,21 +347,21 @@ class Panel(widgets.VBox):
         kind = "nn.Module" if "." not in name else "function"
         label = _label(name, f" <i>(entry, {kind})</i>")
         return widgets.HBox([label, widgets.HTML("<span style='color:#888'>compiled whole</span>",
-                                                 layout=widgets.Layout(width="380px")), counts])
+                                                 layout=widgets.Layout(width="380px")), counts],
+                            layout=widgets.Layout(**_ROW))
 
     def _op_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": TORCH_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
+        _one_row(toggle, TORCH_BUTTON_WIDTH)
         self.op_rows[name] = toggle
-        return widgets.HBox([_label(name), toggle])
+        return widgets.HBox([_label(name), toggle], layout=widgets.Layout(**_ROW))
 
     def _controls(self, session: PanelSession) -> widgets.HBox:
 
         opts = session.options
-        backends = torch_compat.list_backends(user_facing=True)
-        if opts.backend not in backends:
-            backends.append(opts.backend)
+        backends = working_backends(opts.backend)
         self.backend = widgets.Dropdown(options=backends, value=opts.backend, description="backend")
         self.mode = widgets.Dropdown(options=MODES, value=opts.mode or "default", description="mode")
         self.fullgraph = widgets.Checkbox(value=opts.fullgraph, description="fullgraph", indent=False)
@@ -456,6 +531,7 @@ class Panel(widgets.VBox):
         self.figure_dict = split_figure(report)
         self._draw_figure(report)
         self.source_html.value = source_view(session.source, report, session.cell.spans)
+        self.causes_html.value = self._causes(report)
         self._draw_guards()
         self.recompiles_html.value = self._recompiles(report)
         self._draw_timeline(report)
@@ -526,8 +602,10 @@ class Panel(widgets.VBox):
     def _draw_counts(self, report: Report) -> None:
         for name, counts in self.function_counts.items():
             part = self.session.function_report(name)
-            counts.value = (f"<span style='color:#555'>{plural(len(part.frames), 'frame')}, "
-                            f"{plural(len(part.breaks), 'break')}, {plural(len(part.recompiles), 'recompile')}</span>")
+            causes = f" ({plural(len(part.causes), 'cause')})" if len(part.causes) < len(part.breaks) else ""
+            counts.value = (f"<span style='color:#555;white-space:nowrap'>{plural(len(part.frames), 'frame')}, "
+                            f"{plural(len(part.breaks), 'break')}{causes}, "
+                            f"{plural(len(part.recompiles), 'recompile')}</span>")
 
     def _draw_ops(self, session: PanelSession, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]
@@ -535,38 +613,41 @@ class Panel(widgets.VBox):
             self.ops_box.children = [*self.ops_box.children, *(self._op_row(name) for name in new)]
 
     def _draw_status(self) -> None:
+        """The counts on one line, then one short line per kind (check, errors, notices...), each
+        coloured by its severity with its details folded: never one red line mixing everything."""
         session = self.session
         report = session.report
-        parts = [f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')}, "
-                 f"{plural(report.recompile_count, 'recompile')}",
-                 f"compile {report.compile_time_s:.2f} s"]
-        check = report.check
-        if check is None:
-            parts.append("check: off" if not session.options.check else "check: not run yet")
-        elif check.ok:
-            parts.append("<span style='color:#2a7'>check ok</span>" if check.compared
-                         else f"check: {_e(check.message)}")
-        else:
-            parts.append(f"<span style='color:#b00'><b>check mismatch</b>: {_e(check.message)}</span>")
-        if report.warnings:
-            parts.append(f"<span style='color:#b60'>{len(report.warnings)} lint warnings</span>")
+        counts = [plural(report.graph_count, "graph"), plural(report.break_count, "break")]
+        if report.break_count:
+            counts += [plural(report.splits, "split"), plural(len(report.causes), "cause")]
+        counts += [plural(report.recompile_count, "recompile"), f"compile {report.compile_time_s:.2f} s"]
+        lines = []
         if session.stale:
-            parts.append(f"<span style='color:#b00'>{_e(session.stale)}</span>")
-        for warning in limit_warnings(report):
-            parts.append(f"<span style='color:#b60'>{_e(warning)}</span>")
-        for fallback in report.fallbacks:
-            parts.append(f"<span style='color:#b00'><b>{_e(fallback.kind)}</b>: {_e(fallback.reason)}</span>")
+            lines.append(StatusLine("stale", "error", short(session.stale), session.stale
+                                    if short(session.stale) != session.stale else ""))
         error = self.last_error or (
             f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
-        if error:
-            parts.append(f"<span style='color:#b00'>last error: {_e(error)}</span>")
-        elif self.last_effect:
+        if self.last_error:
+            lines.append(StatusLine("errors", "error", short(error or ""), "", label="last error"))
+        if report.check is None:
+            lines.append(StatusLine("check", "info", "", label="check: off" if not session.options.check
+                                    else "check: not run yet"))
+        for line in status_lines(report):
+            if line.kind == "errors" and not self.last_error:
+                line.label = "last error"
+                line.text = short(error or "")
+                line.detail = "\n".join(f"{e.fail_type}: {e.message}" for e in report.errors)
+            if line.kind != "errors" or not self.last_error:
+                lines.append(line)
+        if not error and self.last_effect:
             unhelpful = "removed no break" in self.last_effect or "nothing is compiled" in self.last_effect
-            parts.append(f"<span style='color:{'#b60' if unhelpful else '#555'}'>{_e(self.last_effect)}</span>")
+            detail = ""
             if self.last_diff is not None and self.last_diff.changed:
-                detail = "<br>".join(_e(line) for line in str(self.last_diff).splitlines()[1:41])
-                parts.append(f"<details style='display:inline'><summary>what changed</summary>{detail}</details>")
-        self.status.value = " · ".join(parts)
+                detail = "\n".join(str(self.last_diff).splitlines()[1:41])
+            lines.append(StatusLine("change", "warn" if unhelpful else "info", self.last_effect, detail,
+                                    label="what changed" if detail else "last change"))
+        self.status.value = (f"<div class='nbcompile-status nbcompile-counts' style='color:{SEVERITY_COLORS['info']}'>"
+                             f"{', '.join(counts)}</div>" + status_html(lines))
 
     def _draw_guards(self) -> None:
         needle = self.guard_filter.value.strip().lower()
@@ -613,10 +694,35 @@ class Panel(widgets.VBox):
         if not report.recompiles:
             return "<i>no recompiles</i>"
         rows = "".join(f"<tr><td>{_e(function_label(r.function))}</td><td>{_e(r.compile_id)}</td>"
-                       f"<td><b>{_e(change_text(r))}</b></td><td><code>{_e(r.reason)}</code></td></tr>"
+                       f"<td><b>{_e(change_text(r))}</b></td>"
+                       f"<td>{_fix_list(r.fixes)}</td>"
+                       f"<td><code>{_e(r.reason)}</code></td></tr>"
                        for r in report.recompiles)
-        return ("<table><tr><th>function</th><th>compile id</th><th>what changed</th><th>failed guard</th></tr>"
-                f"{rows}</table>")
+        return ("<table><tr><th>function</th><th>compile id</th><th>what changed</th><th>fix (and its proof)</th>"
+                f"<th>failed guard</th></tr>{rows}</table>")
+
+    @staticmethod
+    def _causes(report: Report) -> str:
+        """One row per break cause, with its count, its fixes and their proofs; then the graphs, their
+        long op lists folded."""
+        parts = []
+        if report.causes:
+            rows = "".join(
+                f"<tr><td><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
+                f"<td>{_e(c.cell_line if c.cell_line is not None else f'{c.filename}:{c.lineno}')}</td>"
+                f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: {_e(c.explanation or c.reason)}"
+                + (f"<ul>{fixes_html(c.fixes)}</ul>" if c.fixes else "") + "</td></tr>"
+                for c in report.causes)
+            parts.append(f"<p><b>Break causes</b>: {plural(report.break_count, 'event')} from "
+                         f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</p>"
+                         "<table class='nbcompile-causes'><tr><th>count</th><th>function</th><th>line</th>"
+                         f"<th>source</th><th>reason and fixes</th></tr>{rows}</table>")
+        if report.graphs:
+            rows = "".join(f"<tr><td>{i + 1}</td><td>{_e(function_label(g.function))}</td><td>{g.op_count}</td>"
+                           f"<td>{ops_html(g)}</td></tr>" for i, g in enumerate(report.graphs))
+            parts.append("<details><summary>Graphs and their ops</summary><table class='nbcompile-graph-ops'>"
+                         f"<tr><th>#</th><th>function</th><th>ops</th><th>op names</th></tr>{rows}</table></details>")
+        return "".join(parts)
 
     @staticmethod
     def _kernels(report: Report) -> str:

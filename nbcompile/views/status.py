@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.text import _e, _table
-from ..model.render import fix_proof
+from ..core.text import _e, _table, function_label
+from ..model.render import change_text, fix_proof, status_lines
 from .protocols import PanelSession
 
 
@@ -47,16 +47,25 @@ def status_table(session: PanelSession) -> StatusTable:
             len(part.frames), len(part.graphs), len(part.breaks), len(part.recompiles),
         ))
     notes = [f"STALE: {session.stale}"] if session.stale else []
-    if report.check is not None:
-        notes.append(f"check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
-    for w in report.warnings:
-        notes.append(f"allow_in_graph lint, {w.function}: {w.message}")
+    for line in status_lines(report):  # one short line per kind: the check, errors, notices, lint...
+        if line.kind == "check":
+            notes.append(f"check {'ok' if report.check and report.check.ok else 'FAILED'}: "
+                         f"{report.check.message if report.check else ''}")
+        elif line.kind == "lint":
+            notes += [f"allow_in_graph lint, {w.function}: {w.message}" for w in report.warnings]
+        else:
+            notes.append(f"{line.head}: {line.text}")
+    for c in report.causes:  # one line per cause, with its count and its best fix (and the proof)
+        where = f"line {c.cell_line}" if c.cell_line is not None else function_label(c.function)
+        fix = next((f for f in c.fixes if f.command and f.verified is not False), None)
+        said = f": {fix.command}" + (f" ({fix_proof(fix)})" if fix_proof(fix) else "") if fix else ""
+        notes.append(f"break at {where} ({c.gb_type}){said} [x{c.count}]")
     seen = set()
-    for b in report.breaks:
-        for fix in b.fixes:
-            if fix.command and fix.verified is not False and (b.cell_line, fix.command) not in seen:
-                seen.add((b.cell_line, fix.command))
-                where = f"line {b.cell_line}" if b.cell_line is not None else b.function
+    for r in report.recompiles:  # the recompiles' fixes, with their proofs, once per function and fix
+        for fix in r.fixes:
+            if fix.command and fix.verified is not False and (r.function, fix.command) not in seen:
+                seen.add((r.function, fix.command))
+                what = change_text(r) or r.reason
                 proof = f" ({fix_proof(fix)})" if fix_proof(fix) else ""
-                notes.append(f"break at {where} ({b.gb_type}): {fix.command}{proof}")
+                notes.append(f"recompile of {function_label(r.function)} ({what}): {fix.command}{proof}")
     return StatusTable(rows, notes)
