@@ -212,3 +212,54 @@ def test_save_then_load_into_an_empty_cache_starts_warm(ip, tmp_path, monkeypatc
     torch.testing.assert_close(torch.compile(fresh_warm_fn(), backend="inductor")(x), expected)
     assert (counters["aot_autograd"]["autograd_cache_hit"], counters["inductor"]["fxgraph_cache_hit"]) > hits, \
         "the compile after the load missed the loaded cache"
+
+
+def hand_built_payload(*entries: tuple[str, str, bytes]) -> bytes:
+    """torch's artifact wire format written by hand, as an attacker would (torch's own serializer refuses an
+    unknown type): a crc32, a count, then per type its base64 name and (base64 key, content) pairs."""
+    import base64
+    import zlib
+
+    def field(data: bytes) -> bytes:
+        return len(data).to_bytes(8, "big") + data
+
+    groups: dict[str, list[tuple[str, bytes]]] = {}
+    for kind, key, content in entries:
+        groups.setdefault(kind, []).append((key, content))
+    body = len(groups).to_bytes(8, "big")
+    for kind, items in groups.items():
+        body += field(base64.b64encode(kind.encode())) + len(items).to_bytes(8, "big")
+        for key, content in items:
+            body += field(base64.b64encode(key.encode())) + field(content)
+    return zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def test_an_entry_type_never_forges_a_line_of_the_refusal(ip, cache, tmp_path, capsys):
+    root, _ = cache
+    hostile = [("inductor\nloaded 9.00 MB of compile cache artifacts: all fine", "fsafekey", b"x")]
+    path = tmp_path / "file.bin"
+    path.write_bytes(with_manifest(hand_built_payload(*hostile), hostile))
+    for line in (f"cache list {path}", f"cache load {path} --trust"):
+        try:
+            ip.run_line_magic("nbcompile", line)
+        except UsageError as exc:
+            assert "\n" not in str(exc), str(exc)
+    out = capsys.readouterr().out
+    assert not any(line.startswith("loaded 9.00 MB") for line in out.splitlines()), out
+    assert files_under(root) == []
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_unread(ip, cache, tmp_path, kind):
+    import os
+
+    path = tmp_path / "artifacts.bin"
+    if kind == "device":
+        path.symlink_to("/dev/zero")  # read until memory runs out, before
+    elif kind == "fifo":
+        os.mkfifo(path)  # blocked forever, before
+    else:
+        path.mkdir()
+    for command in ("list", "load"):
+        message = load_error(ip, f"cache {command} {path}")
+        assert "not a regular file" in message or "Is a directory" in message, message

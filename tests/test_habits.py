@@ -214,7 +214,7 @@ def test_a_list_append_happens_once_per_run(ip):
     _ok(run_compile_cell(ip, '--backend eager --no-panel --run "record(torch.ones(2))"', body))
     assert ip.user_ns["log"] == [4.0]
     ip.run_line_magic("nbcompile", "set record disable")
-    assert ip.user_ns["log"] == [4.0, 4.0]
+    assert ip.user_ns["log"] == [4.0]  # the toggle re-ran --run on a copy of the list (issue 22, point 2)
     assert nbcompile.last().report.check.ok
 
 

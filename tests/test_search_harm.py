@@ -279,3 +279,79 @@ def test_a_refused_start_reads_not_tried_not_zero(ip):
     assert "not tried" in result._repr_html_()
     assert not result.applied and session.toggles["helper"] == "compile"
 
+
+
+def test_a_search_cut_short_never_says_untried_modes_failed(ip):
+    session = _session(ip, """\
+        import torch
+        def helper(x):
+            torch._dynamo.graph_break()
+            return x * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    result = search_ops.Searcher(session, 0.01).run()
+    assert result.state == "budget" and len(result.trials) <= 2, [t.describe() for t in result.trials]
+    assert result.unremovable
+    for line in result.unremovable:
+        assert "failed to compile or failed the check" not in line, line
+        assert "was tried" in line or "did not try" in line, line
+        assert "budget ran out" in line, line
+        assert line.startswith("helper (cell line 4)"), line  # as the user wrote it, never <ipython-input-...>
+
+
+# --- found by the adversarial pass: other ways to reach a global or a module ----------------------------
+
+VARIANTS = {  # setup line(s), the helper's read, the user's later change
+    "numpy_float": ("import numpy as np\nSCALE = np.float64(2.0)", "x * SCALE", "SCALE = np.float64(5.0)"),
+    "dict_with_none": ('CFG = {"scale": 2.0, "note": None}', 'x * CFG["scale"]', 'CFG["scale"] = 5.0'),
+    "class_attribute": ("class Cfg:\n    scale = 2.0", "x * Cfg.scale", "Cfg.scale = 5.0"),
+    "module_imported_inside": ("", "x * __import__('nbharm_cfg').SCALE", "import nbharm_cfg\nnbharm_cfg.SCALE = 5.0"),
+    "long_list": ("SCALES = [2.0] * 100", "x * SCALES[0]", "SCALES[0] = 5.0"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_kind_of_changing_global_is_proven_or_not_judged(ip, make_module, variant):
+    make_module("nbharm_cfg", "SCALE = 2.0\n")
+    setup, read, change = VARIANTS[variant]
+    if variant == "module_imported_inside":  # an import statement inside the helper
+        helper = "    import nbharm_cfg\n    y = x * nbharm_cfg.SCALE\n"
+    else:
+        helper = f"    y = {read}\n"
+    body = (f"import torch\n{setup}\ndef helper(x):\n    torch._dynamo.graph_break()\n{helper}    return y\n"
+            "def f(x):\n    return helper(x.sin()).cos()\n"
+            "x = torch.randn(4, generator=torch.Generator().manual_seed(0))\n")
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
+    session = nbcompile.last()
+    result = session.fix(budget_s=60)
+    for t in result.trials:
+        if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace") and not t.options:
+            assert not t.admissible and ("stale" in t.rejected or "not judged" in t.rejected), t.rejected
+    ip.run_cell(change)
+    ns = ip.user_ns
+    assert torch.allclose(ns["f"](ns["x"]), (ns["x"].sin() * 5.0).cos()), (variant, session.toggles)
+
+
+@pytest.mark.parametrize("reach", ["importlib.import_module", "sys.modules", "__import__"])
+def test_a_module_reached_without_an_import_statement_sees_one_run(ip, make_module, reach):
+    module = make_module("nbharm_counted", "calls = 0\n")
+    get = {"importlib.import_module": 'importlib.import_module("nbharm_counted")',
+           "sys.modules": 'sys.modules["nbharm_counted"]', "__import__": '__import__("nbharm_counted")'}[reach]
+    session = _session(ip, f"""\
+        import importlib, sys
+        import torch
+        def helper(x):
+            m = {get}
+            m.calls += 1
+            torch._dynamo.graph_break()
+            return x * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    assert module.calls == 1  # the cell's own run; the check's eager run was caught and put back
+    assert not session.report.check.compared and "nbharm_counted.calls" in session.report.check.message
+    search_ops.Searcher(session, 15).run()
+    assert module.calls == 1

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat
 
 import torch
 
@@ -54,7 +55,8 @@ class Entry:
     @property
     def label(self) -> str:
         key = self.key if len(self.key) <= 200 else self.key[:120] + "..." + self.key[-77:]
-        return f"entry {self.index} ({self.kind} {key!r})"
+        kind = self.kind if self.kind.isidentifier() else repr(self.kind[:40])  # a type never forges a line
+        return f"entry {self.index} ({kind} {key!r})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,17 +190,40 @@ def _split(data: bytes) -> tuple[dict[str, object] | None, bytes, str | None]:
     return manifest, payload, None
 
 
+#: The largest cache file read (a device, a FIFO or a runaway file is refused before it is read).
+MAX_FILE_BYTES = 2 << 30
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of ``path`` when it is a regular file under ``MAX_FILE_BYTES`` (checked on the open
+    handle, so a swapped link changes nothing); else a one-line refusal. A FIFO is opened without
+    blocking, and ``/dev/zero`` or a named pipe is never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise NbcompileError(f"cannot read {path}: not a regular file (a cache file is one written by "
+                             "%nbcompile cache save)")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > MAX_FILE_BYTES:
+            raise NbcompileError(f"cannot read {path}: {_size(info.st_size)}, over the {_size(MAX_FILE_BYTES)} a "
+                                 "cache file may hold")
+        try:
+            return handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+
+
 def read(path: str, *, trust: bool = False) -> Plan:
     """Decode and check a cache file, writing nothing: the Plan to show and then ``apply``.
 
     Raises NbcompileError, one line: unreadable, not torch's format, no matching manifest (unless
     ``trust``), or an entry that would write outside torch's cache (always: ``trust`` is trust in the
     file's author, never permission to write anywhere)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+    data = _read_regular(path)
     manifest, payload, problem = _split(data)
     try:
         entries = torch_compat.decode_compile_cache(payload)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
-from ..core.text import plural
+from ..core.text import function_label, plural, user_function
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
@@ -414,7 +414,9 @@ class Searcher:
                                                                          not in left):
                 continue
             seen.add((brk.filename, brk.lineno))
-            where = f"{brk.function} ({brk.filename.rsplit('/', 1)[-1]} line {brk.lineno})"
+            place = (f"cell line {brk.cell_line}" if brk.cell_line is not None
+                     else f"{brk.filename.rsplit('/', 1)[-1]} line {brk.lineno}")
+            where = f"{function_label(brk.function)} ({place})"
             holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.workload.filename else None
             if holder is not None and holder not in tracked:
                 why = (f"its holder {library.short(holder)} was not searched (only the {MAX_HOLDERS} library "
@@ -423,6 +425,11 @@ class Searcher:
                 why = "no Python function nbcompile can rebind holds it (a property, a lambda, a C function)"
             elif holder is not None and not self._all_modes_tried(holder):
                 why = f"not every mode of its holder {library.short(holder)} was tried: {self._why_short()}"
+            elif holder is None and (own := user_function(brk.function)) in tracked \
+                    and not self._all_modes_tried(own):
+                why = f"not every mode of {own}, which holds it, was tried: {self._why_short()}"
+            elif self.result.stopped or self.result.budget_bound:
+                why = f"the search did not try every configuration: {self._why_short()}"
             else:
                 why = ("no mode of the function that holds it removed it with the check ok (disable moves the "
                        "break to the call; allow_in_graph, nonstrict_trace or custom_op failed to compile or "

@@ -23,6 +23,8 @@ import copy
 import dataclasses
 import dis
 import enum
+import math
+import numbers
 import re
 import sys
 import types
@@ -43,6 +45,8 @@ _ATOMIC = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type
            str, bytes, int, float, complex, bool, type(None), range, types.CodeType)
 _ABSENT = object()
 _SYSTEM_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+#: Floating-point dtypes the float64 reference widens.
+_NARROW = (torch.float16, torch.bfloat16, torch.float32)
 
 
 class Slot:
@@ -117,6 +121,23 @@ def _user_module(module: types.ModuleType) -> bool:
     """A module of the user's (not the standard library, not an installed package)."""
     path = getattr(module, "__file__", None)
     return bool(path) and not str(path).startswith(_SYSTEM_PREFIXES) and not module.__name__.startswith("torch")
+
+
+_OWN_PACKAGE = __name__.split(".", 1)[0]
+
+
+def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleType]:
+    """Every user module loaded now (``sys.modules``), however a run reaches it (``import``,
+    ``importlib.import_module``, ``sys.modules[...]``, ``__import__``): what an audit watches besides
+    the copies. Not nbcompile's own modules, not ``__main__``, not a module whose namespace is one of
+    ``exclude`` (the notebook's, whose names the copies hold)."""
+    skip = {id(space) for space in exclude}
+    found = []
+    for name, module in list(sys.modules.items()):
+        if (isinstance(module, types.ModuleType) and name != "__main__" and name.split(".", 1)[0] != _OWN_PACKAGE
+                and id(vars(module)) not in skip and _user_module(module)):
+            found.append(module)
+    return found
 
 
 def imported_modules(code: types.CodeType) -> list[types.ModuleType]:
@@ -416,11 +437,83 @@ class Replay:
         differ from run to run by design."""
         return self.refused is None and self._fingerprint() != getattr(self, "_marks", None)
 
+    def widened(self, budget: int = MAX_COPY_BYTES) -> Replay:
+        """A further copy of the copies (taken before any run used them), its floating-point tensors in
+        float64: the state the float64 reference run gets. ``refused`` says why there is none (over the
+        copy budget, tensors sharing storage, a layout that cannot be widened, a copy that failed); the
+        memo still maps each real object (by id) to its float64 copy."""
+        if self.refused is not None:
+            return Replay(self.slots, self.reals, {}, None, self.refused, self.modules, self.imports)
+
+        def refuse(why: str) -> Replay:
+            return Replay(self.slots, self.reals, {}, None, why, self.modules, self.imports)
+
+        found: dict[int, tuple[Any, str]] = {}
+        for label, value in self.copies.items():
+            _walk(value, found, label)
+        _walk(self.extra_copy, found, "argument")
+        tensors = [t for t, _ in found.values() if isinstance(t, torch.Tensor)]
+        tensors += [t.grad for t in tensors if t.grad is not None]
+        wide = sum(t.numel() * 8 if t.dtype in _NARROW else _nbytes(t) for t in tensors)
+        if wide > budget:
+            return refuse(f"a float64 copy of the state would take {wide / 2**20:.0f} MiB, more than the "
+                          f"{budget >> 20} MiB nbcompile copies")
+        storages: dict[tuple[str, int], int] = {}
+        for t in tensors:
+            if t.dtype not in _NARROW:
+                continue
+            if t.layout != torch.strided or t.is_sparse:
+                return refuse(f"a tensor has layout {t.layout}, which a float64 copy does not keep")
+            key = (str(t.device), t.untyped_storage().data_ptr())
+            if key in storages and storages[key] != id(t):
+                return refuse("two tensors share storage (views of one tensor), which a float64 copy would part")
+            storages[key] = id(t)
+        memo: dict[int, Any] = {}
+        try:
+            copies, extra = copy.deepcopy((self.copies, self.extra_copy), memo)
+        except Exception as exc:
+            return refuse(f"the copies could not be copied again ({type(exc).__name__})")
+        composed = {real: memo.get(id(c), c) for real, c in self.memo.items()}
+        for c in list(self.memo.values()):
+            twin = memo.get(id(c))
+            if isinstance(c, torch.Tensor) and isinstance(twin, torch.Tensor) and c.grad is not None \
+                    and twin.grad is None and twin.is_leaf:
+                twin.grad = c.grad.detach().clone()  # Parameter's deepcopy drops .grad
+        try:
+            with torch.no_grad():
+                for twin in [v for v in memo.values() if isinstance(v, torch.Tensor)]:
+                    if twin.dtype not in _NARROW:
+                        continue
+                    grad = twin.grad
+                    if grad is not None:
+                        twin.grad = None
+                    twin.data = twin.data.to(torch.float64)
+                    if grad is not None:
+                        twin.grad = grad.to(torch.float64)
+        except (RuntimeError, TypeError) as exc:
+            return refuse(f"a tensor could not be made float64 ({type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:80]})")
+        replay = Replay(self.slots, self.reals, copies, extra, None, self.modules, self.imports)
+        replay.memo = composed
+        replay.labels = dict(self.labels)
+        replay.optimizers = [(label, real, composed[id(real)]) for label, real, _ in self.optimizers
+                             if id(real) in composed]
+        for real, _, v_real, _ in self.pairs:
+            wide_twin = composed.get(id(real))
+            if isinstance(wide_twin, torch.Tensor):
+                replay.pairs.append((real, wide_twin, v_real, torch_compat.tensor_version(wide_twin)))
+        replay._marks = replay._fingerprint()
+        replay._contents = _containers([*replay.copies.values(), replay.extra_copy])
+        return replay
+
     @contextlib.contextmanager
-    def swapped(self, also: dict[Slot, Any] | None = None) -> Iterator[Any]:
+    def swapped(self, also: dict[Slot, Any] | None = None,
+                override: dict[Slot, Any] | None = None) -> Iterator[Any]:
         """The copies (and ``also``: slot -> object) put in place of the real objects for the duration;
-        yields the copy of ``extra``. Each slot gets back what it held, unless the run itself rebound it."""
-        put: dict[Slot, Any] = {**(also or {}), **{self.slots[label]: c for label, c in self.copies.items()}}
+        yields the copy of ``extra``. ``override`` (slot -> object) wins over a copy (a module entry's copy
+        compiled). Each slot gets back what it held, unless the run itself rebound it."""
+        put: dict[Slot, Any] = {**(also or {}), **{self.slots[label]: c for label, c in self.copies.items()},
+                                **(override or {})}
         saved: list[tuple[Slot, Any]] = []
         try:
             for slot, value in put.items():
@@ -466,17 +559,40 @@ def _containers(values: Iterable[Any]) -> list[tuple[Any, Any]]:
 
 #: Python values a function may read from a global, which a function traced once bakes in.
 _PLAIN = (bool, int, float, complex, str, bytes)
-_MAX_PERTURBED = 64
+#: The most items of one container varied (a longer one is "not judged").
+_MAX_PERTURBED = 4096
 
 
-def frozen_globals(functions: dict[str, Any]) -> list[tuple[Slot, Any, Any]]:
-    """The Python globals (numbers, strings, containers of them) that ``functions`` read, and the
-    functions and user modules they reach: (slot, value now, a different value of the same kind).
-    A function ``allow_in_graph`` or ``nonstrict_trace`` puts in the graph runs its Python once, at
-    trace time, and Dynamo does not guard what it read: such a global changed later is not seen."""
+class Frozen(list[tuple["Slot", Any, Any]]):
+    """``frozen_globals``' answer: (slot, value now, a different value of the same kind) for each global it
+    can vary, and ``unjudged``: the ones it reads but cannot vary ("SCALE (Decimal)"), for which no
+    second run can prove a traced-once configuration follows a change."""
+
+    unjudged: list[str]
+
+
+def frozen_globals(functions: dict[str, Any]) -> Frozen:
+    """The Python globals (numbers, strings, enum members, containers of them) that ``functions`` read,
+    and the functions, user classes and user modules they reach (a module imported inside a function
+    included): (slot, value now, a different value of the same kind). A function ``allow_in_graph`` or
+    ``nonstrict_trace`` puts in the graph runs its Python once, at trace time, and Dynamo does not guard
+    what it read: such a global changed later is not seen. What it reads and cannot vary is
+    ``unjudged``."""
     out: dict[tuple[int, str], tuple[Slot, Any, Any]] = {}
+    unjudged: dict[str, None] = {}
     seen: set[int] = set()
     pending = [(name, fn) for name, fn in functions.items()]
+
+    def attribute(owner: Any, name: str, label: str) -> None:
+        where = vars(owner)
+        if name not in where or name.startswith("__"):
+            return
+        attr = where[name]
+        if isinstance(attr, (types.FunctionType, staticmethod, classmethod)):
+            pending.append((name, getattr(attr, "__func__", attr)))
+        elif not isinstance(attr, (property, types.ModuleType, type)):
+            _add_frozen(out, unjudged, owner if isinstance(owner, type) else where, name, label, attr)
+
     while pending:
         label, fn = pending.pop()
         fn = torch_compat.unwrap_compiled(fn)
@@ -488,6 +604,11 @@ def frozen_globals(functions: dict[str, Any]) -> list[tuple[Slot, Any, Any]]:
         if not isinstance(code, types.CodeType) or not isinstance(space, dict) or id(fn) in seen:
             continue
         seen.add(id(fn))
+        for module in imported_modules(code):  # `import cfg` inside the function: cfg.SCALE is read
+            if _user_module(module):
+                for each in torch_compat.iter_code_objects(code):
+                    for name in each.co_names:
+                        attribute(module, name, f"{module.__name__}.{name}")
         for each in torch_compat.iter_code_objects(code):
             loads = [ins for ins in dis.get_instructions(each)]
             for i, ins in enumerate(loads):
@@ -497,60 +618,84 @@ def frozen_globals(functions: dict[str, Any]) -> list[tuple[Slot, Any, Any]]:
                 if name not in space or name.startswith("__") or _HISTORY.match(name):
                     continue
                 value = space[name]
+                after = loads[i + 1] if i + 1 < len(loads) else None
+                attr_name = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") \
+                    and isinstance(after.argval, str) else None
                 if isinstance(value, types.FunctionType):
                     pending.append((name, value))
-                elif isinstance(value, types.ModuleType) and _user_module(value):
-                    # config.SCALE: the attribute loaded right after the module
-                    after = loads[i + 1] if i + 1 < len(loads) else None
-                    if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") and \
-                            isinstance(after.argval, str) and after.argval in vars(value):
-                        attr = vars(value)[after.argval]
-                        if isinstance(attr, types.FunctionType):
-                            pending.append((after.argval, attr))
-                        else:
-                            _add_frozen(out, vars(value), after.argval, f"{value.__name__}.{after.argval}", attr)
+                elif isinstance(value, types.ModuleType):
+                    if _user_module(value) and attr_name is not None:  # config.SCALE
+                        attribute(value, attr_name, f"{value.__name__}.{attr_name}")
+                elif isinstance(value, type):
+                    if _settable_class(value) and attr_name is not None:  # Cfg.scale
+                        attribute(value, attr_name, f"{value.__name__}.{attr_name}")
                 else:
-                    _add_frozen(out, space, name, name, value)
-    return list(out.values())
+                    _add_frozen(out, unjudged, space, name, name, value)
+    frozen = Frozen(out.values())
+    frozen.unjudged = list(unjudged)
+    return frozen
 
 
-def _add_frozen(out: dict[tuple[int, str], tuple[Slot, Any, Any]], owner: dict[str, Any], key: str, label: str,
-                value: Any) -> None:
+def _inert(value: Any) -> bool:
+    """A value a traced-once function may read without freezing anything the user changes by rebinding
+    a plain value: code, classes, modules, tensors and modules (Dynamo sees those), None."""
+    return value is None or value is Ellipsis or callable(value) or isinstance(
+        value, (types.ModuleType, type, torch.Tensor, torch.nn.Module))
+
+
+def _add_frozen(out: dict[tuple[int, str], tuple[Slot, Any, Any]], unjudged: dict[str, None], owner: Any,
+                key: str, label: str, value: Any) -> None:
     if (id(owner), key) in out:
         return
     other = perturbed(value)
     if other is not _ABSENT:
         out[(id(owner), key)] = (Slot(owner, key, label), value, other)
+    elif not _inert(value):
+        unjudged[f"{label} ({type(value).__name__})"] = None
 
 
 def perturbed(value: Any, depth: int = 0) -> Any:
-    """A value of the same kind that differs from ``value`` (numbers scaled, strings changed, containers
-    of them changed element by element); ``_ABSENT`` for what is not a plain Python value."""
+    """A value of the same kind that differs from ``value`` (numbers scaled, numpy's included, strings
+    changed, an enum member swapped for another, containers changed item by item, their inert items
+    kept); ``_ABSENT`` for what cannot be varied."""
     if depth > 3:
         return _ABSENT
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int) and type(value) is int:
-        return value + 1
-    if isinstance(value, float) and type(value) is float:
-        return value * 2.5 + 0.5 if value == value and abs(value) != float("inf") else 1.0
-    if type(value) is complex:
-        return value * 2.5 + 0.5
-    if type(value) is str:
+    kind = type(value)
+    try:
+        if isinstance(value, (bool, numbers.Integral)) and kind.__name__.startswith("bool"):
+            return kind(not value)
+        if isinstance(value, numbers.Integral):
+            return kind(value + 1)
+        if isinstance(value, numbers.Real):
+            number = float(value)
+            return kind(number * 2.5 + 0.5 if math.isfinite(number) else 1.0)
+        if isinstance(value, numbers.Complex):
+            return kind(complex(value) * 2.5 + 0.5)
+    except (TypeError, ValueError, OverflowError):
+        return _ABSENT
+    if isinstance(value, enum.Enum):
+        return next((m for m in kind if m is not value), _ABSENT)
+    if kind is str:
         return value + "~"
-    if type(value) is bytes:
+    if kind is bytes:
         return value + b"~"
-    if type(value) in (list, tuple) and 0 < len(value) <= _MAX_PERTURBED:
-        items = [perturbed(v, depth + 1) for v in value]
-        if any(v is _ABSENT for v in items):
+    if kind in (list, tuple) and 0 < len(value) <= _MAX_PERTURBED:
+        items = [_item(v, depth) for v in value]
+        if any(v is _ABSENT for v in items) or all(a is b for a, b in zip(items, value, strict=True)):
             return _ABSENT
-        return type(value)(items)
-    if type(value) is dict and 0 < len(value) <= _MAX_PERTURBED:
-        changed = {k: perturbed(v, depth + 1) for k, v in value.items()}
-        if any(v is _ABSENT for v in changed.values()):
+        return kind(items)
+    if kind is dict and 0 < len(value) <= _MAX_PERTURBED:
+        changed = {k: _item(v, depth) for k, v in value.items()}
+        if any(v is _ABSENT for v in changed.values()) or all(changed[k] is v for k, v in value.items()):
             return _ABSENT
         return changed
     return _ABSENT
+
+
+def _item(value: Any, depth: int) -> Any:
+    """An item of a varied container: varied, or kept when inert (a None beside the numbers)."""
+    other = perturbed(value, depth + 1)
+    return value if other is _ABSENT and _inert(value) else other
 
 
 def short(value: Any) -> str:

@@ -139,7 +139,12 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         if outcome.check.ok:
             frozen = frozen_globals({n: spec.functions[n] for n, m in modes.items()
                                      if m in TRACED_ONCE and n in spec.functions})
-            if frozen:
+            if frozen.unjudged:  # read once at trace time, and nbcompile cannot vary it to prove otherwise
+                traced = " / ".join(sorted(n for n, m in modes.items() if m in TRACED_ONCE))
+                outcome.stale = (f"not judged: {traced} reads {', '.join(frozen.unjudged[:3])}"
+                                 f"{' and more' if len(frozen.unjudged) > 3 else ''}, which nbcompile cannot change "
+                                 "to prove the traced-once code follows a change of it")
+            elif frozen:
                 outcome.stale = staleness(spec, modes, options or {}, frozen)
     outcome.seconds = time.perf_counter() - start
     return outcome
@@ -227,40 +232,9 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
 def _compare(result: Any, compiled_copy: Replay, eager_copy: Replay, spec: Spec, random_ops: list[str],
              eager: Callable[[Any], Any] | None = None) -> Check:
     """The eager run on the second copy (``eager``, else ``spec.eager``), and every value the two runs
-    returned or left compared."""
-    try:
-        with check_ops.quiet(), torch_compat.force_eager(), eager_copy.swapped(spec.originals) as extra, \
-                check_ops.no_outside_effects(watch=eager_copy):
-            expected = (eager or spec.eager)(extra)
-    except check_ops.OutsideEffect as exc:
-        return Check(True, None, f"not compared: the run {exc}", compared=False)
-    except Exception as exc:
-        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: "
-                                  f"{check_ops.one_line(str(exc))}")
-    # The two copies were taken from the same objects: copy A's object and copy B's are one object.
-    pairs = {id(a): eager_copy.memo[real_id] for real_id, a in compiled_copy.memo.items() if real_id in eager_copy.memo}
-    comparison = check_ops.Comparison(pairs=pairs)
-    check_ops.compare(result, expected, into=comparison)
-    twins = {id(real): twin for real, twin, _, _ in eager_copy.pairs}
-    for real, mine, _, _ in compiled_copy.pairs:
-        theirs = twins.get(id(real))
-        label = compiled_copy.labels.get(id(real), "a tensor")
-        if theirs is None:
-            continue
-        if not torch.equal(mine.detach(), theirs.detach()) if mine.shape == theirs.shape else True:
-            check_ops.compare(mine, theirs, f"{label} (after the run)", comparison)
-        if mine.grad is not None or theirs.grad is not None:
-            check_ops.compare(mine.grad, theirs.grad, f"{label}.grad", comparison)
-    theirs_opt = {label: opt for label, _, opt in eager_copy.optimizers}
-    for label, _, opt in compiled_copy.optimizers:
-        if label in theirs_opt:
-            check_ops.compare(opt.state_dict()["state"], theirs_opt[label].state_dict()["state"], f"{label} state",
-                              comparison)
-    left = {label: value for label, _, value in eager_copy.outcomes}
-    for label, _, value in compiled_copy.outcomes:
-        if label in left and not isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
-            check_ops.compare(value, left[label], f"{label} (after the run)", comparison)
-    return check_ops.verdict(comparison, random_ops, spec.backend)
+    returned or left judged, by the session's own rule (``check.judge``, float64 reference included)."""
+    return check_ops.judge(result, eager_copy, eager or spec.eager, check_ops.RngState(), compiled=compiled_copy,
+                           bind=spec.originals, random_ops=random_ops, backend=spec.backend)
 
 
 # --- proving the suggested fixes ------------------------------------------------------------

@@ -128,6 +128,18 @@ class Workload:
             roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
         return Replay.capture(roots, modules=reached.modules, imports=reached.imports)
 
+    def entry_copies(self, replay: Replay) -> dict[Slot, Any]:
+        """Module entries' slots -> their copies in ``replay``, compiled as the session compiles them (a
+        disabled entry: the copy as it is): a run on copies still runs the session's compiled code."""
+        out: dict[Slot, Any] = {}
+        for name in self.entries:
+            binding = self.bindings[name]
+            original = torch_compat.unwrap_compiled(binding.original)
+            twin = replay.memo.get(id(original))
+            if isinstance(twin, torch.nn.Module) and twin is not original:
+                out[Slot(binding.owner, binding.attr, name)] = self.wrap(name, twin)
+        return out
+
     def originals(self) -> dict[Slot, Any]:
         """Names this session rebound (their slots) -> their originals (for the eager run)."""
         return {Slot(b.owner, b.attr, b.name): b.original for b in self.bindings.values()

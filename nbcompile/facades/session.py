@@ -7,6 +7,9 @@ names were redefined, deleted or taken over by a newer cell is ``stale`` and
 writes nothing. Re-running a cell replaces its session (the old one is reset
 first). The check and the benchmark run on copies of the state the
 ``--run`` expression reaches (``state.py``), so a training step runs once.
+Only the user's own runs (the cell, ``Session.run()``) run ``--run`` on the
+user's objects: a toggle, a change of options, a proof or a trial runs it on
+copies, so clicking never trains the user's model.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..engine.search import FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
 from ..engine.workload import Workload, code_of, unwrap
 from ..model.render import MIME_TYPE
-from ..model.report import CompileError, LintWarning, Report
+from ..model.report import Check, CompileError, LintWarning, Report
 
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
@@ -158,26 +161,49 @@ class Session:
                     binding.restore()  # its layer of a shared library attribute: the holders under it show
 
     def run(self) -> Any:
-        """Evaluate the `--run` expression again; its value is returned and kept in the report."""
+        """Evaluate the `--run` expression again, on the user's objects (the user asked for a run); its value
+        is returned and kept in the report."""
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
+        return self._run(on_copies=False)
+
+    def _run(self, *, on_copies: bool) -> Any:
+        """The --run expression, compiled, then judged against eager (``check.judge``). ``on_copies``: the run
+        is a toggle's (or an option's) re-run: it runs on copies of the state it reaches, the module entries
+        compiled anew around their copies, and the random-number state is put back after, so the user's
+        objects are as the user's last run left them. Nothing runs when no copy can be made."""
+        __tracebackhide__ = True  # noqa: F841
         if self.workload.run_code is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
-        replay = self.workload.replay(self.workload.run_code) if self.options.check else None
-        rng = check_ops.RngState() if replay is not None else None
+        code = self.workload.run_code
+        mine = self.workload.replay(code) if on_copies else None
+        if mine is not None and mine.refused is not None:
+            why = mine.refused.removeprefix("not compared: ")
+            self.report.check = Check(True, None, f"not run: toggles re-run --run on copies of your objects, and {why}",
+                                      compared=False)
+            self.recording.notify()
+            return None
+        replay = self.workload.replay(code) if self.options.check else None
+        rng = check_ops.RngState()
         with HUB.active(self.recording):
             try:
-                result = eval(self.workload.run_code, self.namespace)
+                if mine is None:
+                    result = eval(code, self.namespace)
+                else:
+                    with mine.swapped(override=self.workload.entry_copies(mine)):
+                        result = self.workload.evaluate(code)
             except Exception as exc:
                 self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
                 self.recording.notify()
+                if mine is not None:
+                    rng.restore()
                 raise
         self.report.result = result
-        if replay is not None and rng is not None:
-            code = self.workload.run_code
-            self.report.check = check_ops.against_eager(
-                result, lambda _: self.workload.evaluate(code), replay, rng, bind=self.workload.originals(),
-                random_ops=[op for g in self.report.graphs for op in g.ops], backend=self.options.backend,
+        if replay is not None:
+            self.report.check = check_ops.judge(
+                result, replay, lambda _: self.workload.evaluate(code), rng, compiled=mine,
+                bind=self.workload.originals(), random_ops=[op for g in self.report.graphs for op in g.ops],
+                backend=self.options.backend,
             )
             if not self.report.check.ok:
                 self.report.add("errors", CompileError("--run", "", "check", self.report.check.message))
@@ -185,6 +211,8 @@ class Session:
                 self.report.check = check_ops.nothing_compiled(
                     "the expression never reached a compiled entry (model.generate, for one, calls the module's "
                     "original forward); compile a function that makes the call, with --entry")
+        if mine is not None:
+            rng.restore()  # the toggle's run leaves the generators as the user's last run did
         self.recording.notify()
         return result
 
@@ -430,6 +458,7 @@ class Session:
             style=style,
             custom_ops={n: export_code(self.workload.op_specs[n]) for n, m in toggles.items()
                         if m == "custom_op" and not isinstance(self.workload.op_specs.get(n), (str, type(None)))},
+            namespace=self.workload.namespace,  # imports as the notebook wrote them
         )
 
     # -- library functions -----------------------------------------------------------------
@@ -607,7 +636,7 @@ class Session:
         self.workload.restart()
         self.recording.report = self._new_report()
         if self.workload.run_code is not None:
-            self.run()
+            self._run(on_copies=True)
         else:
             self.recording.notify()
 
