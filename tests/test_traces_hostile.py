@@ -9,12 +9,14 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import math
 import os
 import pathlib
 import random
 import re
 import threading
 import time
+import tracemalloc
 import warnings
 from typing import Any
 
@@ -422,3 +424,112 @@ def test_a_line_without_end_is_skipped_not_kept_in_memory():
     full = whole.feed(text) + whole.flush()
     assert [r.metadata for r in records] == [r.metadata for r in full]  # every record, the bomb's line aside
     assert [r.line for r in records[1:]] == [r.line + 1 for r in full[1:]]
+
+
+# --- hostile values the adversarial pass found (F5, F6, F9) ------------------------------------------------
+
+def _corpus_records() -> list[RawRecord]:
+    reader = LogReader("corpus")
+    return reader.feed(_corpus_text()) + reader.flush()
+
+
+def test_a_record_whose_payload_is_over_the_bound_is_skipped_named_and_not_held(tmp_path, monkeypatch):
+    """F5: a small ``.log.gz`` whose one record has far more payload than the bound (a gzip bomb of many
+    lines): the lines past the bound are not kept (memory stays bounded), the record is skipped and named
+    by its line, and every other record is read."""
+    monkeypatch.setattr(logs, "MAX_PAYLOAD_CHARS", 1 << 20, raising=False)
+    monkeypatch.setattr(logs, "CHUNK", 1 << 16)  # so what the reader holds, not the chunk, is measured
+    text = _corpus_text()
+    cut = text.index("\n", text.index('"compilation_metrics"')) + 1  # after the first compilation
+    bomb_line = text[:cut].count("\n") + 1
+    envelope = {"dynamo_output_graph": {}, "frame_id": 0, "frame_compile_id": 0, "attempt": 0, "has_payload": "x"}
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_x.log.gz"
+    with gzip.open(log, "wt", compresslevel=1) as out:
+        out.write(text[:cut] + PREFIX + json.dumps(envelope) + "\n")
+        chunk = ("\t" + "A" * 1023 + "\n") * 1024  # 1 MB of payload lines
+        for _ in range(32):
+            out.write(chunk)
+        out.write(text[cut:])
+    assert log.stat().st_size < 1 << 20  # a small file
+    whole = tmp_path / "whole" / "dedicated_log_torch_trace_rank_0_x.log"
+    whole.parent.mkdir()
+    whole.write_text(text)
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traces = nbcompile.load(log)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 << 20, f"{peak / (1 << 20):.0f} MB held for a log with 32 MB of payload in one record"
+    assert traces.errors == [f"{log}:{bomb_line}: record at line {bomb_line} (dynamo_output_graph): payload over 1 MB, "
+                             "skipped; read the others"], traces.errors
+    assert _frames(traces.ranks[0]) == _frames(nbcompile.load(whole).ranks[0])  # every other record read
+    _valid_json(traces.ranks[0])
+
+
+def test_a_lone_surrogate_in_any_trace_string_is_replaced_and_named_so_the_report_can_be_sent(tmp_path):
+    """F6: ``"\\ud800"`` is valid JSON, but a string holding a lone surrogate cannot be encoded as UTF-8, so
+    Jupyter's wire (``json_packer``) refused the report and ``display`` raised. Every string of a record is
+    cleaned at the edge (U+FFFD), each field named; a log's file name with an undecodable byte too."""
+    from jupyter_client.session import json_packer
+
+    records = _corpus_records()
+    start = next(r for r in records if "dynamo_start" in r.metadata)
+    start.metadata["dynamo_start"]["stack"][-1]["name"] = "g\ud800"
+    metrics = next(r for r in records if "compilation_metrics" in r.metadata)
+    body = metrics.metadata["compilation_metrics"]
+    body.update(co_name="f\ud800bad", co_filename="/x/\udfff.py", fail_type="X", fail_reason="\ud800 broke")
+    reasons = next(r for r in records if r.metadata.get("artifact", {}).get("name") == "recompile_reasons")
+    reasons.payload = json.dumps(["0/0: \udc80 changed"])
+    text = _unparse(records)
+    assert "\\ud800" in text and "\\udfff" in text and text.isascii()
+    log = tmp_path / os.fsdecode(b"dedicated_log_torch_trace_rank_0_\xff.log")  # not UTF-8: "\udcff" in Python
+    log.write_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(tmp_path)
+    report = traces.ranks[0]
+    assert len(report.frames) == 4
+    said = [e.split(": ", 1)[-1] for e in traces.errors]
+    for kind, where in [("dynamo_start", f"stack[{len(start.metadata['dynamo_start']['stack']) - 1}].name"),
+                        ("compilation_metrics", "co_name"), ("compilation_metrics", "co_filename"),
+                        ("compilation_metrics", "fail_reason"), ("artifact:recompile_reasons", "reasons.entries[0]")]:
+        assert any(s.startswith(f"{kind} record: {where} holds a lone surrogate") and s.endswith("replaced with U+FFFD")
+                   for s in said), (where, traces.errors)
+    assert "\ufffd" in report.frames[0].function
+    json_packer({"data": mimebundle(report)})  # what display(report) sends; it raised UnicodeEncodeError
+    json_packer({"data": report._repr_mimebundle_()})
+    json_packer({"data": {"text/html": traces._repr_html_(), "text/plain": traces.summary()}})
+    for text_out in (to_text(report), to_html(report), json.dumps(report.to_json(), ensure_ascii=False),
+                     repr(traces), "\n".join(traces.errors)):
+        text_out.encode("utf-8")
+    _valid_json(report)
+
+
+def test_times_over_a_year_are_named_and_every_sum_stays_finite(tmp_path):
+    """F9: two finite times of 1.7e308 s add up to infinity ("compile inf s", a figure that is not JSON). A
+    time over a year cannot be true: it is read as unknown and named, like a NaN."""
+    lines = _corpus_text().split("\n")
+    metrics = [i for i, ln in enumerate(lines) if '"compilation_metrics"' in ln]
+    for at, key in ((metrics[0], "entire_frame_compile_time_s"), (metrics[1], "entire_frame_compile_time_s"),
+                    (metrics[2], "backend_compile_time_s"), (metrics[3], "backend_compile_time_s")):
+        lines[at], n = re.subn(rf'"{key}": [^,}}]+', f'"{key}": 1.7e308', lines[at])
+        assert n == 1
+    log = tmp_path / "dedicated_log_torch_trace_rank_0_x.log"
+    log.write_text("\n".join(lines))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(log)
+    report = traces.ranks[0]
+    assert len(report.frames) == 4
+    for at in metrics:
+        assert any(e.startswith(f"{log}:{at + 1}: compilation_metrics record: ") and "at most a year" in e
+                   and e.endswith("read as unknown") for e in traces.errors), traces.errors
+    summary = traces.summary()
+    assert "inf" not in summary.lower() and "nan" not in summary.lower(), summary
+    assert all(math.isfinite(f.compile_time_s) for f in report.frames)
+    _strict(json.dumps(traces.figure_dict(), allow_nan=False))
+    _valid_json(report)
+    assert "inf" not in traces._repr_html_().lower()

@@ -7,8 +7,11 @@ writing); ``RankTrace`` types each one (``records.parse_record``) and hands it t
 ``Hub``: the very code that turns live trace events into report items, so a loaded trace and a live
 session cannot disagree on how an event reads. A line that is not a record, a truncated record, a
 damaged one (a field of the wrong type, a value that cannot be true) and an empty log are each named
-by file and line; the rest is kept. The problems kept per log are bounded (``MAX_PROBLEMS``, then a
-count), so a garbage file cannot flood a notebook. Nothing in a trace is executed.
+by file and line; the rest is kept. So is a record whose payload is over ``MAX_PAYLOAD_CHARS`` (a
+small ``.log.gz`` can hold gigabytes of payload lines): its lines are not kept past the bound, so memory
+stays bounded, and it is skipped, named. The problems kept per log are bounded (``MAX_PROBLEMS``, then a
+count), so a garbage file cannot flood a notebook; what they say is UTF-8 (``clean_text``: a path
+with an undecodable byte too). Nothing in a trace is executed.
 
 A rank with several logs (an elastic job restarted: one ``..._rank_N_<random>.log`` per process) is
 read as one history: each log in the order it was written, judged by the time of its first record
@@ -36,7 +39,7 @@ from ..core.text import plural
 from ..model.report import Report
 from . import guards as guard_ops
 from .hub import Hub, Recording
-from .records import Record, RecordError, parse_record
+from .records import Record, RecordError, clean_text, kind_of, parse_record
 
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
 _STAMP = re.compile(rb"^[VIWEC](?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d+) ")
@@ -49,6 +52,9 @@ MAX_PROBLEMS = 20
 CHUNK = 1 << 22
 #: Longest line read; a longer one (a gzip bomb of one line) is skipped to its end, named.
 MAX_LINE_CHARS = 64 << 20
+#: Most payload characters of one record kept (torch's largest, Inductor's output code of a big model,
+#: is a few MB); a record with more is skipped, named, and its lines are dropped as they come.
+MAX_PAYLOAD_CHARS = 32 << 20
 
 
 class TraceError(NbcompileError):
@@ -68,7 +74,7 @@ class Problems:
 
     def append(self, text: str) -> None:
         if len(self.kept) < self.limit:
-            self.kept.append(text)
+            self.kept.append(clean_text(text))
         else:
             self.more += 1
 
@@ -77,7 +83,7 @@ class Problems:
 
     def lines(self) -> list[str]:
         """The kept problems, then one line with the count of the rest."""
-        tail = [f"{self.path}: ... and {self.more:,} more {'problem' if self.more == 1 else 'problems'} "
+        tail = [f"{clean_text(self.path)}: ... and {self.more:,} more {'problem' if self.more == 1 else 'problems'} "
                 f"(the first {self.limit} are listed)"] if self.more else []
         return self.kept + tail
 
@@ -111,19 +117,37 @@ class RawRecord:
     line: int
 
 
+@dataclass
+class _Pending:
+    """The record being read: its envelope, its payload lines so far (none kept past the bound) and
+    their length, its first line."""
+
+    metadata: dict[str, Any]
+    line: int
+    payload: list[str] = field(default_factory=list)
+    chars: int = 0
+    #: Its payload went over the bound: its lines are dropped, the record skipped.
+    over: bool = False
+
+
 class LogReader:
     """Reads one log incrementally: ``feed(text)`` returns the complete records so far (a record is
-    complete when the next envelope starts, or at ``flush``); errors name the file and the line."""
+    complete when the next envelope starts, or at ``flush``); errors name the file and the line. At
+    most ``max_line`` characters of a line and ``max_payload`` of a record's payload are held (by
+    default ``MAX_LINE_CHARS`` and ``MAX_PAYLOAD_CHARS``, read when the reader is made)."""
 
-    def __init__(self, path: str, max_line: int = MAX_LINE_CHARS) -> None:
+    def __init__(self, path: str, max_line: int = MAX_LINE_CHARS, max_payload: int | None = None) -> None:
         self.path = path
         self.problems = Problems(path)
         self.max_line = max_line
+        self.max_payload = MAX_PAYLOAD_CHARS if max_payload is None else max_payload
         self._line = 0
         self._rest = ""
         #: Inside a line over ``max_line``: dropped up to its end.
         self._skipping = False
-        self._current: tuple[dict[str, Any], list[str], int] | None = None
+        self._current: _Pending | None = None
+        #: Records skipped whole (a payload over ``max_payload``).
+        self.skipped = 0
 
     @property
     def errors(self) -> list[str]:
@@ -160,14 +184,19 @@ class LogReader:
             self._line += 1
             rest, self._rest = self._rest, ""
             self._take(rest, out, last=True)
-        if self._current is not None:
-            out.append(self._finish())
+        self._finish(out)
         return out
 
     def _take(self, line: str, out: list[RawRecord], last: bool = False) -> None:
         if line.startswith("\t"):
-            if self._current is not None:
-                self._current[1].append(line[1:])
+            current = self._current
+            if current is not None and not current.over:
+                current.chars += len(line)  # the tab stands for the newline joining it
+                if current.chars > self.max_payload + 1:
+                    current.over = True
+                    current.payload.clear()
+                else:
+                    current.payload.append(line[1:])
             return
         if not line.strip():
             return
@@ -180,28 +209,33 @@ class LogReader:
                 kind = "truncated" if last else "corrupt"
                 self.problems.append(f"{self.path}:{self._line}: {kind} record ({exc.msg} at column "
                                      f"{exc.pos + match.start('json') + 1}); kept what came before")
-                if self._current is not None:
-                    out.append(self._finish())
+                self._finish(out)
                 return
             except (ValueError, RecursionError) as exc:  # a number of 5,000 digits, [[[[... 100,000 deep
                 why = "nested too deeply" if isinstance(exc, RecursionError) else _one_line(exc)
                 self.problems.append(f"{self.path}:{self._line}: corrupt record ({why}); kept what came before")
-                if self._current is not None:
-                    out.append(self._finish())
+                self._finish(out)
                 return
         if not isinstance(metadata, dict):
             self.problems.append(f"{self.path}:{self._line}: not a trace record (a TORCH_TRACE line starts like "
                                  f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
             return
-        if self._current is not None:
-            out.append(self._finish())
-        self._current = (metadata, [], self._line)
+        self._finish(out)
+        self._current = _Pending(metadata, self._line)
 
-    def _finish(self) -> RawRecord:
-        assert self._current is not None
-        metadata, payload, line = self._current
-        self._current = None
-        return RawRecord(metadata, "\n".join(payload) if payload else None, line)
+    def _finish(self, out: list[RawRecord]) -> None:
+        """The record being read, if any, to ``out``; one whose payload went over the bound is named instead."""
+        current, self._current = self._current, None
+        if current is None:
+            return
+        if current.over:
+            self.skipped += 1
+            self.problems.append(f"{self.path}:{current.line}: record at line {current.line} "
+                                 f"({kind_of(current.metadata)[:60] or 'no kind'}): payload over "
+                                 f"{self.max_payload / (1 << 20):g} MB, skipped; read the others")
+            return
+        payload = current.payload
+        out.append(RawRecord(current.metadata, "\n".join(payload) if payload else None, current.line))
 
 
 def _one_line(exc: BaseException, most: int = 120) -> str:
@@ -237,7 +271,8 @@ class RankTrace:
     def __init__(self, rank: int, path: str) -> None:
         self.rank = rank
         self.logs: list[LogFile] = []
-        self.recording = Recording(Report(title=f"rank {rank}: {os.path.basename(path)}", backend="(from the trace)"))
+        self.recording = Recording(Report(title=clean_text(f"rank {rank}: {os.path.basename(path)}"),
+                                          backend="(from the trace)"))
         self.add_file(path)
 
     def add_file(self, path: str) -> None:
@@ -247,7 +282,8 @@ class RankTrace:
         self.logs.append(LogFile(path, LogReader(path), hub))
         if len(self.logs) > 1:
             names = ", then ".join(os.path.basename(log.path) for log in self.logs)
-            self.report.title = f"rank {self.rank}: {names} ({len(self.logs)} logs of one rank, read in order)"
+            self.report.title = clean_text(f"rank {self.rank}: {names} ({len(self.logs)} logs of one rank, "
+                                           "read in order)")
 
     @property
     def path(self) -> str:
@@ -386,7 +422,7 @@ class RankTrace:
 
     def _note_empty(self, log: LogFile) -> None:
         """A log with no record in it is named, once (an empty ``.log.gz`` is not a rank that compiled nothing)."""
-        if log.events or log.empty_named:
+        if log.events or log.reader.skipped or log.empty_named:
             return
         log.empty_named = True
         what = "an empty file (0 bytes)" if not log.bytes else "no trace records in it"

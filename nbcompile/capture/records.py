@@ -6,8 +6,12 @@ two ways: live, as ``record.metadata`` / ``record.payload`` on the logger ``torc
 hub), and offline, as the JSON lines of a ``TORCH_TRACE`` log (``logs.py``). Both call
 ``parse_record``, which checks the type of every field nbcompile reads: a wrong one raises
 ``RecordError`` naming the kind and the field, so a damaged record is reported and skipped, never a
-crash further on. A value of the right type that cannot be true (a NaN, infinite or negative time)
-is read as unknown (None) and named in the record's ``problems``: the rest of the record is kept.
+crash further on. A value of the right type that cannot be true (a NaN, infinite or negative time,
+or one over a year: ``MAX_SECONDS``) is read as unknown (None) and named in the record's ``problems``:
+the rest of the record is kept. A string holding a lone UTF-16 surrogate (a JSON ``"\\ud800"``, a file
+name's undecodable byte) cannot be encoded as UTF-8, so a report holding it could not be sent to the
+notebook: every string of a typed record has them replaced by U+FFFD (``clean_text``), each field named
+in ``problems``.
 Kinds nbcompile does not read (``chromium_event``, ``describe_tensor``, most artifacts) come back as
 ``Ignored`` after one dict look-up.
 
@@ -17,8 +21,10 @@ parser), then its handler in the consumer's table (``Hub._handlers``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,6 +39,17 @@ ENVELOPE_KEYS = frozenset({"frame_id", "frame_compile_id", "attempt", "has_paylo
                            "compiled_autograd_id", "subgraph_name"})
 #: Most characters of a bad value quoted in a ``RecordError``.
 _SHOWN = 60
+#: The longest time in seconds believed (a year): a longer one is read as unknown, named, so that sums
+#: of times stay finite (two frames of 1.7e308 s each would add up to infinity).
+MAX_SECONDS = 365 * 24 * 3600.0
+#: A UTF-16 surrogate code point: in a Python string it cannot be encoded as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, so that it encodes as UTF-8 (what Jupyter's
+    wire needs: ``json_packer`` raises ``UnicodeEncodeError`` on ``"\\ud800"``)."""
+    return text if text.isascii() or _SURROGATE.search(text) is None else _SURROGATE.sub("\ufffd", text)
 
 
 class RecordError(NbcompileError):
@@ -229,8 +246,9 @@ def _int(kind: str, body: Mapping[str, Any], key: str, where: str = "") -> int |
 
 
 def _seconds(kind: str, body: Mapping[str, Any], key: str, problems: list[str]) -> float | None:
-    """A time in seconds: a number (else ``RecordError``); a NaN, infinite or negative one is read as
-    unknown (None) and named in ``problems`` (it would make the report's JSON invalid, or a sum lie)."""
+    """A time in seconds: a number (else ``RecordError``); a NaN, infinite, negative or over a year
+    (``MAX_SECONDS``) one is read as unknown (None) and named in ``problems`` (it would make the report's
+    JSON invalid, or a sum lie or overflow to infinity)."""
     value = body.get(key)
     if value is None:
         return None
@@ -243,6 +261,10 @@ def _seconds(kind: str, body: Mapping[str, Any], key: str, problems: list[str]) 
     if not math.isfinite(seconds) or seconds < 0:
         problems.append(f"{kind} record: {key} should be a finite number of seconds >= 0, got {_show(value)}; "
                         "read as unknown")
+        return None
+    if seconds > MAX_SECONDS:
+        problems.append(f"{kind} record: {key} should be a finite number of seconds >= 0 and at most a year "
+                        f"({MAX_SECONDS:,.0f}), got {_show(value)}; read as unknown")
         return None
     return seconds
 
@@ -407,4 +429,50 @@ def parse_record(metadata: Mapping[str, Any], payload: object = None) -> Record 
     envelope = _envelope(kind, metadata)
     if record_class.in_frame and envelope.frame_id is None:
         return Ignored(kind, "outside a frame's compilation")
-    return parse(kind, envelope, body, payload or "")
+    return _without_surrogates(kind, parse(kind, envelope, body, payload or ""))
+
+
+def _without_surrogates(kind: str, record: Record) -> Record:
+    """``record`` with lone surrogates replaced in every string it holds (``clean_text``), each field
+    that held one named in its ``problems``; the record itself when none did (the usual case, cheap:
+    an ASCII string is passed over without a look)."""
+    found: list[str] = []
+    cleaned: Record = _cleaned(record, "", found)
+    if not found:
+        return record
+    named = tuple(f"{kind} record: {where} holds a lone surrogate (not UTF-8, so the notebook could not be "
+                  "sent the report); replaced with U+FFFD" for where in found)
+    return dataclasses.replace(cleaned, problems=record.problems + named)
+
+
+def _cleaned(value: Any, where: str, found: list[str]) -> Any:
+    """``value`` (a string, a tuple, a record's dataclass) with its strings through ``clean_text``; the
+    paths of those changed are added to ``found``. What did not change is returned as it was."""
+    if isinstance(value, str):
+        text = clean_text(value)
+        if text is not value:
+            found.append(where)
+        return text
+    if isinstance(value, tuple):
+        items = tuple(_cleaned(item, f"{where}[{i}]", found) for i, item in enumerate(value))
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    names = _TEXT_FIELDS.get(type(value))
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _TEXT_FIELDS[type(value)] = tuple(each.name for each in dataclasses.fields(value)
+                                                  if each.name not in ("envelope", "problems"))
+    if not names:
+        return value
+    changes = {}
+    for name in names:
+        old = getattr(value, name)
+        if old is None or isinstance(old, (int, float)):
+            continue
+        new = _cleaned(old, f"{where}.{name}" if where else name, found)
+        if new is not old:
+            changes[name] = new
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+#: Per record class (and the dataclasses it holds), the fields ``_cleaned`` looks at: all but the
+#: envelope (numbers) and the problems (nbcompile's own text).
+_TEXT_FIELDS: dict[type, tuple[str, ...]] = {}

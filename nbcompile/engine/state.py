@@ -25,8 +25,10 @@ import dis
 import enum
 import math
 import numbers
+import os
 import re
 import sys
+import tempfile
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -132,10 +134,15 @@ def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleTyp
     the copies. Not nbcompile's own modules, not ``__main__``, not a module whose namespace is one of
     ``exclude`` (the notebook's, whose names the copies hold)."""
     skip = {id(space) for space in exclude}
+    generated = (torch_compat.compile_cache_dir(), os.path.join(tempfile.gettempdir(), "torchinductor_"),
+                 os.path.join(os.path.expanduser("~"), ".triton"))
     found = []
     for name, module in list(sys.modules.items()):
-        if (isinstance(module, types.ModuleType) and name != "__main__" and name.split(".", 1)[0] != _OWN_PACKAGE
-                and id(vars(module)) not in skip and _user_module(module)):
+        path = str(getattr(module, "__file__", None) or "")
+        if (isinstance(module, types.ModuleType) and "__main__" not in (name, module.__name__)
+                and name.split(".", 1)[0] != _OWN_PACKAGE and id(vars(module)) not in skip
+                and path.endswith(".py") and not path.startswith(generated)  # not torch's generated kernels
+                and _user_module(module)):
             found.append(module)
     return found
 

@@ -12,6 +12,7 @@ A rank with several logs (a restarted job) is read as one history, its logs in t
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import threading
@@ -31,6 +32,7 @@ from ..capture.logs import (
     rank_files,
     time_breakdown,
 )
+from ..capture.records import clean_text
 from ..core.text import _e, plural
 from ..model.report import Report
 from ..views.env import widgets_supported
@@ -74,8 +76,8 @@ class Traces:
                  f"{time_breakdown(rep)}"
                  for r, rep in sorted(self.ranks.items())]
         head = f"{plural(len(self.ranks), 'rank')} from {self.path}"
-        return "\n".join([head, *parts, *(f"  {d}" for d in self.divergences),
-                          *(f"  could not read: {e}" for e in self.errors)])
+        return clean_text("\n".join([head, *parts, *(f"  {d}" for d in self.divergences),
+                                     *(f"  could not read: {e}" for e in self.errors)]))
 
     def __repr__(self) -> str:
         return self.summary()
@@ -88,10 +90,10 @@ class Traces:
             for r, rep in sorted(self.ranks.items()))
         notes = "".join(f"<li>{_e(d)}</li>" for d in self.divergences)
         errors = "".join(f"<li style='color:#b00'>{_e(e)}</li>" for e in self.errors)
-        return (f"<div class='nbcompile-traces'><b>{_e(plural(len(self.ranks), 'rank'))} from "
-                f"<code>{_e(self.path)}</code></b><table><tr><th>rank</th><th>graphs</th><th>breaks</th>"
-                f"<th>recompiles</th><th>compile s</th><th>log</th></tr>{rows}</table>"
-                f"<ul>{notes}{errors}</ul></div>")
+        return clean_text(f"<div class='nbcompile-traces'><b>{_e(plural(len(self.ranks), 'rank'))} from "
+                          f"<code>{_e(self.path)}</code></b><table><tr><th>rank</th><th>graphs</th><th>breaks</th>"
+                          f"<th>recompiles</th><th>compile s</th><th>log</th></tr>{rows}</table>"
+                          f"<ul>{notes}{errors}</ul></div>")
 
     def _ipython_display_(self) -> None:
         """In a frontend with widgets: the panel (it follows a followed job); elsewhere HTML and text."""
@@ -107,7 +109,7 @@ class Traces:
         """Per rank: compile time and the counts, side by side (a plotly figure as a dict)."""
         ranks = sorted(self.ranks)
         labels = [f"rank {r}" for r in ranks]
-        data = [{"type": "bar", "name": name, "x": labels, "y": [getter(self.ranks[r]) for r in ranks],
+        data = [{"type": "bar", "name": name, "x": labels, "y": [_finite(getter(self.ranks[r])) for r in ranks],
                  **({"yaxis": "y2"} if name == "compile s" else {})}
                 for name, getter in (("graphs", lambda rep: rep.graph_count), ("breaks", lambda rep: rep.break_count),
                                      ("recompiles", lambda rep: rep.recompile_count),
@@ -160,6 +162,11 @@ class Traces:
         """Start the thread that reads what the job appends under ``root``."""
         self._follower = Follower(self, root)
         self._follower.start()
+
+
+def _finite(value: float) -> float | None:
+    """A figure's value, or None (a gap) where it is not finite: the figure stays strict JSON."""
+    return value if math.isfinite(value) else None
 
 
 def load(path: str | os.PathLike[str], *, follow: bool = False) -> Traces:
