@@ -1,6 +1,6 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
 import {
-  IReport, IStatusLine, causesOf, fixProof, functionLabel, opsShown, plural, splitsOf, statusLines, summary
+  IReport, IStatusLine, causesOf, fixProof, functionLabel, opsShown, plural, shortPath, splitsOf, statusLines, summary
 } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
@@ -122,7 +122,7 @@ export function renderReport(report: IReport): HTMLElement {
           const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
           reason.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
         }
-        return [`x${b.count}`, b.cell_line !== null ? String(b.cell_line) : `${b.filename}:${b.lineno}`, b.source_line, reason];
+        return [`x${b.count}`, b.cell_line !== null ? String(b.cell_line) : `${shortPath(b.filename)}:${b.lineno}`, b.source_line, reason];
       })
     ), true, 'nbcompile-causes'));
   }

@@ -24,6 +24,20 @@ export const SHOWN_OPS = 12;
  * existed (or built by hand) has none: its breaks are grouped here the way Report.add groups them.
  */
 export function causesOf(report: IReport): ICause[] {
+  return inLineOrder(groupedCauses(report));
+}
+
+/** The cell's lines in order, then library sites by file and line (as Report.causes_in_order). */
+function inLineOrder(causes: ICause[]): ICause[] {
+  const rank = (c: ICause): [number, number, string, number] =>
+    [c.cell_line === null || c.cell_line === undefined ? 1 : 0, c.cell_line ?? 0, c.filename, c.lineno];
+  return [...causes].sort((a, b) => {
+    const [x, y] = [rank(a), rank(b)];
+    return x[0] - y[0] || x[1] - y[1] || x[2].localeCompare(y[2]) || x[3] - y[3];
+  });
+}
+
+function groupedCauses(report: IReport): ICause[] {
   const kept = report.causes ?? [];
   if (kept.length || !report.breaks.length) {
     return kept;
@@ -81,11 +95,21 @@ export interface IStatusLine {
 /** Characters of a status line's short text (as render.py's STATUS_CHARS). */
 export const STATUS_CHARS = 140;
 
+/** An installed package's file from the package down (as core/text.py's short_path): never a venv path. */
+export function shortPath(filename: string): string {
+  return filename.replace(/^.*[/\\](?:site|dist)-packages[/\\]/, '');
+}
+
 export function shortText(text: string, limit = STATUS_CHARS): string {
   const lines = text.trim().split('\n');
   const first = lines[0] ?? '';
   if (first.length > limit) {
-    return `${first.slice(0, limit - 1).trimEnd()}…`;
+    // between clauses (before " (", after ";" or ":") or words, never inside a number (as render.py's short)
+    const head = first.slice(0, limit - 1);
+    const clause = Math.max(head.lastIndexOf(' ('), head.lastIndexOf('; ') + 1, head.lastIndexOf(': ') + 1);
+    const word = head.lastIndexOf(' ');
+    const at = clause >= limit * 0.4 ? clause : word >= limit * 0.4 ? word : head.length;
+    return `${head.slice(0, at).replace(/[ ;:,]+$/, '')}…`;
   }
   return first + (lines.length > 1 ? '…' : '');
 }

@@ -52,6 +52,10 @@ def _install_roots() -> tuple[str, ...]:
 _INSTALL_ROOTS = _install_roots()
 
 
+#: A hint that asks to change the line itself.
+_EDIT_HINT = re.compile(r"^\s*(?:Remove|Delete|Rewrite|Change|Move)\b")
+
+
 def is_installed(filename: str) -> bool:
     """Code the user did not write and must not edit: under site-packages, the interpreter's prefix or its
     standard library. A notebook cell (``<ipython-input-...>``, ``/tmp/ipykernel_1/2.py``) never is."""
@@ -153,6 +157,9 @@ class Advisor:
     # -- the rules -------------------------------------------------------------------------
     def fixes(self, brk: GraphBreak) -> list[Fix]:
         if is_installed(brk.filename):
+            # torch's own hints that say to edit the line ("Remove the `torch._dynamo.graph_break()` call")
+            # cannot be followed in installed code: the fixes say what the user can do instead
+            brk.hints = [h for h in brk.hints if not _EDIT_HINT.match(h)]
             return self.library_fixes(brk)
         fixes: list[Fix] = []
         gb = brk.gb_type.lower()

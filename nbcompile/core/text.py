@@ -53,6 +53,15 @@ def plain_text(text: str, stack: Mapping[str, str] | None = None) -> str:
     return _SOURCE.sub(lambda m: m["name"], text)
 
 
+_INSTALLED = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
+
+
+def short_path(filename: str) -> str:
+    """A file as a user names it: an installed package's file from the package down
+    (``torch/optim/optimizer.py``), never the virtual environment's absolute path."""
+    return _INSTALLED.sub("", filename)
+
+
 def cut(text: str, limit: int) -> str:
     """``text`` within ``limit`` characters; a cut one ends with an ellipsis."""
     return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + ELLIPSIS

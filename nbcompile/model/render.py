@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import torch_compat
-from ..core.text import _e, _table, function_label, plural
+from ..core.text import _e, _table, function_label, plural, short_path
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
     from .report import Fix, Graph, Report
@@ -78,7 +78,7 @@ def ops_html(graph: Graph, shown: int = SHOWN_OPS) -> str:
 
 
 def where_text(item: Any) -> str:
-    return f"cell line {item.cell_line}" if item.cell_line is not None else f"{item.filename}:{item.lineno}"
+    return f"cell line {item.cell_line}" if item.cell_line is not None else f"{short_path(item.filename)}:{item.lineno}"
 
 
 def fix_line(fix: Fix) -> str:
@@ -94,7 +94,7 @@ def to_text(report: Report) -> str:
     for i, g in enumerate(report.graphs):
         lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: "
                      f"{g.op_count} ops: {ops_text(g)}")
-    for c in report.causes:
+    for c in report.causes_in_order():
         lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_text(c)}: {c.source_line}")
         lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {c.explanation or c.reason}")
         for hint in c.hints:
@@ -154,10 +154,18 @@ class StatusLine:
 
 
 def short(text: str, limit: int = STATUS_CHARS) -> str:
-    """The first line of ``text``, cut at ``limit`` characters with an ellipsis."""
+    """The first line of ``text`` within ``limit`` characters, with an ellipsis when cut. A cut falls
+    between clauses (before `` (``, after ``;`` or ``:``) or, failing that, between words: never
+    inside a number ("max abs diff 9…")."""
     first = text.strip().splitlines()[0] if text.strip() else ""
     cut = len(first) > limit or len(text.strip().splitlines()) > 1
-    return (first[:limit - 1].rstrip() + "…") if len(first) > limit else first + ("…" if cut else "")
+    if len(first) <= limit:
+        return first + ("…" if cut else "")
+    head = first[:limit - 1]
+    clause = max(head.rfind(" ("), head.rfind("; ") + 1, head.rfind(": ") + 1)
+    word = head.rfind(" ")
+    at = clause if clause >= limit * 0.4 else word if word >= limit * 0.4 else len(head)
+    return head[:at].rstrip(" ;:,") + "…"
 
 
 def _folded(kind: str, severity: str, text: str, detail: str = "", label: str = "") -> StatusLine:
@@ -278,7 +286,7 @@ def split_bar(report: Report) -> str:
                          f"{max(g.op_count, 1)} 1 0;background:{color};color:#fff;font-size:11px;padding:2px 4px;"
                          f"overflow:hidden;white-space:nowrap'>{g.op_count} ops</div>")
         for b in breaks:
-            where = f"line {b.cell_line}" if b.cell_line is not None else f"{b.filename}:{b.lineno}"
+            where = f"line {b.cell_line}" if b.cell_line is not None else f"{short_path(b.filename)}:{b.lineno}"
             cells.append(f"<div title='break at {_e(where)}: {_e(b.gb_type or b.reason)}' "
                          "style='flex:0 0 6px;background:#d62728'></div>")
     if not cells:
@@ -316,8 +324,8 @@ def to_html(report: Report) -> str:
                      f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</h5>")
         parts.append(_table(["count", "function", "line", "source", "reason"],
                             [(f"x{c.count}", function_label(c.function),
-                              c.cell_line if c.cell_line is not None else f"{c.filename}:{c.lineno}",
-                              c.source_line, _break_detail(c)) for c in report.causes], raw_cols=(4,)))
+                              c.cell_line if c.cell_line is not None else f"{short_path(c.filename)}:{c.lineno}",
+                              c.source_line, _break_detail(c)) for c in report.causes_in_order()], raw_cols=(4,)))
     for warning in limit_warnings(report):
         parts.append(f"<p class='nbcompile-limit-warning' style='color:#b60'><b>{_e(warning)}</b></p>")
     if report.fallbacks:

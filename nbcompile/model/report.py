@@ -342,6 +342,10 @@ class Report:
     def break_count(self) -> int:
         return len(self.breaks) + self.dropped.get("breaks", 0)
 
+    def causes_in_order(self) -> list[Cause]:
+        """The causes as views list them: the cell's lines in order, then library sites by file and line."""
+        return sorted(self.causes, key=lambda c: (c.cell_line is None, c.cell_line or 0, c.filename, c.lineno))
+
     @property
     def splits(self) -> int:
         """Graph splits as GraphMend and the PT2 corpora count them: the graphs less one per call of an

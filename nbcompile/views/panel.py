@@ -32,7 +32,7 @@ from ..capture.guards import subject_of
 from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES
-from ..core.text import function_label, plural
+from ..core.text import function_label, plural, short_path
 from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
 from ..model.plots import recompile_timeline
@@ -152,7 +152,8 @@ def split_figure(report: Report) -> dict[str, Any]:
             colors.append("#4C78A8" if len(x) % 2 else "#72B7B2")
             position += size
         for brk in breaks:
-            where = f"cell line {brk.cell_line}" if brk.cell_line is not None else f"{brk.filename}:{brk.lineno}"
+            where = (f"cell line {brk.cell_line}" if brk.cell_line is not None
+                     else f"{short_path(brk.filename)}:{brk.lineno}")
             bx.append(position)
             bhover.append(f"break in {_e(function_label(brk.function))} at {where}<br>{_e(brk.source_line)}"
                           f"<br>{_e(brk.gb_type)}")
@@ -223,7 +224,7 @@ def _label(name: str, note: str = "", shown: str | None = None) -> widgets.HTML:
     in an ellipsis, with the whole name on hover, instead of running under the buttons."""
     return widgets.HTML(
         f"<div class='nbcompile-name' title='{_e(name)}' style='white-space:nowrap;overflow:hidden;"
-        f"text-overflow:ellipsis'><code>{_e(shown or name)}</code>{note}</div>",
+        f"text-overflow:ellipsis;max-width:{LABEL_WIDTH}'><code>{_e(shown or name)}</code>{note}</div>",
         layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, flex="0 0 auto", overflow="hidden"))
 
 
@@ -709,10 +710,10 @@ class Panel(widgets.VBox):
         if report.causes:
             rows = "".join(
                 f"<tr><td><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
-                f"<td>{_e(c.cell_line if c.cell_line is not None else f'{c.filename}:{c.lineno}')}</td>"
+                f"<td>{_e(c.cell_line if c.cell_line is not None else f'{short_path(c.filename)}:{c.lineno}')}</td>"
                 f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: {_e(c.explanation or c.reason)}"
                 + (f"<ul>{fixes_html(c.fixes)}</ul>" if c.fixes else "") + "</td></tr>"
-                for c in report.causes)
+                for c in report.causes_in_order())
             parts.append(f"<p><b>Break causes</b>: {plural(report.break_count, 'event')} from "
                          f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</p>"
                          "<table class='nbcompile-causes'><tr><th>count</th><th>function</th><th>line</th>"

@@ -55,7 +55,7 @@ def status_table(session: PanelSession) -> StatusTable:
             notes += [f"allow_in_graph lint, {w.function}: {w.message}" for w in report.warnings]
         else:
             notes.append(f"{line.head}: {line.text}")
-    for c in report.causes:  # one line per cause, with its count and its best fix (and the proof)
+    for c in report.causes_in_order():  # one line per cause, with its count and its best fix (and the proof)
         where = f"line {c.cell_line}" if c.cell_line is not None else function_label(c.function)
         fix = next((f for f in c.fixes if f.command and f.verified is not False), None)
         said = f": {fix.command}" + (f" ({fix_proof(fix)})" if fix_proof(fix) else "") if fix else ""
