@@ -93,7 +93,7 @@ def test_compile_shows_the_panel_in_a_kernel_and_it_follows_later_cells(kernel):
     out, _, _ = run_in_kernel(
         kernel,
         "p = nbcompile.last().panel()\n"
-        "print('1 recompile ' in p.status.value, len(p.figure_output.outputs))",
+        "print('1 recompile,' in p.status.value, len(p.figure_output.outputs))",
     )
     assert "".join(out).split() == ["True", "1"]
     _, displays, _ = run_in_kernel(kernel, "%nbcompile panel")

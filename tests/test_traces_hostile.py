@@ -533,3 +533,24 @@ def test_times_over_a_year_are_named_and_every_sum_stays_finite(tmp_path):
     _strict(json.dumps(traces.figure_dict(), allow_nan=False))
     _valid_json(report)
     assert "inf" not in traces._repr_html_().lower()
+
+
+def test_hostile_texts_are_read_in_one_pass_and_still_read_right():
+    """Found by the second adversarial pass: a long run of slashes in a break message, a traceback tail of
+    blank lines and a recompile reason of spaces each took seconds to minutes (patterns that backtrack).
+    A regression here makes this test hang, not fail: its inputs are sized so."""
+    from nbcompile.capture.guards import change_of, failed_guards
+    from nbcompile.capture.trace_parse import parse_graph_break
+    from nbcompile.core.text import plain_text
+
+    assert plain_text("/" * 20_000) == "/" * 20_000  # within its bound, and left as it is
+    assert plain_text("a/" * 10_000).startswith("a/a/")
+    assert plain_text('File "/tmp/ipykernel_12/345.py", line 5, in f') == "cell line 5, in f"
+    assert plain_text("x /tmp/ipykernel_1/2.py:7") == "x cell line 7"
+    parsed = parse_graph_break("Graph Break Reason: boom\nUser code traceback:" + "\n" * 200_000
+                               + '  File "/tmp/x.py", line 3, in f\n    y = g(x)\n')
+    assert parsed.reason == "boom"
+    assert failed_guards(" " * 200_000) == []
+    assert failed_guards("0/0: tensor 'L['x']' size mismatch at index 0. expected 3, actual 5") == [
+        "tensor 'L['x']' size mismatch at index 0. expected 3, actual 5"]
+    assert change_of("tensor '" + "x" * 200_000, {}) is None

@@ -27,7 +27,9 @@ MAX_CHANGES = 8
 MAX_VALUE_CHARS = 60
 
 MISSING = _MISSING = object()
-_ENTRY = re.compile(r"^\s*-?\s*(?P<id>\d+/\d+):\s*(?P<text>.*)$")
+#: The most characters of one failed guard read (torch's are a line; a longer one is a hostile log's).
+MAX_GUARD_CHARS = 2000
+_ENTRY = re.compile(r"^[ \t]*(?:-[ \t]*)?(?P<id>\d+/\d+):[ \t]*(?P<text>.*)$")
 _TENSOR = re.compile(r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
                      r"expected (?P<before>[^,]+), actual (?P<after>\S+)")
 _TENSOR_PLAIN = re.compile(r"tensor '(?P<name>.+?)' (?P<what>rank|dtype|device) mismatch\. "
@@ -83,7 +85,9 @@ def subject_of(expr: str) -> str:
 
 
 def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
-    """One failed guard as a ``GuardChange``; None for guards with no value to show."""
+    """One failed guard as a ``GuardChange``; None for guards with no value to show. A guard longer than
+    ``MAX_GUARD_CHARS`` (a hostile log's) is read cut: the patterns below stay linear in practice."""
+    guard = guard[:MAX_GUARD_CHARS]
     if (m := _TENSOR.search(guard)) is not None:
         subject = f"{m['name']}.shape[{m['i']}]" if m["what"] == "size" else f"{m['name']}.stride()[{m['i']}]"
         return GuardChange(subject_of(subject), m["before"].strip(), m["after"].strip())

@@ -78,7 +78,7 @@ MAX_LOG_CHARS = 2000
 #: ``Recording.advise`` reads to find the user's own caller of a break inside installed code.
 BREAK_FRAMES: contextvars.ContextVar[tuple[tuple[str, int, str], ...]] = contextvars.ContextVar(
     "nbcompile_break_frames", default=())
-_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d{1,9}), in (?P<fn>.+)$', re.M)
+_TB_FRAME = re.compile(r'^[ \t]*File "(?P<file>[^"\n]+)", line (?P<line>\d{1,9}), in (?P<fn>[^\n]+)$', re.M)
 
 
 class Recording:

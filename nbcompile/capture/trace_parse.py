@@ -18,7 +18,7 @@ _LINE_NUMBER = re.compile(r"(?P<file>.+):(?P<line>\d+)")
 _REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
 _DOC_URL = re.compile(r"please visit:\s*(?P<url>\S+)")
 _GB_ID = re.compile(r"\b(gb\d{3,})\b", re.I)
-_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<fn>.+)$', re.M)
+_TB_FRAME = re.compile(r'^[ \t]*File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)$', re.M)
 
 
 @dataclass

@@ -13,7 +13,9 @@ from typing import Any
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _RESUME_ANY = re.compile(r"\btorch_dynamo_resume_in_(?P<fn>\w+?)_at_(?P<line>\d+)\b")
 #: A notebook cell's file: IPython's ``<ipython-input-N-hash>``, ipykernel's ``/tmp/ipykernel_123/456.py``.
-_CELL_FILE = r"(?:<ipython-input-\d+-[0-9a-f]+>|[^\s\"'<>]*[/\\]ipykernel_\d+[/\\]-?\d+\.py)"
+#: A path starts at a token's start (after a space, a quote or a bracket), so a long run of slashes is
+#: scanned once, not once per character.
+_CELL_FILE = r"(?:<ipython-input-\d+-[0-9a-f]+>|(?<![^\s\"'(\[])[^\s\"'<>]*[/\\]ipykernel_\d+[/\\]-?\d+\.py)"
 _CELL_FRAME = re.compile(rf'File "{_CELL_FILE}", line (?P<line>\d+)')
 _CELL_AT = re.compile(rf"{_CELL_FILE}:(?P<line>\d+)")
 _CELL_NAME = re.compile(_CELL_FILE)
@@ -45,9 +47,10 @@ def plain_text(text: str, stack: Mapping[str, str] | None = None) -> str:
     line -> ``cell line 5``. A text over ``MAX_PLAIN_CHARS`` (a hostile log's) is cut first, with an
     ellipsis: what a view shows is bounded, and so is the time spent rewriting it."""
     text = cut(text, MAX_PLAIN_CHARS)
-    text = _CELL_FRAME.sub(lambda m: f"cell line {m['line']}", text)
-    text = _CELL_AT.sub(lambda m: f"cell line {m['line']}", text)
-    text = _CELL_NAME.sub("the cell", text)
+    if "ipykernel_" in text or "<ipython-input-" in text:
+        text = _CELL_FRAME.sub(lambda m: f"cell line {m['line']}", text)
+        text = _CELL_AT.sub(lambda m: f"cell line {m['line']}", text)
+        text = _CELL_NAME.sub("the cell", text)
     text = _RESUME_ANY.sub(lambda m: f"{m['fn']} (after line {m['line']})", text)
     text = _STACK.sub(lambda m: (stack or {}).get(m["name"], "a value on the stack"), text)
     return _SOURCE.sub(lambda m: m["name"], text)
