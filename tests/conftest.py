@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -41,3 +43,21 @@ def _no_leftover_handler():
     assert not leftover, "a test left sessions behind"
     assert not HUB.installed
     assert set(logging.getLogger("torch.__trace").handlers) <= before
+
+
+@pytest.fixture()
+def make_module(tmp_path):
+    """A real module on sys.path, written to a tmp dir (a name of its own per test: Dynamo keeps a module
+    a compiled function imported among the namespace's globals)."""
+    names = []
+    sys.path.insert(0, str(tmp_path))
+
+    def make(name: str, source: str):
+        (tmp_path / f"{name}.py").write_text(source)
+        names.append(name)
+        return importlib.import_module(name)
+
+    yield make
+    sys.path.remove(str(tmp_path))
+    for name in names:
+        sys.modules.pop(name, None)

@@ -5,8 +5,6 @@ not be tried says so instead of reading as zero."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 import textwrap
 import time
 
@@ -74,24 +72,6 @@ def test_a_candidate_that_reads_no_changing_global_is_still_chosen(ip):
 
 
 # --- 3: side effects on a module the function imports ----------------------------------------------
-
-@pytest.fixture()
-def make_module(tmp_path):
-    """A real module on sys.path, written to a tmp dir (a name of its own per test: Dynamo keeps a module
-    a compiled function imported among the namespace's globals)."""
-    names = []
-    sys.path.insert(0, str(tmp_path))
-
-    def make(name: str, source: str):
-        (tmp_path / f"{name}.py").write_text(source)
-        names.append(name)
-        return importlib.import_module(name)
-
-    yield make
-    sys.path.remove(str(tmp_path))
-    for name in names:
-        sys.modules.pop(name, None)
-
 
 def test_a_module_imported_inside_a_function_is_copied_for_trials(ip, make_module):
     metrics_module = make_module("nbharm_metrics", "calls = 0\nseen = []\n")

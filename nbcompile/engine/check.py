@@ -43,7 +43,7 @@ import random
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import torch
@@ -51,6 +51,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..core import torch_compat
 from ..model.report import Check
+from . import fingerprint
 from .state import Replay, user_modules
 
 #: (rtol, atol) by dtype: assert_close's documented defaults. Integers, bools: exact.
@@ -507,8 +508,8 @@ def judge(
     except OutsideEffect as exc:
         rng_after.restore()
         where = " outside Python" if exc.outside else ""
-        return Check(True, None, f"not compared: the run {exc}{where}, which the check will not do a "
-                                 "second time", compared=False)
+        return Check(True, None, f"{_EFFECT_PREFIX}{exc}{where}, which the check will not do a second time",
+                     compared=False)
     except Exception as exc:
         rng_after.restore()
         return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {one_line(str(exc))}")
@@ -625,6 +626,17 @@ def quiet() -> Any:
         logging.disable(before)
 
 
+_EFFECT_PREFIX = "not compared: the run "
+
+
+def effect_seen(check: Check | None) -> str | None:
+    """What the session's check saw the run do outside its copies ("the run changes m.stats in place ..."),
+    or None: once seen, a trial would only do it again."""
+    if check is None or check.compared or not check.message.startswith(_EFFECT_PREFIX):
+        return None
+    return check.message.removeprefix("not compared: ").split(", which the check", 1)[0]
+
+
 class OutsideEffect(Exception):
     """The run tried to change something outside the process's Python objects (``outside``), or a
     module attribute that none of its copies holds."""
@@ -708,24 +720,33 @@ def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) 
 
 class _ModuleAudit:
     """The attributes of the user's modules a run can reach, before it: what it changes that is not one
-    of its copies is put back (a rebinding) or named (a change in place, a first import)."""
+    of its copies is put back (a rebinding) or named (a change in place anywhere below it, by a deep
+    ``fingerprint``; a first import). A module whose state is too large to fingerprint whole is named
+    too: the audit does not vouch for what it cannot see."""
 
     def __init__(self, replay: Replay) -> None:
         held = {(id(slot.owner), slot.key) for slot in replay.slots.values()}
-        self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Any]]] = []
+        self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Hashable]]] = []
         spaces = [slot.owner for slot in replay.slots.values() if isinstance(slot.owner, dict)]
         reached = list(replay.modules)  # and every other user module: importlib, sys.modules, __import__
         reached += [m for m in user_modules(exclude=spaces) if not any(m is r for r in reached)]
+        self.walk = fingerprint.Walk()
+        self.unseen: list[str] = []
         for module in reached:
             space = vars(module)
             watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
-            self.before.append((module, watched, {k: _shape(v) for k, v in watched.items()}))
+            complete = self.walk.complete
+            prints = {k: self.walk.of(v) for k, v in watched.items()}
+            if complete and not self.walk.complete:
+                self.unseen.append(module.__name__)
+            self.before.append((module, watched, prints))
         self.held = held
         self.imports = {name for name in replay.imports if name not in sys.modules}
 
     def settle(self) -> str:
         effects: list[str] = []
-        for module, watched, shapes in self.before:
+        after = fingerprint.Walk()
+        for module, watched, prints in self.before:
             space = vars(module)
             for key in [k for k in space if not k.startswith("__") and k not in watched
                         and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:
@@ -738,12 +759,18 @@ class _ModuleAudit:
                 if now is not value:
                     space[key] = value
                     effects.append(f"sets {module.__name__}.{key}")
-                elif _shape(value) != shapes[key]:
+                elif after.of(value) != prints[key]:
                     effects.append(f"changes {module.__name__}.{key} in place")
         for name in sorted(self.imports):
             imported = sys.modules.get(name)
             if imported is not None and _user_file(imported):
                 effects.append(f"imports {name} for the first time (its code ran)")
+        if self.unseen and not effects:
+            names = ", ".join(self.unseen[:2]) + (f" and {len(self.unseen) - 2} more" if len(self.unseen) > 2 else "")
+            holds = "holds" if len(self.unseen) == 1 else "hold"
+            return (f"may change {names}, which {holds} more state than nbcompile watches (over "
+                    f"{fingerprint.MAX_NODES:,} objects or {fingerprint.MAX_BUFFER_BYTES // 2**20} MB of arrays; "
+                    "no copy of it was made)")
         if not effects:
             return ""
         more = f" and {len(effects) - 2} more" if len(effects) > 2 else ""
@@ -751,17 +778,6 @@ class _ModuleAudit:
 
 
 _GONE = object()
-
-
-def _shape(value: Any) -> Any:
-    """A cheap fingerprint of a container's contents (its length and its first items' identities)."""
-    if type(value) in (list, tuple):
-        return (len(value), tuple(id(v) for v in value[:32]))
-    if type(value) is dict:
-        return (len(value), tuple(id(v) for v in list(value.values())[:32]))
-    if type(value) in (set, frozenset, bytearray):
-        return len(value)
-    return None
 
 
 def _user_file(module: types.ModuleType) -> bool:

@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import dis
 import enum
+import logging
 import math
 import numbers
 import os
@@ -119,13 +120,32 @@ def _settable_class(cls: type) -> bool:
             and bool(flags & _HEAPTYPE) and not flags & _IMMUTABLETYPE)
 
 
-def _user_module(module: types.ModuleType) -> bool:
-    """A module of the user's (not the standard library, not an installed package)."""
-    path = getattr(module, "__file__", None)
-    return bool(path) and not str(path).startswith(_SYSTEM_PREFIXES) and not module.__name__.startswith("torch")
-
-
 _OWN_PACKAGE = __name__.split(".", 1)[0]
+
+
+def _user_module(module: types.ModuleType) -> bool:
+    """A module of the user's (not the standard library, not an installed package): one loaded from a
+    file outside them, or one the user's code built (``types.ModuleType(...)`` put in ``sys.modules``)."""
+    name = str(getattr(module, "__name__", ""))
+    if name.startswith("torch"):
+        return False
+    path = getattr(module, "__file__", None)
+    if path:
+        return not str(path).startswith(_SYSTEM_PREFIXES)
+    return made_at_run_time(module)
+
+
+def made_at_run_time(module: types.ModuleType) -> bool:
+    """A module with no file that no import system made: not a builtin, frozen or extension module, not a
+    namespace package, not a part of an installed package (``six.moves``, ``pyexpat.errors``)."""
+    name = str(getattr(module, "__name__", ""))
+    if (getattr(module, "__file__", None) or getattr(module, "__spec__", None) is not None
+            or getattr(module, "__path__", None) is not None or name in sys.builtin_module_names
+            or name in ("__main__", "__mp_main__")  # the notebook's own namespace (IPython's user module)
+            or name.startswith(("torch", "_cython", "cython_runtime")) or name.split(".", 1)[0] == _OWN_PACKAGE):
+        return False
+    top = sys.modules.get(name.split(".", 1)[0])
+    return top is None or top is module or (isinstance(top, types.ModuleType) and _user_module(top))
 
 
 def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleType]:
@@ -141,7 +161,8 @@ def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleTyp
         path = str(getattr(module, "__file__", None) or "")
         if (isinstance(module, types.ModuleType) and "__main__" not in (name, module.__name__)
                 and name.split(".", 1)[0] != _OWN_PACKAGE and id(vars(module)) not in skip
-                and path.endswith(".py") and not path.startswith(generated)  # not torch's generated kernels
+                and (path.endswith(".py") or made_at_run_time(module))
+                and not path.startswith(generated)  # not torch's generated kernels
                 and _user_module(module)):
             found.append(module)
     return found
@@ -617,8 +638,17 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
                     for name in each.co_names:
                         attribute(module, name, f"{module.__name__}.{name}")
         for each in torch_compat.iter_code_objects(code):
-            loads = [ins for ins in dis.get_instructions(each)]
+            loads = [ins for ins in dis.get_instructions(each) if ins.opname not in _NOISE]
             for i, ins in enumerate(loads):
+                dynamic = _dynamic_lookup(loads, i, space)
+                if dynamic is not None:
+                    owner, key = dynamic
+                    if key is None:
+                        unjudged[f"{owner} (a lookup by a name computed at run time, which nbcompile cannot "
+                                 "follow)"] = None
+                    else:
+                        attribute(space[owner], key, f"{owner}.{key}")
+                    continue
                 if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or not isinstance(ins.argval, str):
                     continue
                 name = ins.argval
@@ -628,7 +658,10 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
                 after = loads[i + 1] if i + 1 < len(loads) else None
                 attr_name = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") \
                     and isinstance(after.argval, str) else None
-                if isinstance(value, types.FunctionType):
+                if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
+                    unjudged[f"{name} (a lambda the user may rebind)"] = None  # a value, written as code
+                    pending.append((name, value))
+                elif isinstance(value, types.FunctionType):
                     pending.append((name, value))
                 elif isinstance(value, types.ModuleType):
                     if _user_module(value) and attr_name is not None:  # config.SCALE
@@ -643,11 +676,58 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
     return frozen
 
 
+#: Instructions between a load and what uses it that say nothing about the value.
+_NOISE = frozenset({"PRECALL", "CACHE", "PUSH_NULL", "NOP", "EXTENDED_ARG", "RESUME"})
+#: Builtins that look a name up at run time: what they reach cannot be varied by name.
+_DYNAMIC_BUILTINS = frozenset({"getattr", "globals", "vars", "eval", "exec", "__import__", "locals"})
+#: Attributes that reach a module or a namespace by a computed name.
+_DYNAMIC_ATTRS = frozenset({"import_module", "modules", "__dict__", "__globals__", "attrgetter", "reload"})
+
+
+def _dynamic_lookup(loads: list[dis.Instruction], i: int, space: dict[str, Any]) -> tuple[str, str | None] | None:
+    """A lookup by a name computed at run time at ``loads[i]`` (``getattr(cfg, name)``, ``globals()[...]``,
+    ``sys.modules[...]``, ``importlib.import_module(...)``, ``vars(...)``): (what it reads in, None), or,
+    for ``getattr(X, "const")`` on a global user module or class ``X``, ("X", "const"), a plain attribute
+    read; None when ``loads[i]`` is no such lookup."""
+    ins = loads[i]
+    if not isinstance(ins.argval, str):
+        return None
+    if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in _DYNAMIC_BUILTINS and ins.argval not in space:
+        if ins.argval != "getattr":
+            return f"{ins.argval}()", None
+        target = loads[i + 1] if i + 1 < len(loads) else None
+        if target is None or target.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or target.argval not in space:
+            return None  # getattr(self, ...), getattr(x, ...): not a global's attribute
+        owner = space[target.argval]
+        if not ((isinstance(owner, types.ModuleType) and _user_module(owner))
+                or (isinstance(owner, type) and _settable_class(owner))):
+            return None
+        key = loads[i + 2] if i + 2 < len(loads) else None
+        if key is not None and key.opname == "LOAD_CONST" and isinstance(key.argval, str):
+            return str(target.argval), key.argval
+        return f"getattr({target.argval}, ...)", None
+    if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _DYNAMIC_ATTRS and i > 0:
+        base = loads[i - 1]
+        if base.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF", "LOAD_ATTR"):
+            return f"{base.argval}.{ins.argval}", None
+    return None
+
+
 def _inert(value: Any) -> bool:
     """A value a traced-once function may read without freezing anything the user changes by rebinding
-    a plain value: code, classes, modules, tensors and modules (Dynamo sees those), None."""
-    return value is None or value is Ellipsis or callable(value) or isinstance(
-        value, (types.ModuleType, type, torch.Tensor, torch.nn.Module))
+    a plain value: classes, modules, tensors and modules (Dynamo sees those), None, loggers, and the
+    callables of Python, torch and numpy (not a ``functools.partial`` holding a value, not an object
+    with ``__call__`` and state of its own, not a lambda)."""
+    if value is None or value is Ellipsis or isinstance(
+            value, (types.ModuleType, type, torch.Tensor, torch.nn.Module, logging.Logger)):
+        return True
+    if isinstance(value, types.FunctionType):
+        return value.__name__ != "<lambda>"
+    if not callable(value):
+        return False
+    home = type(value).__module__.split(".", 1)[0]
+    return home in ("builtins", "torch", "numpy") or isinstance(
+        value, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType))
 
 
 def _add_frozen(out: dict[tuple[int, str], tuple[Slot, Any, Any]], unjudged: dict[str, None], owner: Any,

@@ -93,6 +93,12 @@ class Spec:
     functions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+#: A trials cache's key for the outcome that refuses every further trial (the run changes what no copy
+#: holds: each trial would do it again on the user's objects).
+REFUSED = "refused"
+_EFFECT = "not tried: the run "
+
+
 def trial_backend(backend: str) -> str:
     return TRIAL_BACKENDS.get(backend, backend)
 
@@ -118,7 +124,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             result = call(extra)
     except check_ops.OutsideEffect as exc:
-        outcome.error = f"not tried: the run {exc}, which a trial will not do again"
+        outcome.error = f"{_EFFECT}{exc}, which a trial will not do again"
     except torch_compat.DYNAMO_ERRORS as exc:
         outcome.error = f"fails to compile ({describe_failure(exc)})"
     except Exception as exc:
@@ -286,7 +292,7 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
     for fix, toggles in fixes:
         modes = {**base_modes, **toggles}
         key = tuple(sorted(modes.items()))
-        outcome = cache.get(key)
+        outcome = cache.get(key) or cache.get(REFUSED)
         if outcome is None:
             if spec is None:
                 fix.verified, fix.effect = None, why_not or "not tried"
@@ -297,6 +303,8 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
             outcome = run(spec, modes)
             if not outcome.error or not outcome.error.startswith("not tried"):
                 cache[key] = outcome
+            elif outcome.error.startswith(_EFFECT):  # any other trial would do it again: none runs
+                cache[REFUSED] = outcome
         if outcome.error is not None and outcome.error.startswith("not tried"):
             fix.verified, fix.effect = None, outcome.error
             continue
@@ -339,8 +347,13 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
 
     def outcome(name: str, options: dict[str, Any]) -> Outcome | None:
         key = (modes_key, name)
+        if REFUSED in cache:
+            return cache[REFUSED]
         if key not in cache and time.perf_counter() <= deadline:
             cache[key] = run(spec, base_modes, options)
+            error = cache[key].error or ""
+            if error.startswith(_EFFECT):
+                cache[REFUSED] = cache[key]
         return cache.get(key)
 
     base = outcome("base", {})

@@ -241,8 +241,11 @@ class Session:
         ``effect``; proven fixes come first. Trials already run for the same toggles are reused."""
         self._check_open()
         spec = self.workload.spec(self.workload.run_code) if self.workload.run_code is not None else None
+        why_not = "not tried: the session has no --run expression to try it on"
+        effect = check_ops.effect_seen(self.report.check)
+        if effect is not None:  # each proof would do it again, on objects no copy holds
+            spec, why_not = None, f"not tried: {effect}, which a trial will not do again"
         try:
-            why_not = "not tried: the session has no --run expression to try it on"
             trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not)
             trial.verify_recompiles(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
                                     why_not=why_not)

@@ -1,0 +1,184 @@
+"""A deep fingerprint of state a run may change in place without rebinding it.
+
+The module audit (``check.no_outside_effects``) watches the attributes of the user's modules that no
+copy holds. A rebinding shows as a new object; a change in place (``m.stats["a"]["n"] += 1``,
+``m.state.n += 1``, ``m.Counter.n += 1``, ``m.buf.add_(1)``, ``m.far[40] += 1``) does not. A
+fingerprint taken before the run and compared after it sees both: containers item by item, instances,
+and user classes through their ``__dict__``, functions through their defaults and closures, tensors by
+their version counter (and their ``.grad``), numpy arrays and byte buffers by a checksum.
+
+The walk is bounded (``MAX_NODES`` objects, ``MAX_BUFFER_BYTES`` of checksummed buffers); a fingerprint
+that hit a bound is ``complete = False``, and the audit then refuses to vouch for that module rather
+than guess. Every object the walk met is kept alive until the fingerprint is dropped, so an id cannot be
+reused by a new object during the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import types
+import zlib
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from ..core import torch_compat
+
+#: The most objects one audit walks.
+MAX_NODES = 200_000
+#: The most bytes of numpy arrays and byte buffers one audit checksums.
+MAX_BUFFER_BYTES = 64 * 2**20
+#: How deep the walk follows containers and attributes.
+MAX_DEPTH = 24
+
+_ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis))
+#: Objects of classes not the user's whose attributes are walked all the same: the state holders of torch
+#: and the standard library's plain records.
+_WALKED = (torch.nn.Module, torch.optim.Optimizer, types.SimpleNamespace, argparse.Namespace)
+
+
+class Walk:
+    """One audit's walk: its budget, the objects it met (kept alive) and whether it saw everything."""
+
+    def __init__(self, max_nodes: int | None = None, max_bytes: int | None = None) -> None:
+        self.nodes_left = MAX_NODES if max_nodes is None else max_nodes
+        self.bytes_left = MAX_BUFFER_BYTES if max_bytes is None else max_bytes
+        self.complete = True
+        self._keep: list[Any] = []
+
+    def of(self, value: Any) -> Hashable:
+        """The fingerprint of ``value``: equal before and after a run exactly when the walk sees no change."""
+        return self._of(value, 0, {})
+
+    def _of(self, value: Any, depth: int, seen: dict[int, int]) -> Hashable:
+        kind = type(value)
+        if kind in _ATOMS:
+            return (kind.__name__, value)
+        if kind is float:
+            return ("float", value.hex())
+        if kind is complex:
+            return ("complex", repr(value))
+        if id(value) in seen:
+            return ("seen", seen[id(value)])
+        self.nodes_left -= 1
+        if self.nodes_left < 0 or depth > MAX_DEPTH:
+            self.complete = False
+            return ("unseen",)
+        seen[id(value)] = len(seen)
+        self._keep.append(value)
+        return (id(value), *self._inside(value, depth + 1, seen))
+
+    def _inside(self, value: Any, depth: int, seen: dict[int, int]) -> tuple[Hashable, ...]:
+        walk = self._of
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, depth, seen)
+        if isinstance(value, types.ModuleType):
+            return ("module",)  # audited as a module of its own, or not the user's
+        if isinstance(value, (list, tuple, collections.deque)):
+            return ("seq", *(walk(v, depth, seen) for v in value))
+        if isinstance(value, dict):
+            return ("map", *((walk(k, depth, seen), walk(v, depth, seen)) for k, v in list(value.items())))
+        if isinstance(value, (set, frozenset)):
+            return ("set", frozenset(walk(v, depth, seen) for v in value))
+        if isinstance(value, (bytearray, memoryview)) or _is_ndarray(value):
+            return ("buffer", *self._buffer(value))
+        if isinstance(value, types.FunctionType):
+            cells = tuple(_cell(c) for c in value.__closure__ or ())
+            return ("function", walk(value.__defaults__, depth, seen), walk(value.__kwdefaults__, depth, seen),
+                    *(walk(c, depth, seen) for c in cells))
+        if isinstance(value, types.MethodType):
+            return ("method", walk(value.__func__, depth, seen), walk(value.__self__, depth, seen))
+        if isinstance(value, type):
+            if not _own_class(value):
+                return ("class",)
+            return ("class", *((k, walk(v, depth, seen)) for k, v in list(vars(value).items())
+                               if not k.startswith("__")))
+        if not isinstance(value, _WALKED) and not _own_class(type(value)):
+            return ("library",)  # a library's object (a logger, a device): its registries are not the user's
+        parts: list[Hashable] = []
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            parts.append(walk(attrs, depth, seen))
+        for name in _slots(type(value)):
+            try:
+                slot = getattr(value, name, None)
+            except Exception:  # a slot whose descriptor raises: its contents cannot be seen
+                self.complete = False
+                continue
+            parts.append((name, walk(slot, depth, seen)))
+        return ("object", *parts)
+
+    def _tensor(self, value: torch.Tensor, depth: int, seen: dict[int, int]) -> tuple[Hashable, ...]:
+        try:
+            version: Hashable = torch_compat.tensor_version(value)
+        except RuntimeError:  # an inference tensor has no version counter: its contents then
+            version = self._buffer_of_tensor(value)
+        grad = value.grad if value.is_leaf else None
+        return ("tensor", version, self._of(grad, depth, seen) if grad is not None else None)
+
+    def _buffer_of_tensor(self, value: torch.Tensor) -> Hashable:
+        size = value.numel() * value.element_size()
+        if value.device.type != "cpu" or size > self.bytes_left:
+            self.complete = False
+            return ("unseen",)
+        self.bytes_left -= size
+        try:
+            data = value.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        except (RuntimeError, TypeError):  # sparse, quantized, a subclass: contents not readable as bytes
+            self.complete = False
+            return ("unseen",)
+        return zlib.crc32(data.tobytes())
+
+    def _buffer(self, value: Any) -> tuple[Hashable, ...]:
+        try:
+            view = memoryview(value)
+        except (TypeError, ValueError):  # an object array: its items are objects, not bytes
+            self.complete = False
+            return ("unseen",)
+        size = view.nbytes
+        if size > self.bytes_left:
+            self.complete = False
+            return ("unseen",)
+        self.bytes_left -= size
+        if not view.c_contiguous:
+            return (view.shape, zlib.crc32(view.tobytes()))
+        return (view.shape, zlib.crc32(view.cast("B") if view.ndim else view.tobytes()))
+
+
+def _is_ndarray(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
+_SYSTEM = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+def _own_class(cls: type) -> bool:
+    """A class the user defined in Python (in a notebook or a module of theirs; not torch's, not an
+    installed package's, not the standard library's): its attributes, and its instances', can be state."""
+    if not cls.__flags__ & (1 << 9) or cls.__module__.startswith("torch"):  # Py_TPFLAGS_HEAPTYPE
+        return False
+    if cls.__module__ == "__main__":
+        return True
+    home = sys.modules.get(cls.__module__)
+    path = str(getattr(home, "__file__", None) or "")
+    return home is not None and (not path or not path.startswith(_SYSTEM))
+
+
+def _slots(cls: type) -> list[str]:
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and name not in names:
+                names.append(name)
+    return names
