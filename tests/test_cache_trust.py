@@ -263,3 +263,84 @@ def test_a_path_that_is_not_a_regular_file_is_refused_unread(ip, cache, tmp_path
     for command in ("list", "load"):
         message = load_error(ip, f"cache {command} {path}")
         assert "not a regular file" in message or "Is a directory" in message, message
+
+
+# --- issue 21 leftovers (N9): a file is bounded before it is read --------------------------------------
+
+def sparse_file(path, head: bytes, size: int):
+    """``head``, then zeros to ``size`` bytes: a hole that takes no disk (as a hostile file would)."""
+    with open(path, "wb") as handle:
+        handle.write(head)
+        handle.truncate(size)
+    return path
+
+
+def peak_while(action) -> tuple[int, str]:
+    """The most bytes Python held while ``action`` ran (tracemalloc: every bytes object read or copied is
+    counted, so this is how much of a file was read and how often it was copied), and its error."""
+    import tracemalloc
+
+    from nbcompile.core.errors import NbcompileError
+
+    tracemalloc.start()
+    try:
+        action()
+        message = ""
+    except NbcompileError as exc:
+        message = str(exc)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak, message
+
+
+def test_a_payload_whose_size_is_not_the_manifests_is_refused_unread(ip, cache, tmp_path):
+    """A sparse file of 256 MB behind a manifest that says 10 bytes: refused from its head, the payload
+    never read (before: read whole, copied twice, then refused by its sha256)."""
+    from nbcompile.engine import cachefile
+
+    manifest = {"format": "nbcompile-compile-cache", "version": 1, "torch": torch.__version__, "bytes": 10,
+                "sha256": "0" * 64, "entries": []}
+    path = sparse_file(tmp_path / "sparse.bin", MAGIC + json.dumps(manifest).encode() + b"\n", 256 << 20)
+    peak, message = peak_while(lambda: cachefile.read(str(path)))
+    assert "the manifest says 10 bytes of payload, the file holds" in message, message
+    assert "--trust" in message
+    assert peak < 4 << 20, f"{peak / 2**20:.0f} MB held to refuse a file by its manifest's size"
+    message = load_error(ip, f"cache list {path}")
+    assert "the manifest says 10 bytes of payload" in message and "not loaded" in message
+    no_size = sparse_file(tmp_path / "no-size.bin", MAGIC + b'{"format":"nbcompile-compile-cache","version":1}\n',
+                          256 << 20)
+    peak, message = peak_while(lambda: cachefile.read(str(no_size)))
+    assert "the manifest gives no size of payload" in message and peak < 4 << 20, (message, peak)
+
+
+def test_a_file_over_the_limit_is_refused_by_its_size_naming_the_limit(ip, cache, tmp_path):
+    from nbcompile.engine import cachefile
+
+    assert cachefile.MAX_FILE_BYTES <= 512 << 20, "a compile cache file may take gigabytes of memory to refuse"
+    path = sparse_file(tmp_path / "big.bin", MAGIC, cachefile.MAX_FILE_BYTES + 1)
+    for trust in (False, True):
+        peak, message = peak_while(lambda: cachefile.read(str(path), trust=trust))  # noqa: B023
+        assert f"over the {cachefile.MAX_FILE_BYTES >> 20} MiB a cache file may hold; nothing was read" in message, \
+            message
+        assert peak < 1 << 20, f"{peak / 2**20:.0f} MB held to refuse a file by its size"
+    assert "over the 512 MiB a cache file may hold" in load_error(ip, f"cache load {path} --trust")
+
+
+def test_a_file_under_the_limit_is_read_once_not_copied_whole(cache, tmp_path):
+    """A file whose manifest gives its size right but not its hash is refused after one read, never
+    decoded (before: the file read into a buffer the size of the limit, the payload sliced off, the
+    checksum's slice: three times the file). torch's own format (no manifest, read only to be refused
+    or with --trust) is read once; torch_compat's checksum still slices it (twice the file)."""
+    from nbcompile.engine import cachefile
+
+    size = 32 << 20
+    head = MAGIC + b'{"format":"nbcompile-compile-cache","version":1,"bytes":%d}\n'
+    sized = sparse_file(tmp_path / "sized.bin", head % (size - len(head % size)), size)
+    peak, message = peak_while(lambda: cachefile.read(str(sized)))
+    assert "does not match its manifest (sha256 differs" in message and "not loaded" in message, message
+    assert peak < 1.5 * size, f"{peak / size:.1f} times the file held while reading it"
+    raw = sparse_file(tmp_path / "raw.bin", b"", size)
+    peak, message = peak_while(lambda: cachefile.read(str(raw), trust=True))
+    assert "is not a torch.compile cache artifact file (its checksum does not match" in message, message
+    assert peak < 2.5 * size, f"{peak / size:.1f} times the file held while reading it"

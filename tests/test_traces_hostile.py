@@ -554,3 +554,124 @@ def test_hostile_texts_are_read_in_one_pass_and_still_read_right():
     assert failed_guards("0/0: tensor 'L['x']' size mismatch at index 0. expected 3, actual 5") == [
         "tensor 'L['x']' size mismatch at index 0. expected 3, actual 5"]
     assert change_of("tensor '" + "x" * 200_000, {}) is None
+
+
+# --- issue 21 leftovers: a compressed log is read to a total bound ------------------------------------------
+
+def _gz_log(tmp_path: pathlib.Path, text: str, name: str = "dedicated_log_torch_trace_rank_0_x.log.gz") -> pathlib.Path:
+    log = tmp_path / name
+    with gzip.open(log, "wt", compresslevel=1) as out:
+        out.write(text)
+    return log
+
+
+def test_a_log_gz_past_the_decompressed_bound_is_read_to_it_and_the_rest_named(tmp_path, monkeypatch):
+    """16 records of 30 MB each (every one under the per-record bound) in a 3.7 MB .log.gz took 11 s: past
+    ``MAX_DECOMPRESSED_BYTES`` the rest of the log is skipped and named by the line it stopped at, the record
+    cut there is dropped, every record before it kept. Lowered here so the test is fast."""
+    monkeypatch.setattr(logs, "MAX_DECOMPRESSED_BYTES", 1 << 20, raising=False)
+    text = _corpus_text()
+    cut = text.index("\n", text.index('"compilation_metrics"')) + 1  # after the first compilation
+    filler = ""
+    for i in range(8):  # records nbcompile ignores, 256 kB of payload each: the bound falls inside one
+        envelope = {"some_later_event": {}, "frame_id": 90 + i, "frame_compile_id": 0, "attempt": 0,
+                    "has_payload": "x"}
+        filler += PREFIX + json.dumps(envelope) + "\n" + ("\t" + "y" * 1023 + "\n") * 256
+    log = _gz_log(tmp_path, text[:cut] + filler + text[cut:])
+    data = gzip.decompress(log.read_bytes())
+    stop = data[: 1 << 20].count(b"\n") + 1  # the first line not read whole
+    lines = data.decode().split("\n")
+    dropped = max(i for i in range(stop) if not lines[i].startswith("\t")) + 1
+    assert text[:cut].count("\n") < dropped  # the bound falls in the filler, past the first compilation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(log)
+    assert traces.errors == [f"{log}:{stop}: over 1 MB decompressed; the rest skipped (the record at line {dropped}, "
+                             "cut there, dropped); kept what came before"], traces.errors
+    assert _frames(traces.ranks[0]) == _frames(_read("first", text[:cut]).report) != []  # what came before
+    assert traces.ranks[0].frame_count < _read("whole", text).report.frame_count  # and nothing after
+    _valid_json(traces.ranks[0])
+
+
+def test_a_log_gz_of_many_small_records_is_read_to_the_record_bound_and_the_rest_named(tmp_path, monkeypatch):
+    """Each record costs a parse (tens of microseconds), so 256 MB of tiny records would take minutes: past
+    ``MAX_RECORD_LINES`` lines outside payloads, the rest of a compressed log is skipped, named. A plain log
+    (its size on disk is what it holds) is read whole."""
+    monkeypatch.setattr(logs, "MAX_RECORD_LINES", 50, raising=False)
+    text = _corpus_text()
+    lines = text.split("\n")
+    heads = [i for i, line in enumerate(lines) if not line.startswith("\t")]
+    log = _gz_log(tmp_path, text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(log)
+        plain = tmp_path / "plain" / "dedicated_log_torch_trace_rank_0_x.log"
+        plain.parent.mkdir()
+        plain.write_text(text)
+        whole = nbcompile.load(plain)
+    assert traces.errors == [f"{log}:{heads[50] + 1}: over 50 records (or other lines outside payloads); the rest "
+                             f"skipped (the record at line {heads[49] + 1}, cut there, dropped); kept what came "
+                             "before"], traces.errors
+    kept = _read("kept", "\n".join(lines[: heads[49]]) + "\n").report
+    assert _frames(traces.ranks[0]) == _frames(kept) != [] and len(kept.frames) < len(whole.ranks[0].frames)
+    assert whole.errors == [] and _frames(whole.ranks[0]) == _frames(_read("whole", text).report)
+
+
+def test_payload_lines_are_taken_in_runs_with_the_same_records_and_lines():
+    """The reader takes a record's payload lines as one run (no Python work per line): the records, their
+    payloads and their line numbers are those a line-by-line reading gives, however the text is cut."""
+    text = _corpus_text()
+    lines = text.split("\n")
+    messy = "\n".join(["\tbefore any record", *lines[:40], "", "\t", "   ", "garbage", *lines[40:], "\tlast"])
+    expected: list[tuple[Any, ...]] = []
+    payload: list[str] | None = None
+    for number, line in enumerate(messy.split("\n"), 1):  # the format, read line by line
+        if line.startswith("\t"):
+            if payload is not None:
+                payload.append(line[1:])
+        elif line.startswith("V1"):  # a garbage or blank line is named or passed over: the record goes on
+            payload = []
+            expected.append((json.loads(line[line.index("] ") + 2:]), payload, number))
+    want = [(meta, "\n".join(body) if body else None, number) for meta, body, number in expected]
+    for size in (1, 7, 100, 4096, len(messy)):
+        reader = LogReader("messy")
+        got = [record for at in range(0, len(messy), size) for record in reader.feed(messy[at:at + size])]
+        got += reader.flush()
+        assert [(r.metadata, r.payload, r.line) for r in got] == want, size
+        assert reader.errors == ["messy:45: not a trace record (a TORCH_TRACE line starts like "  # 1 + 40 + 4
+                                 "'V1123 04:36:34.203000 123 file.py:28] {...}'): 'garbage'"]
+
+
+def test_kernels_are_found_by_their_heads_in_one_pass():
+    """Inductor's module is read with ``str.find`` (a regex stepping through each position of a 30 MB module
+    took a second a record): each kernel's head at the start of its line, Triton's first, then C++'s."""
+    from nbcompile.capture.trace_parse import parse_kernels
+
+    module = "\n".join([
+        "from torch._inductor.async_compile import AsyncCompile",
+        "async_compile = AsyncCompile()",
+        "cpp_fused_sin_0 = async_compile.cpp_pybinding(['const float*', 'float*'], '''",
+        '#include "cpp_prefix.h"',
+        'extern "C" void kernel(const float* in_ptr0, float* out_ptr0) {}',
+        "''')",
+        "# x = async_compile.triton('decoy', '''not a kernel: a comment''')",
+        "triton_poi_fused_cos_1 = async_compile.triton('triton_poi_fused_cos_1', '''",
+        "import triton",
+        "@triton.jit",
+        "def triton_poi_fused_cos_1(in_ptr0, xnumel, XBLOCK : tl.constexpr):",
+        "    pass",
+        "''', device_str='cuda')",
+        "y = f(async_compile.triton('inline', '''not at the start of its line'''))",
+        "async_compile.wait(globals())",
+        "cpp_fused_2 = async_compile.cpp('''",
+        "void kernel() { /* async_compile.triton('inside', ''' a kernel's code */ }",
+        "''')",
+    ])
+    found = parse_kernels(module)
+    assert [(name, language) for name, language, _ in found] == [
+        ("triton_poi_fused_cos_1", "triton"), ("cpp_fused_sin_0", "cpp"), ("cpp_fused_2", "cpp")]
+    assert found[0][2].startswith("import triton") and found[0][2].endswith("    pass")
+    assert found[1][2] == '#include "cpp_prefix.h"\nextern "C" void kernel(const float* in_ptr0, float* out_ptr0) {}'
+    assert "inside" in found[2][2]
+    hostile = ("w" * 500 + "async_compile." * 40 + "\n") * 2000 + "a = async_compile.triton('k', '''\n" * 2000
+    assert parse_kernels(hostile) == [("a", "triton", "a = async_compile.triton('k', ")] * 1000  # closed by the next

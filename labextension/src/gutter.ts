@@ -38,14 +38,27 @@ function sameInfo(a: IMarker, b: IMarker): boolean {
     a.links.map(l => l.href).join('\n') === b.links.map(l => l.href).join('\n');
 }
 
-/** The tooltip's content: each line of the marker, then its links (the GB pages). */
+/** The tooltip's most height: past it, it scrolls (a line with many causes never covers the notebook). */
+export const TIP_MAX_HEIGHT_PX = 220;
+
+/**
+ * The tooltip's content: the marker's causes, one line each with its count (cut with an ellipsis, whole
+ * on hover), then its hints and fixes, then its links (the GB pages); at most TIP_MAX_HEIGHT_PX tall.
+ */
 export function tipDOM(info: IMarker): HTMLElement {
   const tip = document.createElement('div');
   tip.className = `nbcompile-tip nbcompile-tip-${info.kind}`;
+  // inline, so it holds wherever the stylesheet is not loaded; style/index.css says the same
+  tip.style.maxHeight = `${TIP_MAX_HEIGHT_PX}px`;
+  tip.style.overflowY = 'auto';
+  const causes = Math.max(1, info.causes ?? 1);
   info.lines.forEach((line, i) => {
     const row = document.createElement('div');
-    row.className = i === 0 ? 'nbcompile-tip-reason' : 'nbcompile-tip-line';
+    row.className = i < causes ? 'nbcompile-tip-reason nbcompile-tip-cause' : 'nbcompile-tip-line';
     row.textContent = line;
+    if (i < causes) {
+      row.title = line;
+    }
     tip.appendChild(row);
   });
   for (const link of info.links) {

@@ -1,6 +1,7 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
 import {
-  IReport, IStatusLine, causesOf, fixProof, functionLabel, opsShown, plural, shortPath, splitsOf, statusLines, summary
+  IReport, IStatusLine, causesOf, fixProof, functionLabel, graphPlaces, opsShown, plural, shortPath, splitsText,
+  statusLines, summary
 } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
@@ -90,15 +91,19 @@ export function renderReport(report: IReport): HTMLElement {
       'nbcompile-error nbcompile-fallback'));
   }
   if (report.graphs.length) {
-    root.appendChild(section(`Graphs (${report.graph_count})`, table(
-      ['#', 'compile id', 'function', 'ops'],
-      report.graphs.map((g, i) => [String(i + 1), g.compile_id, functionLabel(g.function), opsCell(g)])
-    )));
+    // each graph led by where its code is (function and line) and its ops; torch's compile id last, small
+    const places = graphPlaces(report);
+    const graphs = table(
+      ['#', 'where', 'ops', 'id'],
+      report.graphs.map((g, i) => [String(i + 1), places[i], opsCell(g), compileIdCell(g.compile_id)])
+    );
+    graphs.classList.add('nbcompile-graphs');
+    root.appendChild(section(`Graphs (${report.graph_count})`, graphs));
   }
   const causes = causesOf(report);
   if (causes.length) {
     const title = `Graph breaks: ${plural(report.break_count, 'event')} from ${plural(causes.length, 'cause')}, ` +
-      `${plural(splitsOf(report), 'split')}`;
+      splitsText(report);
     root.appendChild(section(title, table(
       ['count', 'line', 'source', 'reason'],
       causes.map(b => {
@@ -155,6 +160,13 @@ export function renderReport(report: IReport): HTMLElement {
     root.appendChild(section(`Generated kernels (${report.kernels.length})`, kernels, false));
   }
   return root;
+}
+
+/** torch's compile id, small and grey, with what it is on hover. */
+export function compileIdCell(id: string): HTMLElement {
+  const cell = el('span', id, 'nbcompile-compile-id');
+  cell.title = "torch's compile id (frame/compile of that frame), as TORCH_TRACE and tlparse name it";
+  return cell;
 }
 
 /** Fixes, each with its proof, classed by it (proven, failed, untried). */

@@ -67,9 +67,59 @@ export function splitsOf(report: IReport): number {
   return typeof report.splits === 'number' ? report.splits : Math.max(0, report.graph_count - 1);
 }
 
-/** A graph's first ops and, apart, the rest (the views fold it: "... 528 more"). */
+/** Why a report with breaks has no splits (as render.py's NO_SPLITS_WHY): said beside the figure. */
+export const NO_SPLITS_WHY = "no call's graph was cut in two: torch compiled the code around the breaks as separate frames";
+
+/** `2 splits`; with breaks and no split, why (as render.py's splits_text). */
+export function splitsText(report: IReport): string {
+  const splits = splitsOf(report);
+  const said = plural(splits, 'split');
+  return report.break_count && !splits ? `${said} (${NO_SPLITS_WHY})` : said;
+}
+
+/**
+ * An op as a user reads it (as render.py's op_label): an operator overload Dynamo put in the graph
+ * (`fma.default`, which `addcmul_` becomes) without its overload suffix; every other name as it is.
+ */
+export function opLabel(name: string): string {
+  const m = /^([A-Za-z_]\w*)\.[A-Za-z_]\w*$/.exec(name);
+  return m ? m[1] : name;
+}
+
+/** A graph's first ops and, apart, the rest (the views fold it: "... 528 more"), as the user reads them. */
 export function opsShown(graph: Graph, shown = SHOWN_OPS): { first: string; rest: string[] } {
-  return { first: graph.ops.slice(0, shown).join(', '), rest: graph.ops.slice(shown) };
+  return { first: graph.ops.slice(0, shown).map(opLabel).join(', '), rest: graph.ops.slice(shown).map(opLabel) };
+}
+
+/** A notebook cell's file (as capture/cell.py's is_cell_filename). */
+export function isCellFile(filename: string): boolean {
+  return /^<ipython-input-\d+-[0-9a-f]+>$/.test(filename) || /[/\\]ipykernel_\d+[/\\]-?\d+\.py$/.test(filename);
+}
+
+/**
+ * Where each graph's code is, as the user wrote it (as render.py's graph_places without the cell's
+ * spans): `forward (cell line 14)`, `train_step (after line 25)`, `step (torch/optim/adam.py:214)`.
+ */
+export function graphPlaces(report: IReport): string[] {
+  const frames = new Map<string, IReport['frames'][number]>();
+  for (const f of report.frames) {
+    if (!frames.has(f.compile_id)) {
+      frames.set(f.compile_id, f);
+    }
+  }
+  return report.graphs.map(g => {
+    const name = functionLabel(g.function);
+    const frame = frames.get(g.compile_id);
+    const file = frame?.filename ?? '';
+    const line = frame?.firstlineno ?? 0;
+    if (!frame || !file || !line) {
+      return name;
+    }
+    if (!isCellFile(file)) {
+      return `${name} (${shortPath(file)}:${line})`;
+    }
+    return name !== g.function ? name : `${name} (cell line ${line})`;
+  });
 }
 
 /** A fix as one line, with its proof (`%nbcompile set f disable (proven: breaks 2 -> 1)`). */
@@ -120,18 +170,22 @@ function folded(kind: string, severity: IStatusLine['severity'], text: string, d
   return { kind, severity, label: label || kind, text: brief, detail: whole.trim() === brief.trim() ? '' : whole };
 }
 
+/** Where a report's check figures come from (as render.py's SESSION_RUN and SESSION_RUN_DETAIL). */
+export const SESSION_RUN = "the session's run";
+export const SESSION_RUN_DETAIL = "Figures from the session's latest run of --run: the cell's own run (compiled on your " +
+  'objects), or, after a toggle or an option change, its re-run on copies of your objects. The eager reference ' +
+  "always runs on copies. The Fix tab's trials are judged on copies of their own.";
+
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
   const check = report.check;
   if (check) {
-    if (!check.compared) {
-      lines.push(folded('check', 'info', check.message, '', 'check not compared'));
-    } else if (check.ok) {
-      lines.push(folded('check', 'ok', check.message, '', 'check ok'));
-    } else {
-      lines.push(folded('check', 'error', check.message, '', 'Check failed'));
-    }
+    // the check names the run its figures come from: the panel's re-run on copies or a Fix-tab trial differ
+    const detail = `${check.message}\n${SESSION_RUN_DETAIL}`;
+    const [severity, head]: [IStatusLine['severity'], string] =
+      !check.compared ? ['info', 'check not compared'] : check.ok ? ['ok', 'check ok'] : ['error', 'Check failed'];
+    lines.push({ kind: 'check', severity, label: `${head} (${SESSION_RUN})`, text: shortText(check.message), detail });
   }
   if (report.errors.length) {
     const last = report.errors[report.errors.length - 1];
@@ -154,13 +208,25 @@ export function statusLines(report: IReport): IStatusLine[] {
   return lines;
 }
 
-/** One gutter marker: the line (1-based, as displayed) and what its tooltip says. */
+/**
+ * One gutter marker: the line (1-based, as displayed) and what its tooltip says: first its causes, one
+ * line each with its count (`causes` of them), then the hints and fixes.
+ */
 export interface IMarker {
   line: number;
   kind: 'break' | 'recompile' | 'origin';
   title: string;
   lines: string[];
   links: { text: string; href: string }[];
+  /** How many of `lines`, from the first, are causes (one line each); the rest are details. */
+  causes?: number;
+}
+
+/** The most characters of a hint a tooltip shows (the whole hint is in the report). */
+export const TIP_HINT_CHARS = 160;
+
+function cutText(text: string, limit: number): string {
+  return text.length <= limit ? text : `${text.slice(0, limit - 1).trimEnd()}…`;
 }
 
 export function isCompileCell(source: string): boolean {
@@ -239,29 +305,36 @@ function safeUrl(url: string | null): string | null {
 /** Markers for each cell line with a graph break, then each line named by a recompile. */
 export function markers(report: IReport, source: string): IMarker[] {
   const byLine = new Map<number, IMarker>();
+  const details = new Map<number, string[]>();
   for (const c of causesOf(report)) {
     if (c.cell_line === null || c.cell_line === undefined) {
       continue;
     }
     let m = byLine.get(c.cell_line);
     if (!m) {
-      m = { line: c.cell_line, kind: 'break', title: '', lines: [], links: [] };
+      m = { line: c.cell_line, kind: 'break', title: '', lines: [], links: [], causes: 0 };
       byLine.set(c.cell_line, m);
+      details.set(c.cell_line, []);
     }
+    // the causes first, one line each with its count; their hint and fix after them, so a line with
+    // several causes lists them all at the top of a tooltip of bounded height
     m.lines.push(`x${c.count} ${c.gb_type}${c.gb_id ? ` (${c.gb_id})` : ''}: ${c.explanation || c.reason}`);
-    for (const hint of c.hints.slice(0, 2)) {
-      m.lines.push(`hint: ${hint}`);
-    }
+    m.causes = (m.causes ?? 0) + 1;
+    const more = details.get(c.cell_line) as string[];
     const fix = c.fixes.find(f => f.command && f.verified !== false);
     if (fix) {
-      m.lines.push(`fix: ${fixText(fix)}`);
+      more.push(`fix: ${fixText(fix)}`);
+    }
+    for (const hint of c.hints.slice(0, 1)) {
+      more.push(`hint: ${cutText(hint, TIP_HINT_CHARS)}`);
     }
     const href = safeUrl(c.doc_url);
-    if (href) {
+    if (href && !m.links.some(l => l.href === href)) {
       m.links.push({ text: c.gb_id || 'docs', href });
     }
   }
-  for (const m of byLine.values()) {
+  for (const [line, m] of byLine) {
+    m.lines.push(...(details.get(line) ?? []).filter((d, i, all) => all.indexOf(d) === i));
     m.title = `graph break: ${m.lines[0]}`;
   }
   // Where a recompile's guarded name comes from (its parameter, its global): a distinct marker whose
@@ -371,7 +444,7 @@ export function summary(report: IReport): string {
     plural(report.frame_count, 'frame'),
     plural(report.graph_count, 'graph'),
     plural(report.break_count, 'graph break'),
-    ...(report.break_count ? [plural(splitsOf(report), 'split'), plural(causesOf(report).length, 'cause')] : []),
+    ...(report.break_count ? [splitsText(report), plural(causesOf(report).length, 'cause')] : []),
     plural(report.recompile_count, 'recompile'),
     `compile ${report.compile_time_s.toFixed(2)} s`
   ];

@@ -1,5 +1,5 @@
 /** Issue 22: one row per cause (with its count), recompile fixes with their proofs, a status that reads at a glance. */
-import { causesOf, markers, IReport, statusLines, summary } from '../src/report';
+import { causesOf, markers, IReport, SESSION_RUN_DETAIL, statusLines, summary } from '../src/report';
 import { renderReport } from '../src/render';
 import { Cause, Fix, GraphBreak, Recompile } from '../src/report-schema';
 
@@ -101,8 +101,8 @@ test('the status is one short line per kind, coloured by severity, the rest fold
     'nbcompile-status nbcompile-status-notice nbcompile-warn nbcompile-notice'
   ]);
   const check = lines[0];
-  expect(check.querySelector('b')?.textContent).toBe('Check failed');
-  expect(check.querySelector('details pre')?.textContent).toBe(long);  // the whole message, folded
+  expect(check.querySelector('b')?.textContent).toBe("Check failed (the session's run)");
+  expect(check.querySelector('details pre')?.textContent).toBe(`${long}\n${SESSION_RUN_DETAIL}`);  // the whole message, folded
   const shown = check.textContent?.replace(check.querySelector('details')?.textContent ?? '', '') ?? '';
   expect(shown.length).toBeLessThan(200);
   expect(shown).toContain('ratio 702');

@@ -46,13 +46,14 @@ test('the latest report among the outputs wins', () => {
   expect(latestReport([{ data: { 'text/plain': 'x' } }, {}])).toBeNull();
 });
 
-test('one marker per break line, with reason, hint, fix and the GB link', () => {
+test('one marker per break line, with reason, fix, hint and the GB link', () => {
   const [m] = markers(report(), SOURCE);
   expect(m.line).toBe(4);
   expect(m.kind).toBe('break');
   expect(m.lines).toEqual([
-    'x2 Failed to trace builtin operator (GB0059): no print', 'hint: Avoid print', 'fix: %nbcompile set helper disable'
+    'x2 Failed to trace builtin operator (GB0059): no print', 'fix: %nbcompile set helper disable', 'hint: Avoid print'
   ]);
+  expect(m.causes).toBe(1);
   expect(m.links).toEqual([{ text: 'GB0059', href: 'https://example.org/gb0059' }]);
 });
 
@@ -106,7 +107,8 @@ test('the summary counts as the Python one does: plurals and errors', () => {
     frame_count: 1, graph_count: 1, break_count: 1, splits: 0, breaks: report().breaks.slice(0, 1),
     errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }]
   });
-  expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 splits, 1 cause, 0 recompiles, compile 0.10 s, 1 error, check ok');
+  expect(summary(r)).toBe('1 frame, 1 graph, 1 graph break, 0 splits (no call\'s graph was cut in two: torch compiled the ' +
+    'code around the breaks as separate frames), 1 cause, 0 recompiles, compile 0.10 s, 1 error, check ok');
 });
 
 test('a display message replaces the saved report outputs that carry its display id, and only those', () => {

@@ -9,9 +9,12 @@ session cannot disagree on how an event reads. A line that is not a record, a tr
 damaged one (a field of the wrong type, a value that cannot be true) and an empty log are each named
 by file and line; the rest is kept. So is a record whose payload is over ``MAX_PAYLOAD_CHARS`` (a
 small ``.log.gz`` can hold gigabytes of payload lines): its lines are not kept past the bound, so memory
-stays bounded, and it is skipped, named. The problems kept per log are bounded (``MAX_PROBLEMS``, then a
-count), so a garbage file cannot flood a notebook; what they say is UTF-8 (``clean_text``: a path
-with an undecodable byte too). Nothing in a trace is executed.
+stays bounded, and it is skipped, named. A compressed log is read to ``MAX_DECOMPRESSED_BYTES``
+decompressed and ``MAX_RECORD_LINES`` lines outside payloads at most, so a load's time is bounded too:
+the rest is skipped, named by the line it stopped at (a plain log's size on disk is what it holds, and
+a followed job's log keeps growing: both are read whole). The problems kept per log are bounded
+(``MAX_PROBLEMS``, then a count), so a garbage file cannot flood a notebook; what they say is UTF-8
+(``clean_text``: a path with an undecodable byte too). Nothing in a trace is executed.
 
 A rank with several logs (an elastic job restarted: one ``..._rank_N_<random>.log`` per process) is
 read as one history: each log in the order it was written, judged by the time of its first record
@@ -44,6 +47,8 @@ from .records import Record, RecordError, clean_text, kind_of, parse_record
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
 _STAMP = re.compile(rb"^[VIWEC](?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d+) ")
 _RANK_FILE = re.compile(r"rank_(?P<rank>\d+)")
+#: Where a run of payload lines ends: a newline not followed by a tab (found in C, not line by line).
+_RUN_END = re.compile(r"\n[^\t]")
 #: How long a follower waits for more of a record whose file stopped growing before it reads it.
 SETTLE_S = 0.5
 #: Problems kept (and shown) per log; past it they are counted: "... and 22,903 more".
@@ -55,6 +60,14 @@ MAX_LINE_CHARS = 64 << 20
 #: Most payload characters of one record kept (torch's largest, Inductor's output code of a big model,
 #: is a few MB); a record with more is skipped, named, and its lines are dropped as they come.
 MAX_PAYLOAD_CHARS = 32 << 20
+#: Most bytes one compressed log is decompressed to: a small ``.log.gz`` can hold gigabytes of records each
+#: under ``MAX_PAYLOAD_CHARS`` (a load's time grows with them); past it the rest of the log is skipped, named,
+#: the record cut there dropped and every record before it kept.
+MAX_DECOMPRESSED_BYTES = 256 << 20
+#: Most lines outside payloads (a record's first line, a blank or a garbage line) read from one compressed
+#: log: each costs a record's parse, so 256 MB of tiny records would take minutes. A real log has one such
+#: line per 2 kB or so (well under the bound at ``MAX_DECOMPRESSED_BYTES``); past it the rest is skipped, named.
+MAX_RECORD_LINES = 1 << 18
 
 
 class TraceError(NbcompileError):
@@ -80,6 +93,11 @@ class Problems:
 
     def __len__(self) -> int:
         return len(self.kept) + self.more
+
+    @property
+    def full(self) -> bool:
+        """No more are kept: a caller may count one (``more += 1``) without wording it."""
+        return len(self.kept) >= self.limit
 
     def lines(self) -> list[str]:
         """The kept problems, then one line with the count of the rest."""
@@ -119,8 +137,8 @@ class RawRecord:
 
 @dataclass
 class _Pending:
-    """The record being read: its envelope, its payload lines so far (none kept past the bound) and
-    their length, its first line."""
+    """The record being read: its envelope, its payload lines so far (runs of whole lines as the log has
+    them, each a tab, the text and a newline; none kept past the bound) and their length, its first line."""
 
     metadata: dict[str, Any]
     line: int
@@ -134,10 +152,16 @@ class LogReader:
     """Reads one log incrementally: ``feed(text)`` returns the complete records so far (a record is
     complete when the next envelope starts, or at ``flush``); errors name the file and the line. At
     most ``max_line`` characters of a line and ``max_payload`` of a record's payload are held (by
-    default ``MAX_LINE_CHARS`` and ``MAX_PAYLOAD_CHARS``, read when the reader is made)."""
+    default ``MAX_LINE_CHARS`` and ``MAX_PAYLOAD_CHARS``, read when the reader is made). Payload lines
+    are taken in runs (a record's payload is one piece of the log); the other lines one by one, at most
+    ``max_lines`` of them (None: no bound), then the rest is skipped, named (``cut``)."""
 
-    def __init__(self, path: str, max_line: int = MAX_LINE_CHARS, max_payload: int | None = None) -> None:
+    def __init__(self, path: str, max_line: int = MAX_LINE_CHARS, max_payload: int | None = None,
+                 max_lines: int | None = None) -> None:
         self.path = path
+        self.max_lines = max_lines
+        #: Lines taken one by one so far (records' first lines, blank and garbage lines).
+        self.taken = 0
         self.problems = Problems(path)
         self.max_line = max_line
         self.max_payload = MAX_PAYLOAD_CHARS if max_payload is None else max_payload
@@ -148,6 +172,8 @@ class LogReader:
         self._current: _Pending | None = None
         #: Records skipped whole (a payload over ``max_payload``).
         self.skipped = 0
+        #: Reading stopped (``cut``): the rest of the log is skipped.
+        self.stopped = False
 
     @property
     def errors(self) -> list[str]:
@@ -156,16 +182,33 @@ class LogReader:
 
     def feed(self, text: str) -> list[RawRecord]:
         out: list[RawRecord] = []
+        if self.stopped:
+            return out
         if self._skipping:
             end = text.find("\n")
             if end < 0:
                 return out
             text, self._skipping = text[end + 1:], False
-        lines = (self._rest + text).split("\n")
-        self._rest = lines.pop()  # an unfinished last line waits for the rest
-        for line in lines:
-            self._line += 1
-            self._take(line, out)
+        data = self._rest + text
+        whole = data.rfind("\n") + 1
+        self._rest = data[whole:]  # an unfinished last line waits for the rest
+        at = 0
+        while at < whole:
+            if data.startswith("\t", at):  # a run of payload lines: one piece, no work per line
+                run = _RUN_END.search(data, at, whole)
+                end = whole if run is None else run.start() + 1
+                lines = data.count("\n", at, end)
+                self._line += lines
+                self._add_payload(data, at, end, lines)
+            else:
+                end = data.index("\n", at) + 1
+                if self.max_lines is not None and self.taken >= self.max_lines:
+                    self.cut(f"over {self.max_lines:,} records (or other lines outside payloads)")
+                    return out
+                self.taken += 1
+                self._line += 1
+                self._take(data[at:end - 1], out)
+            at = end
         if len(self._rest) > self.max_line:
             self._line += 1
             self.problems.append(f"{self.path}:{self._line}: a line of over {self.max_line:,} characters, not a "
@@ -187,16 +230,31 @@ class LogReader:
         self._finish(out)
         return out
 
+    def cut(self, why: str) -> None:
+        """Stop reading here: the record whose end was not read is dropped, and the problem is named at
+        the first line not read whole; the records before it were returned by ``feed``."""
+        line = self._line + 1
+        dropped = self._current
+        self._current, self._rest, self._skipping, self.stopped = None, "", False, True
+        record = f" (the record at line {dropped.line}, cut there, dropped)" if dropped is not None else ""
+        self.problems.append(f"{self.path}:{line}: {why}; the rest skipped{record}; kept what came before")
+
+    def _add_payload(self, data: str, start: int, end: int, lines: int) -> None:
+        """Payload lines ``data[start:end]`` (each a tab, its text, a newline) to the record being read:
+        kept as one piece while its payload is within the bound, dropped once it is over."""
+        current = self._current
+        if current is None or current.over:
+            return
+        current.chars += end - start - lines  # each line's tab stands for the newline joining it
+        if current.chars > self.max_payload + 1:
+            current.over = True
+            current.payload.clear()
+        else:
+            current.payload.append(data[start:end])
+
     def _take(self, line: str, out: list[RawRecord], last: bool = False) -> None:
-        if line.startswith("\t"):
-            current = self._current
-            if current is not None and not current.over:
-                current.chars += len(line)  # the tab stands for the newline joining it
-                if current.chars > self.max_payload + 1:
-                    current.over = True
-                    current.payload.clear()
-                else:
-                    current.payload.append(line[1:])
+        if line.startswith("\t"):  # the last line of a log, without its newline
+            self._add_payload(line + "\n", 0, len(line) + 1, 1)
             return
         if not line.strip():
             return
@@ -217,6 +275,9 @@ class LogReader:
                 self._finish(out)
                 return
         if not isinstance(metadata, dict):
+            if self.problems.full:  # a flood of garbage lines: counted, not worded
+                self.problems.more += 1
+                return
             self.problems.append(f"{self.path}:{self._line}: not a trace record (a TORCH_TRACE line starts like "
                                  f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
             return
@@ -234,8 +295,9 @@ class LogReader:
                                  f"({kind_of(current.metadata)[:60] or 'no kind'}): payload over "
                                  f"{self.max_payload / (1 << 20):g} MB, skipped; read the others")
             return
-        payload = current.payload
-        out.append(RawRecord(current.metadata, "\n".join(payload) if payload else None, current.line))
+        # "\tA\n\tB\n" -> "A\nB": each line's tab dropped, the newlines between lines kept
+        payload = "".join(current.payload).replace("\n\t", "\n")[1:-1] if current.payload else None
+        out.append(RawRecord(current.metadata, payload, current.line))
 
 
 def _one_line(exc: BaseException, most: int = 120) -> str:
@@ -279,7 +341,8 @@ class RankTrace:
         """Read ``path`` after the logs this rank already has (a restarted process's log)."""
         hub = Hub(offline=True)
         hub.register(self.recording)
-        self.logs.append(LogFile(path, LogReader(path), hub))
+        bounded = path.endswith(".gz")  # a small file that may hold gigabytes: read to the bounds
+        self.logs.append(LogFile(path, LogReader(path, max_lines=MAX_RECORD_LINES if bounded else None), hub))
         if len(self.logs) > 1:
             names = ", then ".join(os.path.basename(log.path) for log in self.logs)
             self.report.title = clean_text(f"rank {self.rank}: {names} ({len(self.logs)} logs of one rank, "
@@ -395,15 +458,22 @@ class RankTrace:
         problems = log.reader.problems
         stream = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
         decoded = 0
+        limit = MAX_DECOMPRESSED_BYTES
         try:
             with open(log.path, "rb") as handle:
-                while chunk := handle.read(CHUNK):
+                while not log.reader.stopped and (chunk := handle.read(CHUNK)):
                     log.bytes += len(chunk)
                     while chunk and not stream.eof:
                         data = stream.decompress(chunk, CHUNK)
                         chunk = stream.unconsumed_tail
+                        over = decoded + len(data) > limit
+                        data = data[:limit - decoded] if over else data
                         decoded += len(data)
                         self.feed(log.reader.feed(log.decoder.decode(data)), log)
+                        if over and not log.reader.stopped:
+                            log.reader.cut(f"over {limit / (1 << 20):g} MB decompressed")
+                        if log.reader.stopped:
+                            break
                     if stream.eof:
                         break
         except OSError as exc:
@@ -413,16 +483,18 @@ class RankTrace:
                 f"{decoded:,} bytes before the damage"
             problems.append(f"{log.path}: {what} ({exc})")
         else:
-            if not stream.eof and log.bytes:
+            if not stream.eof and log.bytes and not log.reader.stopped:
                 problems.append(f"{log.path}: a truncated or damaged gzip file; read the {decoded:,} bytes before "
                                 "the damage")
         log.offset = log.bytes
+        if log.reader.stopped:
+            return
         self.feed(log.reader.feed(log.decoder.decode(b"", final=True)), log)
         self.feed(log.reader.flush(), log)
 
     def _note_empty(self, log: LogFile) -> None:
         """A log with no record in it is named, once (an empty ``.log.gz`` is not a rank that compiled nothing)."""
-        if log.events or log.reader.skipped or log.empty_named:
+        if log.events or log.reader.skipped or log.reader.stopped or log.empty_named:
             return
         log.empty_named = True
         what = "an empty file (0 bytes)" if not log.bytes else "no trace records in it"

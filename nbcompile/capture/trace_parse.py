@@ -49,10 +49,15 @@ def _break_site(head: str) -> tuple[str, int]:
     return "", 0
 
 
+#: Most characters of a graph break's payload read: torch's are a few kB (the reason, hints, the user's
+#: stack); what lies past this is not read (a hostile one of millions of lines took seconds a MB).
+MAX_BREAK_CHARS = 1 << 20
+
+
 def parse_graph_break(text: str) -> ParsedBreak:
-    """Parse one ``dynamo_graph_break_reason`` payload."""
+    """Parse one ``dynamo_graph_break_reason`` payload (its first ``MAX_BREAK_CHARS``)."""
     # Keep only the part above torch's own traceback of the tracer.
-    head = text.split("\nTraceback (most recent call last):", 1)[0]
+    head = text[:MAX_BREAK_CHARS].split("\nTraceback (most recent call last):", 1)[0]
     filename, lineno = _break_site(head)
 
     reason_m = _REASON.search(head)
@@ -201,39 +206,52 @@ def parse_recompile_reasons(reasons: object) -> str:
 MAX_REASON_CHARS = 400
 
 
-#: The head of a C++ kernel's definition, on one line; its code is found by ``str.find`` (linear time).
-_CPP_KERNEL = re.compile(r"^(?P<name>\w+)[ \t]*=[ \t]*async_compile\.cpp(?:_pybinding)?\(", re.M)
-_TRITON_KERNEL = re.compile(
-    r"^(?P<name>\w+)\s*=\s*async_compile\.triton\('(?P<kname>\w+)',\s*'''(?P<code>.*?)''',?",
-    re.S | re.M,
-)
+#: The head of a kernel's definition, on one line from its start: ``name = async_compile.triton(`` (or
+#: ``.cpp(``, ``.cpp_pybinding(``), matched only where ``str.find`` met ``async_compile.`` (linear time).
+_KERNEL_HEAD = re.compile(r"(?P<name>\w+)[ \t]*=[ \t]*async_compile\.(?P<how>triton|cpp_pybinding|cpp)\(")
+_TRITON_NAME = re.compile(r"'(?P<kname>\w+)',\s*'''")
+#: Most characters of a line before ``async_compile.`` looked at (``name = ``: a kernel's name is short).
+_MAX_HEAD = 1000
+_QUOTES = "'" * 3
 
 
 def parse_kernels(output_code: str) -> list[tuple[str, str, str]]:
-    """(name, language, code) for each kernel in Inductor's generated module."""
-    kernels = []
-    for m in _TRITON_KERNEL.finditer(output_code):
-        kernels.append((m.group("name"), "triton", m.group("code").strip("\n")))
-    kernels.extend((name, "cpp", code) for name, code in _cpp_kernels(output_code))
-    return kernels
+    """(name, language, code) for each kernel in Inductor's generated module: Triton's first, then C++'s.
 
-
-def _cpp_kernels(output_code: str) -> list[tuple[str, str]]:
-    """Each ``name = async_compile.cpp(..., '''code''')``: the first triple quote after the head opens
-    the code, the next ``''')`` closes it; a later head is looked for after that close, so a hostile
-    module of unclosed heads is read in one pass."""
-    found: list[tuple[str, str]] = []
+    One pass with ``str.find`` (a big model's module is tens of MB; a regex stepping through each of its
+    positions took seconds): each ``async_compile.`` is checked to be a definition's head, from the
+    start of its line. A Triton kernel's code is the first triple-quoted string after ``'name',``; a C++
+    kernel's runs from the first triple quote after the head to the next one followed by ``)``. The next
+    head is looked for after that close (or the line's end), so a hostile module is read once."""
+    triton: list[tuple[str, str, str]] = []
+    cpp: list[tuple[str, str, str]] = []
     at = 0
-    while (m := _CPP_KERNEL.search(output_code, at)) is not None:
-        opening = output_code.find("'''", m.end())
-        if opening < 0:
-            break
-        closing = output_code.find("''')", opening + 3)
-        if closing < 0:
-            break
-        found.append((m.group("name"), output_code[opening + 3:closing].strip("\n")))
-        at = closing + 4
-    return found
+    while (hit := output_code.find("async_compile.", at)) >= 0:
+        line_end = output_code.find("\n", hit)
+        at = line_end + 1 if line_end >= 0 else len(output_code)  # a line holds one head at most: look once
+        line_start = output_code.rfind("\n", max(0, hit - _MAX_HEAD), hit) + 1
+        if line_start == 0 and hit > _MAX_HEAD:
+            continue  # no line start within reach: not a definition's head
+        head = _KERNEL_HEAD.match(output_code, line_start)
+        if head is None or head.start("how") != hit + len("async_compile."):
+            continue
+        if head["how"] == "triton":
+            quoted = _TRITON_NAME.match(output_code, head.end())
+            if quoted is None:
+                continue
+            closing = output_code.find(_QUOTES, quoted.end())
+            if closing < 0:
+                break  # no string closes after here: no kernel can follow
+            triton.append((head["name"], "triton", output_code[quoted.end():closing].strip("\n")))
+            at = closing + 3
+        else:
+            opening = output_code.find(_QUOTES, head.end())
+            closing = output_code.find(_QUOTES + ")", opening + 3) if opening >= 0 else -1
+            if closing < 0:
+                break
+            cpp.append((head["name"], "cpp", output_code[opening + 3:closing].strip("\n")))
+            at = closing + 4
+    return triton + cpp
 
 
 _GRAPH_LINE = re.compile(r"^\s+[A-Za-z_]\w*(?::\s*\"[^\"]*\")?\s*=\s*(?P<rhs>.+)$")

@@ -466,7 +466,7 @@ def decode_compile_cache(data: bytes) -> list[CacheEntry]:
         version = 1
     if len(data) < 12:
         raise NbcompileError(f"{len(data)} bytes, too short for torch's artifact header")
-    if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
+    if zlib.crc32(memoryview(data)[4:]).to_bytes(4, "big") != data[:4]:
         raise NbcompileError("its checksum does not match its contents (damaged, or not torch's artifact format)")
     pos = 4
 

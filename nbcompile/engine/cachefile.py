@@ -6,9 +6,12 @@ entries are pickles that torch unpickles on a cache hit. So loading is safe by d
 
 - ``save`` writes a header line, a one-line JSON manifest (format version, torch version, the
   payload's size and sha256, the entries: type, key, bytes) and torch's payload after it;
-- ``read`` decodes every entry without applying any, checks the manifest (a file without one, or
-  whose hash or entries do not match, is refused unless ``trust``), and checks every entry's key:
-  an absolute key, a ``..`` part, or a path that lands outside the directory torch writes that type
+- ``read`` is bounded before it reads: a regular file of at most ``MAX_FILE_BYTES``, its manifest line
+  read in chunks, a payload whose size is not the manifest's refused unread and one whose sha256 is
+  not refused undecoded (both unless ``trust``); the payload is read once, never copied whole here.
+  It decodes every entry without applying any, checks the manifest (a file without one, or whose
+  hash or entries do not match, is refused unless ``trust``), and checks every entry's key: an
+  absolute key, a ``..`` part, or a path that lands outside the directory torch writes that type
   under is refused, with or without ``trust``, and then nothing at all is written;
 - ``apply`` writes the entries the plan listed, through torch's own writers (bytes only: nothing
   from the file is unpickled while loading).
@@ -24,6 +27,7 @@ import hashlib
 import json
 import os
 import stat
+from typing import BinaryIO
 
 import torch
 
@@ -169,35 +173,35 @@ def check_entries(path: str, entries: list[torch_compat.CacheEntry]) -> list[Ent
     return checked
 
 
-def _split(data: bytes) -> tuple[dict[str, object] | None, bytes, str | None]:
-    """(manifest, payload, what is wrong with the manifest) of a file's bytes."""
-    if not data.startswith(MAGIC):
-        return None, data, "has no nbcompile manifest (not written by %nbcompile cache save)"
-    end = data.find(b"\n", len(MAGIC), len(MAGIC) + MANIFEST_LIMIT)
-    if end < 0:
-        return None, data[len(MAGIC):], "has a damaged manifest (no end of line)"
-    payload = data[end + 1:]
-    try:
-        manifest = json.loads(data[len(MAGIC):end])
-    except ValueError:
-        return None, payload, "has a damaged manifest (not JSON)"
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        return None, payload, "has a damaged manifest (not nbcompile's)"
-    if manifest.get("version") != VERSION:
-        return manifest, payload, f"has manifest version {manifest.get('version')!r}; this nbcompile reads {VERSION}"
-    if manifest.get("bytes") != len(payload) or manifest.get("sha256") != hashlib.sha256(payload).hexdigest():
-        return manifest, payload, "does not match its manifest (sha256 differs: changed after it was saved)"
-    return manifest, payload, None
+#: The largest cache file read (a device, a FIFO or a runaway file is refused before it is read). A
+#: compile cache of a large model is tens of MB; a load holds the payload and its entries (twice the file).
+MAX_FILE_BYTES = 512 << 20
+#: Bytes of the header read at a time while looking for the manifest's end of line.
+HEAD_CHUNK = 1 << 16
 
 
-#: The largest cache file read (a device, a FIFO or a runaway file is refused before it is read).
-MAX_FILE_BYTES = 2 << 30
+def _limit() -> str:
+    return f"{MAX_FILE_BYTES / 2**20:g} MiB" if MAX_FILE_BYTES >= 2**20 else f"{MAX_FILE_BYTES:,} bytes"
 
 
-def _read_regular(path: str) -> bytes:
-    """The bytes of ``path`` when it is a regular file under ``MAX_FILE_BYTES`` (checked on the open
-    handle, so a swapped link changes nothing); else a one-line refusal. A FIFO is opened without
-    blocking, and ``/dev/zero`` or a named pipe is never read."""
+@dataclasses.dataclass(frozen=True)
+class _Head:
+    """What a cache file's head says, read before its payload: the manifest (None: none, or damaged),
+    where the payload starts, its size, and what is wrong with the manifest (None: nothing yet; the
+    sha256 and the entries are checked on the payload)."""
+
+    manifest: dict[str, object] | None
+    start: int
+    size: int
+    problem: str | None
+    #: The manifest's ``bytes`` is not the payload's size: refused (without ``trust``) before it is read.
+    size_differs: bool = False
+
+
+def _open_regular(path: str) -> tuple[BinaryIO, int]:
+    """An open handle on ``path`` and its size, when it is a regular file of at most ``MAX_FILE_BYTES``
+    (checked on the open handle, so a swapped link changes nothing); else a one-line refusal. A FIFO is
+    opened without blocking, and ``/dev/zero`` or a named pipe is never read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -207,14 +211,64 @@ def _read_regular(path: str) -> bytes:
         os.close(fd)
         raise NbcompileError(f"cannot read {path}: not a regular file (a cache file is one written by "
                              "%nbcompile cache save)")
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size > MAX_FILE_BYTES:
-            raise NbcompileError(f"cannot read {path}: {_size(info.st_size)}, over the {_size(MAX_FILE_BYTES)} a "
-                                 "cache file may hold")
-        try:
-            return handle.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+    if info.st_size > MAX_FILE_BYTES:
+        os.close(fd)
+        raise NbcompileError(f"cannot read {path}: {_size(info.st_size)}, over the {_limit()} a cache file may "
+                             "hold; nothing was read")
+    return os.fdopen(fd, "rb"), info.st_size
+
+
+def _read_head(handle: BinaryIO, size: int) -> _Head:
+    """The magic line and the manifest line, read a chunk at a time up to the manifest's end of line (at
+    most ``MANIFEST_LIMIT`` bytes), and the payload's size checked against the manifest's ``bytes``: all
+    before a byte of the payload is read."""
+    magic = handle.read(len(MAGIC))
+    if magic != MAGIC:
+        return _Head(None, 0, size, "has no nbcompile manifest (not written by %nbcompile cache save)")
+    chunks: list[bytes] = []
+    held = 0
+    while held < MANIFEST_LIMIT and (chunk := handle.read(min(HEAD_CHUNK, MANIFEST_LIMIT - held))):
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            held += end
+            break
+        chunks.append(chunk)
+        held += len(chunk)
+    else:
+        return _Head(None, len(MAGIC), size - len(MAGIC), "has a damaged manifest (no end of line)")
+    start = len(MAGIC) + held + 1
+    payload = size - start
+    try:
+        manifest = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        return _Head(None, start, payload, "has a damaged manifest (not JSON)")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return _Head(None, start, payload, "has a damaged manifest (not nbcompile's)")
+    if manifest.get("version") != VERSION:
+        return _Head(manifest, start, payload,
+                     f"has manifest version {manifest.get('version')!r:.40}; this nbcompile reads {VERSION}")
+    said = manifest.get("bytes")
+    if said != payload:
+        sized = isinstance(said, int) and not isinstance(said, bool) and 0 <= said < 1 << 63
+        says = f"says {said:,} bytes" if sized else "gives no size" if said is None else "gives no usable size"
+        return _Head(manifest, start, payload, f"does not match its manifest (the manifest {says} of payload, the "
+                                               f"file holds {payload:,}: changed after it was saved)",
+                     size_differs=True)
+    return _Head(manifest, start, payload, None)
+
+
+def _read_payload(path: str, handle: BinaryIO, head: _Head) -> bytes:
+    """The payload, read once (no copy kept besides it); the file's size was checked when it was opened."""
+    try:
+        handle.seek(head.start)
+        payload = handle.read(head.size + 1)
+    except OSError as exc:
+        raise NbcompileError(f"cannot read {path}: {exc.strerror}") from None
+    if len(payload) != head.size:
+        raise NbcompileError(f"cannot read {path}: it changed while it was read ({head.size:,} bytes of payload "
+                             f"expected, {len(payload):,} read)")
+    return payload
 
 
 def read(path: str, *, trust: bool = False) -> Plan:
@@ -223,13 +277,22 @@ def read(path: str, *, trust: bool = False) -> Plan:
     Raises NbcompileError, one line: unreadable, not torch's format, no matching manifest (unless
     ``trust``), or an entry that would write outside torch's cache (always: ``trust`` is trust in the
     file's author, never permission to write anywhere)."""
-    data = _read_regular(path)
-    manifest, payload, problem = _split(data)
+    handle, size = _open_regular(path)
+    with handle:
+        head = _read_head(handle, size)
+        if head.size_differs and not trust:  # refused from its head: the payload is never read
+            raise NbcompileError(_refusal(path, head.problem))
+        payload = _read_payload(path, handle, head)
+    manifest, problem = head.manifest, head.problem
+    if problem is None and manifest is not None and manifest.get("sha256") != hashlib.sha256(payload).hexdigest():
+        problem = "does not match its manifest (sha256 differs: changed after it was saved)"
+        if not trust:  # not what was saved: refused without decoding it
+            raise NbcompileError(_refusal(path, problem))
     try:
         entries = torch_compat.decode_compile_cache(payload)
     except NbcompileError as exc:
         raise NbcompileError(f"{path} is not a torch.compile cache artifact file ({exc})") from None
-    checked = check_entries(path, entries)  # first: a file that writes outside the cache is refused as such
+    checked = check_entries(path, entries)  # before the list: a file that writes outside is refused as such
     if problem is None and manifest is not None:
         listed = [{"type": kind, "key": key, "bytes": len(content)} for kind, key, content in entries]
         if manifest.get("entries") != listed:
@@ -237,10 +300,14 @@ def read(path: str, *, trust: bool = False) -> Plan:
     warning = None
     if problem is not None:
         if not trust:
-            raise NbcompileError(f"{path} {problem}; not loaded: {TRUST_WARNING}; if you trust it, "
-                                 "%nbcompile cache load PATH --trust")
+            raise NbcompileError(_refusal(path, problem))
         warning = f"warning: {path} {problem}, loaded with --trust: {TRUST_WARNING}"
     return Plan(path, len(payload), checked, manifest, warning)
+
+
+def _refusal(path: str, problem: str | None) -> str:
+    return (f"{path} {problem}; not loaded: {TRUST_WARNING}; if you trust it, "
+            "%nbcompile cache load PATH --trust")
 
 
 def apply(plan: Plan) -> int:
@@ -253,12 +320,15 @@ def save(path: str) -> tuple[int, str]:
     payload = torch_compat.compile_cache_payload()
     entries = torch_compat.decode_compile_cache(payload)
     check_entries("the artifacts", entries)  # never write a file that load would refuse
-    manifest = manifest_of(payload, entries)
-    data = MAGIC + json.dumps(manifest, separators=(",", ":")).encode("utf-8") + b"\n" + payload
+    head = MAGIC + json.dumps(manifest_of(payload, entries), separators=(",", ":")).encode("utf-8") + b"\n"
+    if len(head) + len(payload) > MAX_FILE_BYTES:
+        raise NbcompileError(f"not saved: the artifacts are {_size(len(head) + len(payload))}, over the {_limit()} "
+                             "a cache file may hold (a load would refuse the file)")
     partial = f"{path}.partial-{os.getpid()}"
     try:
         with open(partial, "wb") as handle:
-            handle.write(data)
+            handle.write(head)
+            handle.write(payload)  # not joined to the head: no copy of the payload
         os.replace(partial, path)  # a failed write leaves what was at path as it was
     except OSError as exc:
         if os.path.exists(partial):

@@ -736,7 +736,7 @@ class _ModuleAudit:
             space = vars(module)
             watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
             complete = self.walk.complete
-            prints = {k: self.walk.of(v) for k, v in watched.items()}
+            prints = {k: self.walk.of(v, module.__name__) for k, v in watched.items()}
             if complete and not self.walk.complete:
                 self.unseen.append(module.__name__)
             self.before.append((module, watched, prints))
@@ -759,7 +759,7 @@ class _ModuleAudit:
                 if now is not value:
                     space[key] = value
                     effects.append(f"sets {module.__name__}.{key}")
-                elif after.of(value) != prints[key]:
+                elif after.of(value, module.__name__) != prints[key]:
                     effects.append(f"changes {module.__name__}.{key} in place")
         for name in sorted(self.imports):
             imported = sys.modules.get(name)

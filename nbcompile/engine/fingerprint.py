@@ -49,8 +49,13 @@ class Walk:
         self.complete = True
         self._keep: list[Any] = []
 
-    def of(self, value: Any) -> Hashable:
-        """The fingerprint of ``value``: equal before and after a run exactly when the walk sees no change."""
+    def of(self, value: Any, home: str | None = None) -> Hashable:
+        """The fingerprint of ``value``: equal before and after a run exactly when the walk sees no change.
+        ``home``: the module ``value`` is an attribute of; a function or class defined in another module
+        is that module's to watch (an import of it here is only a name)."""
+        if home is not None and isinstance(value, (type, types.FunctionType)) \
+                and getattr(value, "__module__", home) != home:
+            return ("imported", id(value))
         return self._of(value, 0, {})
 
     def _of(self, value: Any, depth: int, seen: dict[int, int]) -> Hashable:
@@ -160,6 +165,7 @@ def _cell(cell: Any) -> Any:
 
 
 _SYSTEM = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+_OWN_PACKAGE = __name__.split(".", 1)[0]
 
 
 def _own_class(cls: type) -> bool:
@@ -169,6 +175,8 @@ def _own_class(cls: type) -> bool:
         return False
     if cls.__module__ == "__main__":
         return True
+    if cls.__module__.split(".", 1)[0] == _OWN_PACKAGE:  # nbcompile's own bookkeeping, never the run's
+        return False
     home = sys.modules.get(cls.__module__)
     path = str(getattr(home, "__file__", None) or "")
     return home is not None and (not path or not path.startswith(_SYSTEM))

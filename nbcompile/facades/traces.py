@@ -6,7 +6,9 @@ file; ``follow(path)`` tails a directory a running job writes, in a thread, and 
 compiles land. Reading the logs (records typed at the edge, fed to an offline hub) is
 ``capture.logs``; the panel is ``views.traces_panel``. A truncated or corrupt log keeps what was read
 and says which file and line broke; every string ends up escaped by the views like any other. The
-problems kept are bounded (``MAX_ERRORS`` over all logs, ``logs.MAX_PROBLEMS`` per log, then a count).
+problems kept are bounded (``MAX_ERRORS`` over all logs, ``logs.MAX_PROBLEMS`` per log, then a count),
+and so is what a ``.log.gz`` makes a load read (``logs.MAX_DECOMPRESSED_BYTES``, ``logs.MAX_RECORD_LINES``:
+past them the rest of that log is skipped, named by file and line).
 A rank with several logs (a restarted job) is read as one history, its logs in the order written.
 """
 

@@ -6,14 +6,16 @@ HTML goes through ``html.escape``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import torch_compat
-from ..core.text import _e, _table, function_label, plural, short_path
+from ..core.text import _e, _table, function_label, plural, short_path, user_function
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
-    from .report import Fix, Graph, Report
+    from .report import Check, Fix, Graph, Report
 
 MIME_TYPE = "application/vnd.nbcompile.report+json"
 
@@ -25,11 +27,22 @@ STATUS_CHARS = 140
 TEXT_LOG_LINES = 5
 
 
+#: Why a report with breaks has no splits (``Report.splits``: graphs less one per call of an entry, so 0
+#: means no call made more than one graph): said beside the figure, or "0 splits" reads as a contradiction.
+NO_SPLITS_WHY = "no call's graph was cut in two: torch compiled the code around the breaks as separate frames"
+
+
+def splits_text(report: Report) -> str:
+    """``2 splits``; with breaks and no split, why: ``0 splits (no call's graph was cut in two: ...)``."""
+    said = plural(report.splits, "split")
+    return f"{said} ({NO_SPLITS_WHY})" if report.break_count and not report.splits else said
+
+
 def cause_counts(report: Report) -> list[str]:
     """``2 splits, 3 causes`` for the summary, beside the break count (nothing without breaks)."""
     if not report.break_count:
         return []
-    return [plural(report.splits, "split"), plural(len(report.causes), "cause")]
+    return [splits_text(report), plural(len(report.causes), "cause")]
 
 
 def summary_line(report: Report) -> str:
@@ -61,20 +74,74 @@ def _options(report: Report) -> str:
     return ", ".join(opts)
 
 
+#: An operator overload's name in a graph (``fma.default``, ``add.Tensor``: ``OpOverload.__name__``); no other
+#: op name has a dot (functions, tensor methods and module classes do not).
+_OVERLOAD = re.compile(r"^(?P<op>[A-Za-z_]\w*)\.(?P<overload>[A-Za-z_]\w*)$")
+#: A notebook cell's file, as capture/cell.py's ``is_cell_filename`` says it (the model cannot import capture).
+_CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|[/\\]ipykernel_\d+[/\\]-?\d+\.py$")
+
+
+def op_label(name: str) -> str:
+    """An op as a user reads it: an operator overload Dynamo put in the graph (``fma.default``, which
+    ``addcmul_`` becomes) without its overload suffix (``fma``); every other name as it is."""
+    m = _OVERLOAD.match(name)
+    return m["op"] if m else name
+
+
+def op_labels(ops: list[str]) -> list[str]:
+    return [op_label(op) for op in ops]
+
+
 def ops_text(graph: Graph, shown: int = SHOWN_OPS) -> str:
     """``add, mul, ... (528 more)``: a graph's first ops, the rest counted."""
     more = len(graph.ops) - shown
-    return ", ".join(graph.ops[:shown]) + (f", ... {more} more" if more > 0 else "")
+    return ", ".join(op_labels(graph.ops[:shown])) + (f", ... {more} more" if more > 0 else "")
 
 
 def ops_html(graph: Graph, shown: int = SHOWN_OPS) -> str:
     """A graph's first ops, the rest folded in a ``<details>`` ("... 528 more")."""
-    first = _e(", ".join(graph.ops[:shown]))
+    first = _e(", ".join(op_labels(graph.ops[:shown])))
     rest = graph.ops[shown:]
     if not rest:
         return first
     return (f"{first}, <details class='nbcompile-ops-more' style='display:inline'><summary>... {len(rest)} more"
-            f"</summary>{_e(', '.join(rest))}</details>")
+            f"</summary>{_e(', '.join(op_labels(rest)))}</details>")
+
+
+def is_cell_file(filename: str) -> bool:
+    """True for IPython's (``<ipython-input-N-hash>``) and ipykernel's cell files."""
+    return bool(_CELL_FILE.search(filename))
+
+
+def graph_places(report: Report, spans: Mapping[str, tuple[int, int]] | None = None) -> list[str]:
+    """Where each graph's code is (in ``report.graphs``' order), as the user wrote it: ``forward (cell line
+    14)``, ``train_step (after line 25)``, ``step (torch/optim/adam.py:214)``. With ``spans`` (the cell's
+    functions and their first and last lines) a function is named as the cell names it, with its lines:
+    ``Net.forward (cell lines 14-15)``; a graph that a break in the function ends stops at the break's line."""
+    frames: dict[str, Any] = {}
+    for f in report.frames:
+        frames.setdefault(f.compile_id, f)
+    stops: dict[str, list[tuple[str, int]]] = {}
+    for b in report.breaks:
+        stops.setdefault(b.compile_id, []).append((b.filename, b.lineno))
+    return [_place(g, frames.get(g.compile_id), stops.get(g.compile_id, []), spans or {}) for g in report.graphs]
+
+
+def _place(graph: Graph, frame: Any, stops: list[tuple[str, int]], spans: Mapping[str, tuple[int, int]]) -> str:
+    name = function_label(graph.function)
+    if frame is None or not frame.filename or not frame.firstlineno:
+        return name
+    if not is_cell_file(frame.filename):
+        return f"{name} ({short_path(frame.filename)}:{frame.firstlineno})"
+    first, short = frame.firstlineno, user_function(graph.function)
+    for tracked, (start, end) in spans.items():
+        if tracked.rsplit(".", 1)[-1] == short and start <= first <= end:
+            last = min((line for file, line in stops if file == frame.filename and first <= line <= end), default=end)
+            lines = f"cell line {first}" if last <= first else f"cell lines {first}\u2013{last}"
+            resumed_at = name[len(short):].strip()[1:-1]  # "after line 25", from "f (after line 25)"
+            return f"{tracked} ({resumed_at}: {lines})" if resumed_at else f"{tracked} ({lines})"
+    resumed = name != graph.function  # "f (after line 5)": the label says where it starts
+    return name if resumed else f"{name} (cell line {first})"
 
 
 def where_text(item: Any) -> str:
@@ -91,9 +158,8 @@ def to_text(report: Report) -> str:
     for status in status_lines(report):  # the others have their own lines below
         if status.kind in ("notice", "recompile limit"):
             lines.append(f"  {status.head}: {status.detail or status.text}")
-    for i, g in enumerate(report.graphs):
-        lines.append(f"  graph {i + 1} [{g.compile_id}] {function_label(g.function)}: "
-                     f"{g.op_count} ops: {ops_text(g)}")
+    for i, (g, place) in enumerate(zip(report.graphs, graph_places(report), strict=True)):
+        lines.append(f"  graph {i + 1}, {place} [compile id {g.compile_id}]: {g.op_count} ops: {ops_text(g)}")
     for c in report.causes_in_order():
         lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_text(c)}: {c.source_line}")
         lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {c.explanation or c.reason}")
@@ -114,7 +180,7 @@ def to_text(report: Report) -> str:
     for e in report.errors:
         lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
     if report.check is not None:
-        lines.append(f"  check {'ok' if report.check.ok else 'FAILED'}: {report.check.message}")
+        lines.append(f"  check {'ok' if report.check.ok else 'FAILED'} ({SESSION_RUN}): {report.check.message}")
     for w in report.warnings:
         lines.append(f"  allow_in_graph lint, {w.function}: {w.rule} {w.variable}: {w.message}")
     if report.kernels:
@@ -174,22 +240,36 @@ def _folded(kind: str, severity: str, text: str, detail: str = "", label: str = 
     return StatusLine(kind, severity, brief, "" if whole.strip() == brief.strip() else whole, label)
 
 
-def check_line(check: Any) -> StatusLine:
-    """The check in one line: ``check ok`` (green), ``Check failed`` (red), ``check not compared`` (grey)."""
+#: Where a report's check figures come from, unless a view knows better (the panel names the toggle whose
+#: re-run on copies it shows): the session's latest run of --run.
+SESSION_RUN = "the session's run"
+#: What "the session's run" means, folded under the check line: the Fix tab's trials have figures of their own.
+SESSION_RUN_DETAIL = ("Figures from the session's latest run of --run: the cell's own run (compiled on your objects), "
+                      "or, after a toggle or an option change, its re-run on copies of your objects. The eager "
+                      "reference always runs on copies. The Fix tab's trials are judged on copies of their own.")
+
+
+def check_line(check: Check, source: str = SESSION_RUN) -> StatusLine:
+    """The check in one line: ``check ok`` (green), ``Check failed`` (red), ``check not compared`` (grey), each
+    with the run its figures come from (``source``: the session's run, a re-run on copies after a toggle)."""
+    detail = f"{check.message}\n{SESSION_RUN_DETAIL}"
     if not check.compared:
-        return _folded("check", "info", check.message, label="check not compared")
-    if check.ok:
-        return _folded("check", "ok", check.message, label="check ok")
-    return _folded("check", "error", check.message, label="Check failed")
+        head, severity = "check not compared", "info"
+    elif check.ok:
+        head, severity = "check ok", "ok"
+    else:
+        head, severity = "Check failed", "error"
+    return StatusLine("check", severity, short(check.message), detail, label=f"{head} ({source})")
 
 
-def status_lines(report: Report) -> list[StatusLine]:
+def status_lines(report: Report, check_source: str = SESSION_RUN) -> list[StatusLine]:
     """What the report's header says beyond its counts, one line per kind, worst first within none: the
-    check, compile errors, the notice (a change that failed and was rolled back), fallbacks to eager,
-    recompile-limit warnings, lint warnings, torch's own log (folded)."""
+    check (with the run its figures come from, ``check_source``), compile errors, the notice (a change that
+    failed and was rolled back), fallbacks to eager, recompile-limit warnings, lint warnings, torch's own log
+    (folded)."""
     lines = []
     if report.check is not None:
-        lines.append(check_line(report.check))
+        lines.append(check_line(report.check, check_source))
     if report.errors:
         last = report.errors[-1]
         lines.append(_folded(
@@ -278,11 +358,12 @@ def split_bar(report: Report) -> str:
     for b in report.breaks:
         frames.setdefault(b.compile_id, ([], []))[1].append(b)
     cells: list[str] = []
+    places = {id(g): place for g, place in zip(report.graphs, graph_places(report), strict=True)}
     for graphs, breaks in frames.values():
         for g in graphs:
-            ops = ", ".join(g.ops[:12]) + (", ..." if len(g.ops) > 12 else "")
+            ops = ", ".join(op_labels(g.ops[:12])) + (", ..." if len(g.ops) > 12 else "")
             color = "#4C78A8" if len(cells) % 2 == 0 else "#72B7B2"
-            cells.append(f"<div title='{_e(function_label(g.function))}: {g.op_count} ops: {_e(ops)}' style='flex:"
+            cells.append(f"<div title='{_e(places[id(g)])}: {g.op_count} ops: {_e(ops)}' style='flex:"
                          f"{max(g.op_count, 1)} 1 0;background:{color};color:#fff;font-size:11px;padding:2px 4px;"
                          f"overflow:hidden;white-space:nowrap'>{g.op_count} ops</div>")
         for b in breaks:
@@ -316,12 +397,10 @@ def to_html(report: Report) -> str:
         parts.append("</details>")
     if report.graphs:
         parts.append("<h5>Graphs</h5>")
-        parts.append(_table(["#", "compile id", "function", "ops", "op names"],
-                            [(i + 1, g.compile_id, function_label(g.function), g.op_count, ops_html(g))
-                             for i, g in enumerate(report.graphs)], raw_cols=(4,)))
+        parts.append(graphs_table(report))
     if report.causes:
         parts.append(f"<h5>Graph breaks: {plural(report.break_count, 'event')} from "
-                     f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</h5>")
+                     f"{plural(len(report.causes), 'cause')}, {_e(splits_text(report))}</h5>")
         parts.append(_table(["count", "function", "line", "source", "reason"],
                             [(f"x{c.count}", function_label(c.function),
                               c.cell_line if c.cell_line is not None else f"{short_path(c.filename)}:{c.lineno}",
@@ -362,6 +441,23 @@ def to_html(report: Report) -> str:
         parts.append("</details>")
     parts.append("</div>")
     return "".join(parts)
+
+
+_TOP = "text-align:left;vertical-align:top"
+
+
+def graphs_table(report: Report, spans: Mapping[str, tuple[int, int]] | None = None) -> str:
+    """The graphs, each led by where its code is (function and lines) and its ops; torch's compile id in a
+    small last column, for TORCH_TRACE and tlparse."""
+    rows = "".join(
+        f"<tr><td style='{_TOP}'>{i + 1}</td><td style='{_TOP}' class='nbcompile-graph-place'>{_e(place)}</td>"
+        f"<td style='{_TOP}'>{g.op_count}</td><td style='{_TOP}'>{ops_html(g)}</td>"
+        f"<td style='{_TOP};color:#888;font-size:smaller' class='nbcompile-compile-id' title=\"torch's compile id "
+        f"(frame/compile of that frame), as TORCH_TRACE and tlparse name it\">{_e(g.compile_id)}</td></tr>"
+        for i, (g, place) in enumerate(zip(report.graphs, graph_places(report, spans), strict=True)))
+    head = "".join(f"<th style='{_TOP}'>{h}</th>" for h in ("#", "where", "ops", "op names", "id"))
+    return (f"<table class='nbcompile-table nbcompile-graphs'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 def mimebundle(report: Report) -> dict[str, Any]:

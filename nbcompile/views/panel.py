@@ -16,6 +16,7 @@ after each ``set``, ``configure``, ``run`` or ``bench``.
 
 from __future__ import annotations
 
+import ast
 import html
 import importlib.util
 import os
@@ -37,15 +38,19 @@ from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
 from ..model.plots import recompile_timeline
 from ..model.render import (
+    SESSION_RUN,
     SEVERITY_COLORS,
     StatusLine,
     change_text,
     fixes_html,
+    graph_places,
+    graphs_table,
     guard_cost_text,
-    ops_html,
+    op_labels,
     set_effect,
     short,
     split_bar,
+    splits_text,
     status_html,
     status_lines,
 )
@@ -124,9 +129,11 @@ def torch_op_names(report: Report, toggles: dict[str, str]) -> list[str]:
     return names
 
 
-def split_figure(report: Report) -> dict[str, Any]:
-    """The graph-splits figure as a plotly dict: graphs in call order as segments sized by op count,
-    breaks as markers between them (reason and cell line on hover)."""
+def split_figure(report: Report, spans: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """The graph-splits figure as a plotly dict: graphs in call order as segments sized by op count (where
+    each graph's code is, its ops and its compile id on hover), breaks as markers between them (reason and
+    cell line on hover)."""
+    places = {id(g): place for g, place in zip(report.graphs, graph_places(report, spans), strict=True)}
     by_frame: dict[str, tuple[list[Any], list[Any]]] = {}
     order: list[str] = []
     for graph in report.graphs:
@@ -146,9 +153,9 @@ def split_figure(report: Report) -> dict[str, Any]:
             size = max(graph.op_count, 1)
             x.append(size)
             base.append(position)
-            ops = ", ".join(graph.ops[:12]) + (", ..." if len(graph.ops) > 12 else "")
-            hover.append(f"graph {len(x)} [{graph.compile_id}] {function_label(graph.function)}<br>"
-                         f"{graph.op_count} ops: {_e(ops)}")
+            ops = ", ".join(op_labels(graph.ops[:12])) + (", ..." if len(graph.ops) > 12 else "")
+            hover.append(f"graph {len(x)}: {_e(places[id(graph)])}<br>{graph.op_count} ops: {_e(ops)}"
+                         f"<br>compile id {_e(graph.compile_id)}")
             colors.append("#4C78A8" if len(x) % 2 else "#72B7B2")
             position += size
         for brk in breaks:
@@ -176,6 +183,12 @@ def split_figure(report: Report) -> dict[str, Any]:
     }
 
 
+#: A source line as the cell shows it: never wrapped nor broken inside a word.
+_NO_WRAP = "white-space:pre;overflow-wrap:normal;word-break:normal;"
+#: The cell line's number and mark: grey, not selected with the code.
+_LINENO = "color:#999;user-select:none"
+
+
 def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) -> str:
     """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
     breaks: dict[int, list[str]] = {}
@@ -196,9 +209,15 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
             style, mark, title = "background:#fde2e1", "●", "; ".join(breaks[number])
         elif number in recompiled:
             style, mark, title = "background:#fff1d6", "↻", "recompiled: " + "; ".join(recompiled[number])
-        rows.append(f"<div class='nbcompile-line' data-line='{number}' style='{style}' title='{_e(title)}'>"
-                    f"<span style='color:#999'>{number:>3} {mark} </span>{_e(text) or '&nbsp;'}</div>")
-    return "<pre style='font-size:12px;line-height:1.35;margin:0'>" + "".join(rows) + "</pre>"
+        rows.append(f"<div class='nbcompile-line' data-line='{number}' style='{style}' "
+                    f"title='{_e(title)}'><span class='nbcompile-lineno' style='{_LINENO}'>{number:>3} {mark} </span>"
+                    f"{_e(text) or '&nbsp;'}</div>")
+    # One row per cell line, never wrapped (a long line scrolls sideways): the numbers and the marks stay
+    # on the cell's lines. Inline (the rows inherit it), so the notebook's own ``pre { white-space: pre-wrap }``
+    # loses.
+    return (f"<div class='nbcompile-source' style='overflow-x:auto;max-width:100%'><pre style='{_NO_WRAP}"
+            "font-size:12px;line-height:1.35;margin:0;display:inline-block;min-width:100%'>" + "".join(rows)
+            + "</pre></div>")
 
 
 #: Wide enough for the longest mode in JupyterLab's 13px UI font with the buttons' padding
@@ -219,11 +238,11 @@ def _failed(guard: str, subjects: list[str]) -> bool:
     return False
 
 
-def _label(name: str, note: str = "", shown: str | None = None) -> widgets.HTML:
+def _label(name: str, note: str = "", shown: str | None = None, title: str | None = None) -> widgets.HTML:
     """A row's name in a fixed column: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
-    in an ellipsis, with the whole name on hover, instead of running under the buttons."""
+    in an ellipsis, with the whole name (or ``title``) on hover, instead of running under the buttons."""
     return widgets.HTML(
-        f"<div class='nbcompile-name' title='{_e(name)}' style='white-space:nowrap;overflow:hidden;"
+        f"<div class='nbcompile-name' title='{_e(title or name)}' style='white-space:nowrap;overflow:hidden;"
         f"text-overflow:ellipsis;max-width:{LABEL_WIDTH}'><code>{_e(shown or name)}</code>{note}</div>",
         layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, flex="0 0 auto", overflow="hidden"))
 
@@ -235,6 +254,34 @@ def _one_row(toggle: widgets.ToggleButtons, width: str) -> None:
 
 
 _ROW = {"flex_flow": "row nowrap", "align_items": "center", "overflow_x": "auto"}
+
+#: The chosen mode of each toggle, clearly marked (ipywidgets' own is a light grey on grey): white on blue,
+#: bold. Scoped to the panel; in a ``<style>`` of the panel itself, so exported pages show it too.
+SELECTED_BACKGROUND = "#1a56b0"
+SELECTED_COLOR = "#ffffff"
+PANEL_CSS = (
+    ".nbcompile-panel .nbcompile-modes .jupyter-button.mod-active,"
+    ".nbcompile-panel .nbcompile-modes .widget-toggle-button.mod-active {"
+    f"background-color:{SELECTED_BACKGROUND};color:{SELECTED_COLOR};font-weight:bold;"
+    "box-shadow:inset 0 0 0 2px #0d3575;}"
+    ".nbcompile-panel .nbcompile-modes .jupyter-button.mod-active:disabled {opacity:0.75;}"
+)
+
+
+def module_class(source: str, name: str) -> str | None:
+    """The class a cell's top-level ``name = Class(...)`` makes (``net = Net()`` -> ``Net``, ``nn.Linear(4, 1)``
+    -> ``Linear``), from the source alone; None when the cell does not say."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                isinstance(target, ast.Name) and target.id == name for target in node.targets):
+            func = node.value.func
+            found = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return found
 
 
 class Panel(widgets.VBox):
@@ -255,6 +302,10 @@ class Panel(widgets.VBox):
         #: What the last toggle or option change did, item by item (``Report.diff``).
         self.last_diff: ReportDiff | None = None
         self.figure_dict: dict[str, Any] = {}
+        #: The check a toggle or option change of this panel re-ran on copies, and what it was: the status names
+        #: the run its figures come from (any other check is the session's run).
+        self._check_source: tuple[weakref.ref[Any], str] | None = None
+        self.style_html = widgets.HTML(f"<style>{PANEL_CSS}</style>")
         self.title = widgets.HTML()
         self.status = widgets.HTML()
         self.copies_note = widgets.HTML(f"<span class='nbcompile-copies-note' style='color:#555'>"
@@ -313,8 +364,8 @@ class Panel(widgets.VBox):
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
         self.children = [
-            self.title, self.status, widgets.HTML("<b>Functions</b>"), self.copies_note, self.functions_box,
-            widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
+            self.style_html, self.title, self.status, widgets.HTML("<b>Functions</b>"), self.copies_note,
+            self.functions_box, widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
         ]
         self.refresh()
 
@@ -331,6 +382,7 @@ class Panel(widgets.VBox):
                                        value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
+        toggle.add_class("nbcompile-modes")
         _one_row(toggle, FUNCTION_BUTTON_WIDTH)
         counts = widgets.HTML(layout=widgets.Layout(flex="0 0 auto"))
         self.function_rows[name] = toggle
@@ -342,12 +394,19 @@ class Panel(widgets.VBox):
         return widgets.HBox([label, toggle, counts], layout=widgets.Layout(**_ROW))
 
     def _entry_row(self, name: str) -> widgets.HBox:
-        """An entry that is not a function of the cell (an nn.Module instance): counts, no toggle."""
+        """An entry that is not a function of the cell: an nn.Module instance (``net``), named with the method
+        a call of it runs (``net (Net.forward)``), or a function from elsewhere. Counts, no toggle."""
         counts = widgets.HTML()
         self.function_counts[name] = counts
-        kind = "nn.Module" if "." not in name else "function"
-        label = _label(name, f" <i>(entry, {kind})</i>")
-        return widgets.HBox([label, widgets.HTML("<span style='color:#888'>compiled whole</span>",
+        if "." in name:
+            label, what = _label(name, " <i>(entry, function)</i>"), "compiled whole"
+        else:
+            cls = module_class(self.session.source, name)
+            forward = f"{cls}.forward" if cls else "its forward"
+            label = _label(name, f" <i>({_e(forward)})</i>",
+                           title=f"{name}: the nn.Module you call (an entry); a call of it runs {forward}")
+            what = f"the module you call: {forward}, compiled whole"
+        return widgets.HBox([label, widgets.HTML(f"<span style='color:#555'>{_e(what)}</span>",
                                                  layout=widgets.Layout(width="380px")), counts],
                             layout=widgets.Layout(**_ROW))
 
@@ -355,6 +414,7 @@ class Panel(widgets.VBox):
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": TORCH_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
+        toggle.add_class("nbcompile-modes")
         _one_row(toggle, TORCH_BUTTON_WIDTH)
         self.op_rows[name] = toggle
         return widgets.HBox([_label(name), toggle], layout=widgets.Layout(**_ROW))
@@ -381,6 +441,7 @@ class Panel(widgets.VBox):
 
         def toggle() -> None:
             self.session.set(name, change["new"])
+            self._ran_on_copies(f"{name} -> {change['new']}")
             self.last_effect = set_effect(name, change["new"], before, self.session.report).split(". Now:")[0]
             self.last_diff = before.diff(self.session.report)
 
@@ -398,10 +459,25 @@ class Panel(widgets.VBox):
 
         def configure() -> None:
             self.session.configure(**{name: value})
+            self._ran_on_copies(f"{name}={value!r}")
             self.last_diff = before.diff(self.session.report)
             self.last_effect = f"{name}={value!r}: {self.last_diff.summary()}"
 
         self._act(configure, change)
+
+    def _ran_on_copies(self, change: str) -> None:
+        """Remember that the report's check now comes from the re-run on copies after ``change``."""
+        check = self.session.report.check
+        self._check_source = (weakref.ref(check), f"re-run on copies after {change}") if check is not None else None
+
+    def check_source(self) -> str:
+        """The run the status's check figures come from: the re-run on copies after this panel's last change
+        while its check is the report's, else the session's run."""
+        if self._check_source is not None:
+            ref, said = self._check_source
+            if ref() is not None and ref() is self.session.report.check:
+                return said
+        return SESSION_RUN
 
     def _act(self, action: Callable[[], None], change: dict[str, Any]) -> None:
         """One user action, then one redraw: the session's own redraws are held while it acts."""
@@ -442,6 +518,9 @@ class Panel(widgets.VBox):
         def finish() -> None:  # the session applied the best and redrew the panel
             self.fix_running = None
             self._searching(False)
+            if run.result.applied:
+                self._ran_on_copies("the fix search applied its best configuration")
+                self._draw_status()
             self.show_fix(run.result)
 
         def step() -> None:
@@ -488,7 +567,8 @@ class Panel(widgets.VBox):
                      if best is not None else "no admissible configuration yet")
         left = max(0.0, result.budget_s - result.elapsed_s)
         state = f"{left:.0f} s left" if result.state == "searching" else _e(result.state)
-        self.fix_label.value = f"{len(result.trials)} trials; {best_text}; {state}"
+        self.fix_label.value = (f"{len(result.trials)} trials; {best_text}; {state} <i>(each trial runs and is checked "
+                                "on copies of your objects: its check is the trial's, not the session's run)</i>")
         self.fix_output.outputs = ({
             "output_type": "display_data",
             "data": {_PLOTLY_MIME: result.figure_dict(), "text/plain": "fix search trials"},
@@ -529,10 +609,10 @@ class Panel(widgets.VBox):
         self._draw_counts(report)
         self._draw_ops(session, report)
         self._draw_status()
-        self.figure_dict = split_figure(report)
+        self.figure_dict = split_figure(report, session.cell.spans)
         self._draw_figure(report)
         self.source_html.value = source_view(session.source, report, session.cell.spans)
-        self.causes_html.value = self._causes(report)
+        self.causes_html.value = self._causes(report, session.cell.spans)
         self._draw_guards()
         self.recompiles_html.value = self._recompiles(report)
         self._draw_timeline(report)
@@ -620,7 +700,7 @@ class Panel(widgets.VBox):
         report = session.report
         counts = [plural(report.graph_count, "graph"), plural(report.break_count, "break")]
         if report.break_count:
-            counts += [plural(report.splits, "split"), plural(len(report.causes), "cause")]
+            counts += [splits_text(report), plural(len(report.causes), "cause")]
         counts += [plural(report.recompile_count, "recompile"), f"compile {report.compile_time_s:.2f} s"]
         lines = []
         if session.stale:
@@ -633,7 +713,7 @@ class Panel(widgets.VBox):
         if report.check is None:
             lines.append(StatusLine("check", "info", "", label="check: off" if not session.options.check
                                     else "check: not run yet"))
-        for line in status_lines(report):
+        for line in status_lines(report, self.check_source()):
             if line.kind == "errors" and not self.last_error:
                 line.label = "last error"
                 line.text = short(error or "")
@@ -648,7 +728,7 @@ class Panel(widgets.VBox):
             lines.append(StatusLine("change", "warn" if unhelpful else "info", self.last_effect, detail,
                                     label="what changed" if detail else "last change"))
         self.status.value = (f"<div class='nbcompile-status nbcompile-counts' style='color:{SEVERITY_COLORS['info']}'>"
-                             f"{', '.join(counts)}</div>" + status_html(lines))
+                             f"{_e(', '.join(counts))}</div>" + status_html(lines))
 
     def _draw_guards(self) -> None:
         needle = self.guard_filter.value.strip().lower()
@@ -703,9 +783,9 @@ class Panel(widgets.VBox):
                 f"<th>failed guard</th></tr>{rows}</table>")
 
     @staticmethod
-    def _causes(report: Report) -> str:
-        """One row per break cause, with its count, its fixes and their proofs; then the graphs, their
-        long op lists folded."""
+    def _causes(report: Report, spans: dict[str, tuple[int, int]] | None = None) -> str:
+        """One row per break cause, with its count, its fixes and their proofs; then the graphs, each led by
+        where its code is, their long op lists folded."""
         parts = []
         if report.causes:
             rows = "".join(
@@ -715,14 +795,12 @@ class Panel(widgets.VBox):
                 + (f"<ul>{fixes_html(c.fixes)}</ul>" if c.fixes else "") + "</td></tr>"
                 for c in report.causes_in_order())
             parts.append(f"<p><b>Break causes</b>: {plural(report.break_count, 'event')} from "
-                         f"{plural(len(report.causes), 'cause')}, {plural(report.splits, 'split')}</p>"
+                         f"{plural(len(report.causes), 'cause')}, {_e(splits_text(report))}</p>"
                          "<table class='nbcompile-causes'><tr><th>count</th><th>function</th><th>line</th>"
                          f"<th>source</th><th>reason and fixes</th></tr>{rows}</table>")
         if report.graphs:
-            rows = "".join(f"<tr><td>{i + 1}</td><td>{_e(function_label(g.function))}</td><td>{g.op_count}</td>"
-                           f"<td>{ops_html(g)}</td></tr>" for i, g in enumerate(report.graphs))
-            parts.append("<details><summary>Graphs and their ops</summary><table class='nbcompile-graph-ops'>"
-                         f"<tr><th>#</th><th>function</th><th>ops</th><th>op names</th></tr>{rows}</table></details>")
+            parts.append("<details class='nbcompile-graph-ops'><summary>Graphs and their ops</summary>"
+                         f"{graphs_table(report, spans)}</details>")
         return "".join(parts)
 
     @staticmethod

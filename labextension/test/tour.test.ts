@@ -1,0 +1,159 @@
+/**
+ * Issue 22, from a real JupyterLab tour of a training cell (docs/training_*.png): graphs led by where their
+ * code is, readable op names, "0 splits" beside breaks said why, check figures named by their run, a
+ * gutter tooltip of bounded height that lists its causes one per line with their counts.
+ */
+import { EditorState } from '@codemirror/state';
+import { EditorView } from '@codemirror/view';
+
+import { TIP_MAX_HEIGHT_PX, markerGutter, openTip, setMarkers, tipDOM } from '../src/gutter';
+import { IReport, SESSION_RUN, graphPlaces, markers, opLabel, statusLines, summary } from '../src/report';
+import { renderReport } from '../src/render';
+import { Frame, GraphBreak } from '../src/report-schema';
+
+const CELL = '<ipython-input-2-58c94ad9c669>';
+const ADAM = '/home/me/.venv/lib/python3.11/site-packages/torch/optim/adam.py';
+
+function frame(compile_id: string, fn: string, filename: string, firstlineno: number, graph_count: number): Frame {
+  return {
+    compile_id, function: fn, guards: [], guard_count: 0, compile_time_s: 0.1, filename, firstlineno, graph_count,
+    trace_overhead_s: 0, guard_latency_us: null, guard_check_us: null, backend_time_s: null, inductor_time_s: null
+  };
+}
+
+function brk(compile_id: string, fn: string, line: number, gb_type: string, explanation: string): GraphBreak {
+  return {
+    function: fn, filename: CELL, lineno: line, cell_line: line, source_line: `line ${line}`, reason: 'r', gb_type,
+    gb_id: 'GB0124', explanation, hints: ['Set `torch._dynamo.config.capture_scalar_outputs = True` or ' + 'x'.repeat(400)],
+    doc_url: 'https://example.org/gb0124', compile_id,
+    fixes: [{ command: `%nbcompile set ${fn} disable`, why: 'w', warnings: [], verified: null, effect: '', action: null }]
+  };
+}
+
+/** The training cell of the tour: train_step skipped at line 25, forward and AdamW's step compiled apart. */
+function tour(extra: Partial<IReport> = {}): IReport {
+  const breaks = [
+    brk('0/0', 'train_step', 25, 'Attempted to inline function marked as skipped', 'Optimizer.zero_grad is skipped'),
+    brk('2/0', 'log_loss', 22, 'Unsupported Tensor.item() call with capture_scalar_outputs=False',
+      'Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.'),
+    brk('2/0', 'log_loss', 22, 'Unsupported builtin print', 'print is a side effect')
+  ];
+  return {
+    title: '%%compile [2]: train_step, net', backend: 'eager', mode: null, fullgraph: false, dynamic: null,
+    schema_version: 1, graph_count: 2, break_count: 3, splits: 0, recompile_count: 0, frame_count: 5,
+    compile_time_s: 0.1, result: null,
+    graphs: [
+      { compile_id: '1/0', op_count: 3, ops: ['linear', 'relu', 'mean'], function: 'forward', torch_callables: [] },
+      { compile_id: '4/0', op_count: 4, ops: ['iadd', 'mul_', 'fma.default', 'add.Tensor'], function: 'step', torch_callables: [] }
+    ],
+    frames: [frame('0/0', 'train_step', CELL, 24, 0), frame('1/0', 'forward', CELL, 14, 1),
+      frame('2/0', 'log_loss', CELL, 21, 0), frame('4/0', 'step', ADAM, 214, 1),
+      frame('5/0', 'torch_dynamo_resume_in_train_step_at_25', CELL, 25, 0)],
+    recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '', torch_log: [],
+    fallbacks: [], causes: [], breaks,
+    check: { ok: true, max_abs_diff: 1e-7, message: 'matches eager (71 values compared)', compared: true, rule: 'fp64',
+      compiled_error: 1.5e-5, eager_error: 1.6e-5 },
+    ...extra
+  };
+}
+
+/** The tour's report with two sites on cell line 22 (its cell ran twice: two cell files). */
+function twoCauses(): IReport {
+  const r = tour();
+  const item = r.breaks[1];
+  r.causes = [
+    { count: 2, cell_line: 22, filename: CELL, lineno: 22, gb_type: item.gb_type, reason: 'r', fixes: item.fixes,
+      function: 'log_loss', source_line: 'print(...)', explanation: 'no item', hints: item.hints, gb_id: 'GB0124',
+      doc_url: 'https://example.org/gb0124' },
+    { count: 1, cell_line: 22, filename: '<ipython-input-1-aaa>', lineno: 22, gb_type: 'Unsupported builtin print',
+      reason: 'r', fixes: item.fixes, function: 'log_loss', source_line: 'print(...)', explanation: 'no print',
+      hints: [], gb_id: 'GB0059', doc_url: 'https://example.org/gb0059' }
+  ];
+  return r;
+}
+
+const SOURCE = Array.from({ length: 30 }, (_, i) => (i === 0 ? '%%compile --run "train_step()"' : `line ${i + 1}`)).join('\n');
+
+afterEach(() => document.body.replaceChildren());
+
+test('the Graphs table leads with where each graph is and readable ops; the compile id is a small last column', () => {
+  expect(graphPlaces(tour())).toEqual(['forward (cell line 14)', 'step (torch/optim/adam.py:214)']);
+  const graphs = renderReport(tour()).querySelector('.nbcompile-graphs') as HTMLElement;
+  expect([...graphs.querySelectorAll('th')].map(th => th.textContent)).toEqual(['#', 'where', 'ops', 'id']);
+  const rows = [...graphs.querySelectorAll('tr')].slice(1).map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent));
+  expect(rows[0][1]).toBe('forward (cell line 14)');
+  expect(rows[1][1]).toBe('step (torch/optim/adam.py:214)');
+  expect(rows[1][2]).toBe('4: iadd, mul_, fma, add');  // `fma.default` and `add.Tensor` read as the ops they are
+  expect(graphs.textContent).not.toContain('fma.default');
+  const id = graphs.querySelector('.nbcompile-compile-id') as HTMLElement;
+  expect(id.textContent).toBe('1/0');
+  expect(id.title).toContain('compile id');
+  expect(opLabel('multi_head_attention_forward')).toBe('multi_head_attention_forward');
+});
+
+test('a resumed frame is named by the line it resumes after, not by a compile id', () => {
+  const r = tour({
+    graphs: [{ compile_id: '5/0', op_count: 1, ops: ['mul'], function: 'torch_dynamo_resume_in_train_step_at_25',
+      torch_callables: [] }]
+  });
+  expect(graphPlaces(r)).toEqual(['train_step (after line 25)']);
+});
+
+test('"0 splits" beside breaks says why, in the summary and the breaks section; with splits it says only the count', () => {
+  const node = renderReport(tour());
+  const said = "0 splits (no call's graph was cut in two: torch compiled the code around the breaks as separate frames)";
+  expect(summary(tour())).toContain(`3 graph breaks, ${said}, 2 causes`);
+  expect(node.querySelector('.nbcompile-causes summary')?.textContent).toBe(`Graph breaks: 3 events from 2 causes, ${said}`);
+  expect(summary(tour({ splits: 2 }))).toContain('3 graph breaks, 2 splits, 2 causes');
+  expect(summary(tour({ splits: 2 }))).not.toContain('cut in two');
+});
+
+test('the check names the run its figures come from', () => {
+  const [check] = statusLines(tour());
+  expect(check.label).toBe(`check ok (${SESSION_RUN})`);
+  expect(check.detail).toContain('re-run on copies');
+  expect(check.detail).toContain("The Fix tab's trials are judged on copies of their own");
+  const node = renderReport(tour());
+  expect(node.querySelector('.nbcompile-status-check b')?.textContent).toBe("check ok (the session's run)");
+});
+
+test('the gutter tooltip lists its causes first, one line each with its count, and is capped in height', () => {
+  const [one] = markers(tour(), SOURCE).filter(x => x.line === 22);
+  expect(one.causes).toBe(1);  // two events at one site: one cause, counted
+  expect(one.lines[0].startsWith('x2 Unsupported Tensor.item() call with capture_scalar_outputs=False (GB0124)')).toBe(true);
+  // two sites on one cell line (the cell ran twice: two files): both causes on top, then their details
+  const twice = twoCauses();
+  const [m] = markers(twice, SOURCE).filter(x => x.line === 22);
+  expect(m.causes).toBe(2);
+  expect(m.lines.slice(0, 2)).toEqual([  // in the causes' order: the cell's lines, then file by file
+    'x1 Unsupported builtin print (GB0059): no print',
+    'x2 Unsupported Tensor.item() call with capture_scalar_outputs=False (GB0124): no item'
+  ]);
+  expect(m.lines.slice(2)).toContain('fix: %nbcompile set log_loss disable');
+  expect(m.lines.filter(l => l.startsWith('fix: '))).toHaveLength(1);  // the same fix said once
+  const hint = m.lines.find(l => l.startsWith('hint: ')) as string;
+  expect(hint.length).toBeLessThanOrEqual(170);  // torch's long hint cut, with an ellipsis
+  expect(hint.endsWith('…')).toBe(true);
+  expect(m.links.map(l => l.text)).toEqual(['GB0059', 'GB0124']);
+
+  const tip = tipDOM(m);
+  expect(tip.style.maxHeight).toBe(`${TIP_MAX_HEIGHT_PX}px`);
+  expect(tip.style.overflowY).toBe('auto');
+  const causes = [...tip.querySelectorAll('.nbcompile-tip-cause')] as HTMLElement[];
+  expect(causes.map(c => c.textContent)).toEqual(m.lines.slice(0, 2));
+  expect(causes.every(c => c.title === c.textContent)).toBe(true);  // cut to one line, whole on hover
+  expect(tip.querySelectorAll('.nbcompile-tip-line')).toHaveLength(m.lines.length - 2);
+});
+
+// jsdom has no layout; CodeMirror's tooltip positioning asks text ranges for their rectangles
+Range.prototype.getClientRects = () => [] as unknown as DOMRectList;
+Range.prototype.getBoundingClientRect = () => new DOMRect();
+
+test('the capped tooltip is what the editor shows', () => {
+  const v = new EditorView({ state: EditorState.create({ doc: SOURCE, extensions: [markerGutter] }), parent: document.body });
+  v.dispatch({ effects: setMarkers.of(markers(twoCauses(), SOURCE)) });
+  openTip(v, 22);
+  const tip = document.querySelector('.cm-tooltip.nbcompile-tip') as HTMLElement;
+  expect(tip.style.maxHeight).toBe(`${TIP_MAX_HEIGHT_PX}px`);
+  expect(tip.querySelectorAll('.nbcompile-tip-cause')).toHaveLength(2);
+});
