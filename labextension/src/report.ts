@@ -452,7 +452,7 @@ export function summary(report: IReport): string {
     parts.push(plural(report.errors.length, 'error'));
   }
   if (report.check) {
-    parts.push(report.check.ok ? 'check ok' : 'CHECK FAILED');
+    parts.push(!report.check.compared ? 'check not compared' : report.check.ok ? 'check ok' : 'CHECK FAILED');
   }
   return parts.join(', ');
 }

@@ -6,6 +6,8 @@ is applied, the lint reads the function's source and its closure and globals,
 and warns about:
 
 - captured tensors: closure variables and globals holding tensors or nn.Modules;
+- captured state: closure variables holding what can change under the same object (a dict, a list, a
+  config object), read once at trace time;
 - mutation of inputs or of globals (and of ``self`` in a module method);
 - calls of nn.Module objects (use ``torch.func.functional_call``);
 - data-dependent Python control flow (``if x.sum() > 0``, ``.item()``);
@@ -249,6 +251,13 @@ class _Linter:
             self.warn("captured-tensor", sub.id, sub,
                       f"{sub.id} is an nn.Module captured from the {where} scope; its parameters are tensors "
                       "the graph does not see as inputs")
+        elif where == "closure" and _mutable_state(value):
+            alias = next((n for n, v in self.globals.items() if v is value and not n.startswith("_")), None)
+            self.warn("captured-state", sub.id, sub,
+                      f"{sub.id} is a {type(value).__name__} captured from the closure scope"
+                      + (f" (the same object as the global {alias})" if alias else "")
+                      + "; allow_in_graph runs the function once, at trace time, so a later change to it is not "
+                      "seen (pass the values in, or keep them as tensors)")
 
     def _mutations(self, sub: ast.AST) -> None:
         targets: list[tuple[ast.expr, str]] = []
@@ -381,6 +390,18 @@ class _Linter:
                 where, obj = self.resolve(value.id)
                 if isinstance(obj, torch.nn.Module):
                     self.warn("not-proxyable", "return", sub, f"returns the nn.Module {value.id}")
+
+
+def _mutable_state(value: Any) -> bool:
+    """A value a closure holds that can change under the same object (a dict, a list, a config object), so a
+    function that read it once at trace time goes stale; not numbers, strings, tuples, tensors, modules,
+    functions or classes (a closure over those cannot change without making the function again)."""
+    if isinstance(value, (dict, list, set, bytearray)):
+        return True
+    if isinstance(value, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, torch.Tensor,
+                          torch.nn.Module)) or callable(value):
+        return False
+    return hasattr(value, "__dict__") and not type(value).__module__.startswith(("torch", "builtins"))
 
 
 # --- AST helpers ----------------------------------------------------------------------

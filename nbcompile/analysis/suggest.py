@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.hub import BREAK_FRAMES
-from ..core.text import code_text
+from ..core.text import code_text, user_function
 from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 from .lint import lint_allow_in_graph
 
@@ -111,6 +111,69 @@ def _defined_at(module: Any, real: str, lineno: int, function: str) -> str | Non
     return None
 
 
+def _code_of(fn: Any) -> types.CodeType | None:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
+
+
+def own_lines(code: types.CodeType) -> set[int]:
+    """The lines ``code``'s own instructions come from: not those of a function, lambda or comprehension
+    nested in it, which is code of its own."""
+    return {line for _, _, line in code.co_lines() if line}
+
+
+def _line_span(code: types.CodeType) -> int:
+    lines = own_lines(code) or {code.co_firstlineno}
+    return max(lines) - min(lines)
+
+
+def _nested_codes(code: types.CodeType) -> list[types.CodeType]:
+    """Every code object nested in ``code`` (closures, lambdas, comprehensions), not ``code`` itself."""
+    out: list[types.CodeType] = []
+    todo = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return out
+
+
+def _called_member(func: ast.expr, scope: dict[str, Any]) -> tuple[str, Any]:
+    """(how the user would name it, the function) for a call's ``func``: ``helper`` by its qualified name,
+    ``opt.step`` as ``AdamW.step`` (the object's class, its attribute as the class resolves it), ``mod.fn``
+    as ``mod.fn``. ("", None) when the name is not a global of ``scope``."""
+    if isinstance(func, ast.Name) and func.id in scope:
+        fn = scope[func.id]
+        return getattr(fn, "__qualname__", func.id), fn
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in scope:
+        owner = scope[func.value.id]
+        if isinstance(owner, types.ModuleType):
+            return f"{func.value.id}.{func.attr}", vars(owner).get(func.attr)
+        cls = owner if isinstance(owner, type) else type(owner)
+        try:
+            member = _pyinspect.getattr_static(cls, func.attr)
+        except AttributeError:
+            return "", None
+        return f"{cls.__name__}.{func.attr}", getattr(member, "__func__", member)
+    return "", None
+
+
+def _wrapped_codes(fn: Any) -> list[types.CodeType]:
+    """The code of ``fn``, then of each function its decorators wrapped (``functools.wraps``' ``__wrapped__``)."""
+    codes: list[types.CodeType] = []
+    for _ in range(16):  # a __wrapped__ chain is short; a cycle is not followed for ever
+        code = _code_of(fn)
+        if code is None:
+            break
+        codes.append(code)
+        fn = getattr(getattr(fn, "__func__", fn), "__wrapped__", None)
+    return codes
+
+
+#: What a fix says before any trial has tried it.
+UNPROVEN = "unproven"
+
+
 @dataclass
 class Advisor:
     """What a session (or an inspect call) knows that the break itself does not."""
@@ -135,15 +198,65 @@ class Advisor:
 
     # -- where the break is ----------------------------------------------------------------
     def holder(self, brk: GraphBreak) -> str | None:
-        """The tracked function whose code holds the break's line."""
-        for name, fn in self.tracked.items():
-            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-            if code is None or code.co_filename != brk.filename:
-                continue
-            lines = [line for _, _, line in code.co_lines() if line]
-            if lines and min(code.co_firstlineno, *lines) <= brk.lineno <= max(lines):
-                return name
-        return None
+        """The tracked function whose toggle reaches the break: the one whose own code holds its line (a
+        function nested in it is code of its own: ``helper = make(CFG)`` holds a break in ``make``'s
+        inner ``def``, ``make`` does not), the innermost when several do; else a tracked function that
+        encloses the line and runs the nested code itself (it is on the break's call stack). None when no
+        object nbcompile can rebind holds it."""
+        return self._holding(brk.filename, brk.lineno, BREAK_FRAMES.get())
+
+    def _codes(self, filename: str) -> list[tuple[str, types.CodeType]]:
+        return [(name, code) for name, fn in self.tracked.items()
+                if (code := _code_of(fn)) is not None and code.co_filename == filename]
+
+    def _holding(self, filename: str, lineno: int, frames: tuple[tuple[str, int, str], ...] = ()) -> str | None:
+        """The tracked function whose toggle reaches ``filename:lineno`` (see ``holder``); ``frames``: the
+        user-code frames down to that line, innermost last (empty when not known)."""
+        codes = self._codes(filename)
+        own = [(name, code) for name, code in codes if lineno in own_lines(code)]
+        if own:
+            inner = min((code for _, code in own), key=_line_span)
+            names = [name for name, code in own if code is inner]
+            if len(names) > 1 and len(frames) > 1:  # one factory's closures under two names: the one called
+                caller = linecache.getline(frames[-2][0], frames[-2][1])
+                names = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\s*\(", caller)] or names
+            return names[0]
+        enclosing = self._enclosing(filename, lineno)
+        if enclosing is None:
+            return None
+        name, _ = enclosing
+        if not frames:
+            return name  # no call stack to read: the enclosing def, as its lines say
+        code = _code_of(self.tracked[name])
+        on_stack = any(f == filename and code is not None and user_function(fn) == code.co_name
+                       and n in own_lines(code) for f, n, fn in frames[:-1])
+        return name if on_stack else None
+
+    def _enclosing(self, filename: str, lineno: int) -> tuple[str, types.CodeType] | None:
+        """(the tracked function, the code nested in it whose own lines hold ``filename:lineno``): the
+        innermost nested code, under the innermost tracked function holding it."""
+        found: list[tuple[str, types.CodeType, types.CodeType]] = []
+        for name, code in self._codes(filename):
+            holding = [c for c in _nested_codes(code) if lineno in own_lines(c)]
+            if holding:
+                found.append((name, code, min(holding, key=_line_span)))
+        if not found:
+            return None
+        name, _, inner = min(found, key=lambda t: _line_span(t[1]))
+        return name, inner
+
+    def unbound(self, brk: GraphBreak) -> Fix | None:
+        """For a break in a function the cell makes at run time that no name holds (a factory's closure
+        called without being bound, a nested def its encloser only returns): it cannot be toggled."""
+        enclosing = self._enclosing(brk.filename, brk.lineno)
+        if enclosing is None:
+            return None
+        name, code = enclosing
+        made = getattr(code, "co_qualname", code.co_name)
+        return Fix("", f"the break is in {made}, made by {name} at run time and held by no name of this cell: "
+                       f"nbcompile cannot toggle it (a toggle of {name} does not reach the functions it made). Bind "
+                       f"it to a name of the cell ({code.co_name} = {name}(...)) and call it by that name, or define "
+                       "it at the top level of the cell: then it is tracked and can be toggled")
 
     def called(self, brk: GraphBreak) -> list[str]:
         """Tracked functions the break's source line calls."""
@@ -156,6 +269,12 @@ class Advisor:
 
     # -- the rules -------------------------------------------------------------------------
     def fixes(self, brk: GraphBreak) -> list[Fix]:
+        # torch's hints that ask to report an issue are not advice to the user: they go last (the views show the
+        # first ones), and a capture_scalar_outputs hint goes where that flag cannot remove the break
+        brk.hints = sorted(brk.hints, key=lambda h: user_hint(h) is None)
+        scalar = scalar_capture_helps(brk.source_line)
+        if not scalar:
+            brk.hints = [h for h in brk.hints if "capture_scalar_outputs" not in h]
         if is_installed(brk.filename):
             # torch's own hints that say to edit the line ("Remove the `torch._dynamo.graph_break()` call")
             # cannot be followed in installed code: the fixes say what the user can do instead
@@ -209,22 +328,31 @@ class Advisor:
                 if allow is None:
                     fixes.append(disable)
                 else:
-                    fixes.extend([allow, disable] if not (data_dependent and allow.warnings) else [disable, allow])
+                    # allow_in_graph second where it would read a value once that can change later (a dict
+                    # its closure holds): a trial run cannot see that go wrong
+                    stale = any(w.startswith("captured-state") for w in allow.warnings)
+                    fixes.extend([disable, allow] if (data_dependent and allow.warnings) or stale else [allow, disable])
         elif holder is not None and holder in self.entries and side_effect:
             fixes.append(Fix("", f"move `{code}` out of {holder} ({line}), or into a helper you then disable"))
+        elif holder is None and (unbound := self.unbound(brk)) is not None:
+            fixes.append(unbound)
 
         if explicit:
             fixes.append(Fix("", f"remove the torch._dynamo.graph_break() call ({line})"))
         elif data_dependent and "data-dependent branching" in gb:
             fixes.append(Fix("", "express the branch with torch.where or torch.cond so both sides stay in the graph"))
-        elif "item()" in brk.gb_type:
+        elif "item()" in brk.gb_type and scalar:
             fixes.append(Fix("", "keep the value a tensor, or set torch._dynamo.config.capture_scalar_outputs = True"))
+        elif "item()" in brk.gb_type:
+            fixes.append(Fix("", f"keep the value a tensor inside the compiled code and print or log it after the "
+                                 f"compiled call ({line}): torch._dynamo.config.capture_scalar_outputs = True would "
+                                 "not remove this break, as the call the value goes to breaks on the same line"))
         elif "skip" in gb:
             callee = next(iter(_BACKTICKED.findall(brk.explanation or "")), "")
             if callee:
                 fixes.extend(self._skipped_callee(brk, callee, holder, line))
         if not fixes:
-            fixes.extend(Fix("", hint) for hint in brk.hints[:1] if _followable(hint))
+            fixes.extend(Fix("", hint) for hint in map(user_hint, brk.hints[:1]) if hint)
         return fixes
 
     def _skipped_callee(self, brk: GraphBreak, callee: str, holder: str | None, line: str) -> list[Fix]:
@@ -275,14 +403,26 @@ class Advisor:
 
     # -- a break inside installed code -----------------------------------------------------
     def library_fixes(self, brk: GraphBreak) -> list[Fix]:
-        """What the user can do about a break inside torch or another installed library, from their cell."""
+        """What the user can do about a break inside torch or another installed library, from their cell. The
+        library function is named by what the user's line called (``AdamW.step`` for ``opt.step()``, whose
+        frame is torch's wrapper ``_use_grad``)."""
         where = f"{installed_path(brk.filename)}:{brk.lineno}"
-        inside = f"inside installed code ({where}, in {brk.function or 'a library function'})"
-        caller = next(((f, n, fn) for f, n, fn in reversed(BREAK_FRAMES.get()) if not is_installed(f)), None)
+        frames = BREAK_FRAMES.get()
+        at_caller = next((i for i in range(len(frames) - 1, -1, -1) if not is_installed(frames[i][0])), None)
+        entry, chain = self._library_entry(frames, at_caller) if at_caller is not None else ("", [])
+        below = frames[at_caller + 1:] if at_caller is not None else ()
+        if not entry:
+            inside = f"inside installed code ({where}, in {brk.function or 'a library function'})"
+        elif below and all(any(c.co_filename == f and c.co_name == fn for c in chain) for f, _, fn in below):
+            # the break is in the function called, or in a decorator's wrapper around it (torch's _use_grad)
+            wrapper = "" if entry.rsplit(".", 1)[-1] == brk.function else f", in its wrapper {brk.function}"
+            inside = f"inside {entry} (installed code: {where}{wrapper})"
+        else:
+            inside = f"inside installed code ({where}, in {brk.function}, reached from {entry})"
         fixes: list[Fix] = []
-        if caller is not None:
-            filename, lineno, _ = caller
-            holder = self._holding(filename, lineno)
+        if at_caller is not None:
+            filename, lineno, _ = frames[at_caller]
+            holder = self._holding(filename, lineno, frames[:at_caller + 1])
             call = code_text(linecache.getline(filename, lineno), 60)
             at = f"line {lineno}"
             if holder is not None and holder not in self.entries and self.toggles.get(holder, "compile") == "compile":
@@ -296,22 +436,45 @@ class Advisor:
             fixes.append(Fix("", f"the break is {inside}, which is not yours to edit: disable the function of your "
                                  "cell that calls into it, or call that code outside the compiled function"))
         name = library_name(brk.filename, brk.lineno, brk.function)
-        if name is not None:
+        if name is not None and name in self.tracked:
+            if self.toggles.get(name, "compile") == "compile":  # tracked already: a toggle a trial can prove
+                fix = self._toggle(name, "disable", f"{name.partition(':')[2]} runs eagerly: the break inside it "
+                                                    "becomes one break at its call")
+                fix.effect = f"{UNPROVEN}: not tried yet"
+                fixes.append(fix)
+        elif name is not None:
             fixes.append(Fix("", f"or track the library function and toggle it from your cell: add --track {name} to "
-                                 f"the %%compile line, then run %nbcompile set {name} disable (the re-run proves it)"))
+                                 f"the %%compile line, then run %nbcompile set {name} disable; its re-run shows "
+                                 "whether the break goes",
+                             effect=f"{UNPROVEN}: no trial tries a library function the session does not track"))
         fixes.extend(Fix("", hint) for hint in brk.hints if _config_hint(hint))
         return fixes
 
-    def _holding(self, filename: str, lineno: int) -> str | None:
-        """The tracked function whose code holds ``filename:lineno``."""
-        for name, fn in self.tracked.items():
-            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-            if code is None or code.co_filename != filename:
+    def _library_entry(self, frames: tuple[tuple[str, int, str], ...], at: int) -> tuple[str, list[types.CodeType]]:
+        """What the user's line ``frames[at]`` called into installed code by (``AdamW.step`` for ``opt.step()``),
+        with the codes of that function and of what its decorators wrapped (``__wrapped__``): a call on the line
+        whose function's code is the next frame's, read without running user code. ("", []) when none is."""
+        if at + 1 >= len(frames):
+            return "", []
+        filename, lineno, _ = frames[at]
+        next_file, _, next_fn = frames[at + 1]
+        scopes = (getattr(getattr(self.tracked[name], "__func__", self.tracked[name]), "__globals__", None)
+                  for name, _ in self._codes(filename))
+        scope = next((g for g in scopes if isinstance(g, dict)), None)
+        try:
+            tree = ast.parse(code_text(linecache.getline(filename, lineno), 10_000))
+        except SyntaxError:
+            return "", []
+        if scope is None:
+            return "", []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
                 continue
-            lines = [line for _, _, line in code.co_lines() if line]
-            if lines and min(code.co_firstlineno, *lines) <= lineno <= max(lines):
-                return name
-        return None
+            label, member = _called_member(node.func, scope)
+            chain = _wrapped_codes(member)
+            if label and chain and chain[0].co_filename == next_file and chain[0].co_name == next_fn:
+                return label, chain
+        return "", []
 
     def _allow(self, name: str, why: str) -> Fix | None:
         """``allow_in_graph`` on ``name`` with its lint; None for a function that mutates its inputs or state:
@@ -331,6 +494,14 @@ class Advisor:
 
 
 _CONFIG_HINT = re.compile(r"\btorch\._dynamo\.(?:config\.)?\w+\s*=|\bconfig\.\w+\s*=|reorderable_logging_functions")
+#: A sentence that asks to report to PyTorch ("Please file an issue to PyTorch.", "or submit an issue to GitHub",
+#: "please report a bug at ..."): for torch's developers, not something a user does to their code.
+_REPORT = re.compile(r"\b(?:file|report|open|submit|raise)\s+(?:an?\s+|the\s+)?(?:issue|bug)s?\b|issue tracker|"
+                     r"github\.com/pytorch", re.I)
+#: A sentence that speaks to torch's developers ("This is likely to be a Dynamo bug.").
+_FOR_TORCH = re.compile(r"\bDynamo bug\b|tracing rules|difficult to debug|Dynamo developers", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_OR_REPORT = re.compile(r",?\s*\bor\s+(?:please\s+)?(?:file|report|open|submit|raise)\b[^.]*", re.I)
 
 
 def _config_hint(hint: str) -> bool:
@@ -338,9 +509,51 @@ def _config_hint(hint: str) -> bool:
     return bool(_CONFIG_HINT.search(hint))
 
 
+def user_hint(hint: str) -> str | None:
+    """What of a Dynamo hint a user can follow in their own code: the hint without the sentences (or the
+    "or submit an issue" clause) that ask to report to PyTorch or speak to torch's developers; None when
+    nothing is left."""
+    if _config_hint(hint):
+        return hint
+    kept = []
+    for sentence in _SENTENCE.split(hint.strip()):
+        sentence = _OR_REPORT.sub("", sentence) if _REPORT.search(sentence) else sentence
+        if sentence.strip(" .") and not _REPORT.search(sentence) and not _FOR_TORCH.search(sentence):
+            kept.append(sentence.strip() + ("" if sentence.rstrip().endswith((".", "!", "?")) else "."))
+    return " ".join(kept) or None
+
+
 def _followable(hint: str) -> bool:
     """A Dynamo hint the user can follow in their own code (not "file an issue")."""
-    return _config_hint(hint) or not re.search(r"file an issue|report an issue", hint, re.I)
+    return user_hint(hint) is not None
+
+
+#: Calls whose own break stays when a scalar handed to them is captured: printing, logging, warning, writing.
+_BREAKING_SINKS = frozenset({"print", "pprint", "info", "debug", "warning", "warn", "error", "critical",
+                             "exception", "write", "writelines", "display"})
+
+
+def scalar_capture_helps(source_line: str) -> bool:
+    """Whether ``torch._dynamo.config.capture_scalar_outputs = True`` can remove a ``.item()`` break on this
+    line: not when the value goes to a print, a logger, a warning or a write on the same line, whose own break
+    then takes its place. A line that does not parse alone (part of a longer statement) is read by words."""
+    code = code_text(source_line, 10_000)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return not re.search(rf"\b(?:{'|'.join(sorted(_BREAKING_SINKS))}|logging|logger)\s*\(", code)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if called not in _BREAKING_SINKS:
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("item", "tolist")
+                   for n in ast.walk(arg)):
+                return False
+    return True
 
 
 def session_command(name: str, mode: str) -> str:

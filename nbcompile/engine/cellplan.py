@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import types
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -17,7 +18,10 @@ from .workload import code_of
 
 
 def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: str) -> dict[str, Any]:
-    """The cell's defs (decorated ones too: the decorated object, whose wrapped code is the cell's)."""
+    """The cell's defs (decorated ones too: the decorated object, whose wrapped code is the cell's), then
+    the names the cell assigns a function made by its own code (``helper = make(CFG)``, whose code is
+    ``make.<locals>.helper``): that object, not the factory, is what the cell's functions call, so it is
+    what a toggle must rebind. An alias of a def (``g = f``) is not tracked twice."""
     tracked: dict[str, Any] = {}
     for name in cell.names:
         if "." in name:
@@ -31,6 +35,14 @@ def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: s
         code = code_of(fn)
         if code is not None and code.co_filename == filename:
             tracked[name] = fn
+    seen = {id(fn) for fn in tracked.values()}
+    for name in dict.fromkeys(cell.assigned):
+        fn = namespace.get(name)
+        if name in tracked or not isinstance(fn, types.FunctionType) or id(fn) in seen \
+                or fn.__code__.co_filename != filename:
+            continue
+        tracked[name] = fn
+        seen.add(id(fn))
     return tracked
 
 
@@ -123,7 +135,8 @@ def plan_cell(body: str, options: CellOptions, namespace: dict[str, Any]) -> Cel
     elif options.bench:
         raise NbcompileError("--bench times the --run expression; add --run EXPR")
     cell = analyse("\n" + body)
-    validate_flags(options.initial_toggles(), [*cell.names, *options.track])
+    # a name the cell assigns may hold a function its own code made (``helper = make(CFG)``): checked once it ran
+    validate_flags(options.initial_toggles(), [*cell.names, *cell.assigned, *options.track])
     for name in options.track:
         library.resolve(name)  # a one-line error before the body runs
     _check_entries(options.entries, namespace, cell, bound_names(body))

@@ -24,25 +24,29 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
-from ..core.text import function_label, plural, user_function
+from ..core.text import function_label, plural
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
 from ..model.report import Report
+from . import check as check_ops
 from . import library, timing, trial
 from .toggles import available_function_modes
-from .workload import Workload
+from .workload import Workload, code_of
 
 #: allow_in_graph lint kinds that rule a configuration out (the check cannot see them go wrong): a
 #: function put in the graph whole (allow_in_graph) or traced by AOT (nonstrict_trace) runs its Python
-#: once, at trace time, so a print, a logger call or a mutation would silently stop happening.
-BLOCKING_LINT = ("captured-tensor", "mutation", "side-effect")
+#: once, at trace time, so a print, a logger call or a mutation would silently stop happening, and a dict a
+#: closure holds would be read once (the second run with globals changed does not reach closures).
+BLOCKING_LINT = ("captured-tensor", "captured-state", "mutation", "side-effect")
 #: How many configurations each round improves on.
 BEAM = 2
 #: Finalists timed at the end (besides the starting configuration).
@@ -78,8 +82,6 @@ class Searcher:
         if code is None:
             raise NbcompileError("nothing to search on: the session has no --run expression (add --run EXPR to "
                                  "the %%compile line, then %nbcompile fix)")
-        import math
-
         if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not math.isfinite(budget_s) \
                 or budget_s <= 0:
             raise NbcompileError(f"budget must be a positive number of seconds, not {budget_s!r}")
@@ -104,9 +106,13 @@ class Searcher:
             name = library.holder_of(brk.filename, brk.lineno)
             if name is not None:
                 counts[name] = counts.get(name, 0) + 1
-        for brk in self.report.breaks:  # the cell's own functions, by the breaks they hold
-            if brk.filename == workload.filename and brk.function in workload.functions:
-                counts[brk.function] = counts.get(brk.function, 0) + 1
+        for brk in self.report.breaks:  # the cell's own functions, by the breaks they hold (by code, not by name:
+            # ``helper = make(CFG)`` holds a break in ``make.<locals>.helper``)
+            if brk.filename == workload.filename:
+                own, enclosing = cell_holder(workload.tracked, brk.filename, brk.lineno)
+                name = own or enclosing
+                if name is not None:
+                    counts[name] = counts.get(name, 0) + 1
         self._priority = dict(counts)
         added: list[str] = []
         for name in sorted(counts, key=lambda n: -counts[n])[:MAX_HOLDERS]:
@@ -225,7 +231,12 @@ class Searcher:
     def steps(self) -> Iterator[FixSearch]:
         self._began = time.perf_counter()
         self._deadline = self._began + self.result.budget_s
-        start = self._try(dict(self.workload.toggles), {}, "start")
+        effect = check_ops.effect_seen(self.report.check)
+        if effect is not None:  # the session's check saw its run change what no copy holds: each trial would too
+            error = f"not tried: {effect}, which a trial will not do again"
+            start: Trial | None = Trial(dict(self.workload.toggles), None, None, False, label="start", error=error)
+        else:
+            start = self._try(dict(self.workload.toggles), {}, "start")
         self.result.start = start
         yield self.result
         if start is None:
@@ -270,9 +281,11 @@ class Searcher:
         self._explain_left()
 
     def _all_modes_tried(self, name: str) -> bool:
+        """Every mode of ``name`` ran in some trial (a trial not run, its state refused, does not count)."""
         modes = self._function_modes().get(name, ())
-        tried = {t.toggles.get(name, "compile") for t in self.result.trials}
-        return all(m in tried for m in modes)
+        tried = {t.toggles.get(name, "compile") for t in self.result.trials
+                 if not (t.error or "").startswith("not tried")}
+        return bool(modes) and all(m in tried for m in modes)
 
     def _why_short(self) -> str:
         return "stopped" if self.result.stopped else f"the {self.result.budget_s:g} s budget ran out"
@@ -417,23 +430,41 @@ class Searcher:
             place = (f"cell line {brk.cell_line}" if brk.cell_line is not None
                      else f"{brk.filename.rsplit('/', 1)[-1]} line {brk.lineno}")
             where = f"{function_label(brk.function)} ({place})"
-            holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.workload.filename else None
+            in_cell = brk.filename == self.workload.filename
+            holder = library.holder_of(brk.filename, brk.lineno) if not in_cell else None
+            own, enclosing = cell_holder(self.workload.tracked, brk.filename, brk.lineno) if in_cell else (None, None)
+            searched = self._function_modes()
             if holder is not None and holder not in tracked:
                 why = (f"its holder {library.short(holder)} was not searched (only the {MAX_HOLDERS} library "
                        "functions with the most breaks are)")
-            elif holder is None and brk.filename != self.workload.filename:
+            elif holder is None and not in_cell:
                 why = "no Python function nbcompile can rebind holds it (a property, a lambda, a C function)"
             elif holder is not None and not self._all_modes_tried(holder):
                 why = f"not every mode of its holder {library.short(holder)} was tried: {self._why_short()}"
-            elif holder is None and (own := user_function(brk.function)) in tracked \
-                    and not self._all_modes_tried(own):
+            elif in_cell and own is None and enclosing is None:
+                why = "no function of the cell holds it, so no toggle reaches it"
+            elif in_cell and own is None and enclosing not in searched:
+                why = (f"it is in a function made by {enclosing} at run time and held by no name of the cell, so no "
+                       f"toggle reaches it (bind it to a name of the cell to have it searched)")
+            elif in_cell and own is None and enclosing is not None and not self._all_modes_tried(enclosing):
+                why = (f"it is in a function made by {enclosing} at run time and held by no name of the cell, and "
+                       f"not every mode of {enclosing} was tried: {self._why_short()}")
+            elif in_cell and own is None:
+                why = (f"it is in a function made by {enclosing} at run time and held by no name of the cell, and "
+                       f"no mode of {enclosing} removed it with the check ok (a toggle of {enclosing} reaches it only "
+                       "where it calls it itself; bind it to a name of the cell to have it searched)")
+            elif in_cell and own not in searched:
+                why = (f"it is in {own}, an entry, which the search compiles as it is and does not toggle (move "
+                       "the line into a helper of the cell to have that helper searched)")
+            elif in_cell and own is not None and not self._all_modes_tried(own):
                 why = f"not every mode of {own}, which holds it, was tried: {self._why_short()}"
             elif self.result.stopped or self.result.budget_bound:
                 why = f"the search did not try every configuration: {self._why_short()}"
             else:
-                why = ("no mode of the function that holds it removed it with the check ok (disable moves the "
-                       "break to the call; allow_in_graph, nonstrict_trace or custom_op failed to compile or "
-                       "failed the check)")
+                who = f"{own}, which holds it" if own is not None else f"its holder {library.short(holder or '')}"
+                why = (f"no mode of {who} removed it with the check ok (disable moves the break to the call; "
+                       "allow_in_graph, nonstrict_trace or custom_op failed to compile, failed the check or was "
+                       "ruled out)")
             self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
 
 
@@ -489,3 +520,23 @@ def apply_best(target: ConfigTarget, result: FixSearch) -> None:
             for name in added:
                 if name in target.functions:
                     target.untrack(name)
+
+
+def cell_holder(functions: dict[str, Any], filename: str, lineno: int) -> tuple[str | None, str | None]:
+    """(the function of ``functions`` whose own code holds ``filename:lineno``, the innermost when several do;
+    else the one whose nested code holds it). A function nested in another is code of its own: a break in
+    ``make``'s inner ``def`` is held by ``helper = make(CFG)``, and by ``make`` only as its maker."""
+    own: list[tuple[int, str]] = []
+    enclosing: list[tuple[int, str]] = []
+    for name, fn in functions.items():
+        code = code_of(fn)
+        if code is None or code.co_filename != filename:
+            continue
+        lines = {line for _, _, line in code.co_lines() if line}
+        span = max(lines, default=0) - min(lines, default=0)
+        if lineno in lines:
+            own.append((span, name))
+        elif any(lineno in {line for _, _, line in c.co_lines() if line}
+                 for c in torch_compat.iter_code_objects(code) if c is not code):
+            enclosing.append((span, name))
+    return (min(own)[1] if own else None), (min(enclosing)[1] if enclosing else None)

@@ -203,11 +203,17 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
 
     decorate = Decorate()
     module = module.visit(decorate)
-    missing = sorted(n for n, m in functions.items() if m != "custom_op" and n not in decorate.done)
+    body = list(module.body)
+    # a function the cell's own code made and bound to a name (``helper = make(CFG)``) has no def to decorate:
+    # its toggle goes right after the last top-level statement that binds it, as the calls style writes it
+    bound = {name: i for i, stmt in enumerate(body) for name in _assigned_names(stmt)}
+    after_binding = {n: m for n, m in functions.items() if m != "custom_op" and n not in decorate.done and n in bound}
+    missing = sorted(n for n, m in functions.items() if m != "custom_op" and n not in decorate.done
+                     and n not in after_binding)
     if missing:
         raise NbcompileError(f"{', '.join(missing)}: no such def in the source; cannot place the decorator")
-
-    body = list(module.body)
+    for name, mode in sorted(after_binding.items(), key=lambda kv: -bound[kv[0]]):
+        body.insert(bound[name] + 1, cst.parse_statement(_call_line(name, mode) + "\n"))
     last_import = max((i for i, stmt in enumerate(body) if _is_import(stmt)), default=-1)
     registrations = [cst.parse_statement(line + "\n") for line in [*library_lines[0], *library_lines[1]]]
     registrations += [cst.parse_statement(f"torch._dynamo.disallow_in_graph({name})\n") for name in disallow]
@@ -227,6 +233,27 @@ def _rewrite(source: str, functions: dict[str, str], disallow: list[str], compil
         body[at + 1:at + 1] = list(cst.parse_module(custom_ops[name]).body)
     body += [cst.parse_statement(line + "\n") for line in compiles]
     return module.with_changes(body=body).code
+
+
+def _call_line(name: str, mode: str) -> str:
+    """The toggle as a statement on a name that exists (``helper = torch.compiler.disable(helper)``)."""
+    if mode == "allow_in_graph":
+        return f"torch.compiler.allow_in_graph({name})"
+    return f"{name} = {_DECORATORS[mode]}({name})"
+
+
+def _assigned_names(stmt: Any) -> list[str]:
+    """The plain names a top-level statement assigns (``helper = make(CFG)``, ``a = b = ...``)."""
+    import libcst as cst
+
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return []
+    names: list[str] = []
+    for small in stmt.body:
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
+            [small.target] if isinstance(small, cst.AnnAssign) else []
+        names += [t.value for t in targets if isinstance(t, cst.Name)]
+    return names
 
 
 def _is_import(stmt: Any) -> bool:

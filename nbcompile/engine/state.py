@@ -632,6 +632,15 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
         if not isinstance(code, types.CodeType) or not isinstance(space, dict) or id(fn) in seen:
             continue
         seen.add(id(fn))
+        for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+            try:
+                held = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(held, types.FunctionType):
+                pending.append((var, held))
+            elif not isinstance(held, _PLAIN):  # a number the closure holds cannot be changed from outside
+                _add_frozen(out, unjudged, cell, "", f"{var} (in {fn.__name__}'s closure)", held)
         for module in imported_modules(code):  # `import cfg` inside the function: cfg.SCALE is read
             if _user_module(module):
                 for each in torch_compat.iter_code_objects(code):

@@ -32,7 +32,7 @@ from .state import Replay, Slot, frozen_globals, short
 VERIFY_BUDGET_S = 8.0
 #: allow_in_graph lint rules under which a fix that removes breaks is still not proven: what they
 #: change (a tensor baked in, a mutation or a print run once at trace time) a single run cannot show.
-UNSAFE_LINT = ("captured-tensor", "mutation", "side-effect")
+UNSAFE_LINT = ("captured-tensor", "captured-state", "mutation", "side-effect")
 #: Dynamo's view is what a trial counts: Inductor's code generation is left out (AOTAutograd stays,
 #: so what allow_in_graph bakes into a graph is the same).
 TRIAL_BACKENDS = {"inductor": "aot_eager"}

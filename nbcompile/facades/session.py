@@ -733,8 +733,9 @@ def create_session(
     tracked = session_tracked
     for name, _mode in options.initial_toggles():
         if not is_torch_name(name) and name not in tracked:
-            raise NbcompileError(f"{name} is not a function nbcompile can track (a def of this cell, or a method "
-                                 "of an nn.Module subclass of this cell)")
+            raise NbcompileError(f"{name} is not a function nbcompile can track (a def of this cell, a method "
+                                 "of an nn.Module subclass of this cell, or a name the cell binds to a function "
+                                 "its own code made)")
     if not entries:
         print(f"%%compile: nothing to compile: this cell defines no function or nn.Module subclass to compile"
               f"{' (defined: ' + ', '.join(cell.names) + ')' if cell.names else ''}; give --entry NAME to compile "

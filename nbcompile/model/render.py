@@ -59,7 +59,8 @@ def summary_line(report: Report) -> str:
     if report.fallbacks:
         parts.append(f"{plural(len(report.fallbacks), 'FALLBACK')} to eager")
     if report.check is not None:
-        parts.append("check ok" if report.check.ok else "CHECK FAILED")
+        parts.append("check not compared" if not report.check.compared else "check ok" if report.check.ok
+                     else "CHECK FAILED")
     return ", ".join(parts)
 
 

@@ -227,7 +227,8 @@ class LintWarning:
     """Something that breaks a promise ``allow_in_graph`` asks for (seeds 000 and 003)."""
 
     function: str
-    #: captured-tensor, mutation, module-call, data-dependent, not-proxyable, side-effect, no-source
+    #: captured-tensor, captured-state, mutation, module-call, data-dependent, not-proxyable, side-effect,
+    #: no-source
     rule: str
     variable: str
     lineno: int
