@@ -10,32 +10,7 @@ import nbcompile
 from nbcompile.engine import check as check_ops
 from nbcompile.engine import trial
 
-from nbhelpers import run_compile_cell
-
-#: A small transformer trained with AdamW: the in_proj_bias gradient is about zero, so Adam's m / sqrt(v)
-#: amplifies float noise (issue 22's false mismatch under Inductor).
-ADAMW_CELL = """\
-import torch
-from torch import nn
-torch.manual_seed(0)
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
-                                                batch_first=True)
-        self.head = nn.Linear(32, 1)
-    def forward(self, x):
-        return self.head(self.layer(x)).mean()
-net = Net()
-opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-X = torch.randn(8, 10, 32)
-def train_step():
-    opt.zero_grad()
-    loss = (net(X) - 1.0) ** 2
-    loss.backward()
-    opt.step()
-    return loss.item()
-"""
+from nbhelpers import ADAMW_CELL, run_compile_cell
 
 
 def test_float_noise_within_eager_own_error_is_not_a_mismatch():

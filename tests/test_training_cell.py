@@ -10,33 +10,11 @@ import pytest
 
 pytest.importorskip("ipykernel")
 
-from nbhelpers import real_kernel, run_in_kernel  # noqa: E402 (after the skip above)
+from nbhelpers import ADAMW_CELL, real_kernel, run_in_kernel  # noqa: E402 (after the skip above)
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
-CELL = """\
-%%compile --no-panel --run "train_step()"
-import torch
-from torch import nn
-torch.manual_seed(0)
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
-                                                batch_first=True)
-        self.head = nn.Linear(32, 1)
-    def forward(self, x):
-        return self.head(self.layer(x)).mean()
-net = Net()
-opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-X = torch.randn(8, 10, 32)
-def train_step():
-    opt.zero_grad()
-    loss = (net(X) - 1.0) ** 2
-    loss.backward()
-    opt.step()
-    return loss.item()
-"""
+CELL = '%%compile --no-panel --run "train_step()"\n' + ADAMW_CELL
 
 PROBE = """\
 import json, nbcompile, torch

@@ -22,7 +22,7 @@ import types
 from typing import Any
 
 from ..core.errors import NbcompileError
-from .toggles import _MISSING, Binding, StaleError
+from .toggles import _MISSING, Binding, StaleError, slot_problem
 
 SEP = ":"
 _EXAMPLE = "transformers.models.gpt2.modeling_gpt2:GPT2Attention.forward"
@@ -87,19 +87,7 @@ class LibraryBinding(Binding):
         self.original = self.expected = slot.original
 
     def problem(self) -> str | None:
-        if self.holder is not None:
-            namespace, cls_name, cls = self.holder
-            now = namespace.get(cls_name, _MISSING)
-            if now is _MISSING:
-                return f"class {cls_name} was deleted"
-            if now is not cls:
-                return f"class {cls_name} was redefined"
-        value = self._read()
-        if value is _MISSING:
-            return f"{self.name} was deleted"
-        if value is not self.slot.current:
-            return f"{self.name} was redefined"
-        return None
+        return slot_problem(self.name, self.holder, self._read(), self.slot.current)
 
     def write(self, value: Any) -> None:
         with _LOCK:

@@ -221,6 +221,24 @@ class Registration:
 
 # --- bindings -------------------------------------------------------------------------------
 
+def slot_problem(name: str, holder: tuple[dict[str, Any], str, Any] | None, value: Any, expected: Any) -> str | None:
+    """What happened to a slot nbcompile wrote ``expected`` into, now holding ``value`` (``_MISSING``: gone),
+    with the class that holds it (``holder``: namespace, class name, class), in a few words; None when
+    nothing did."""
+    if holder is not None:
+        namespace, cls_name, cls = holder
+        now = namespace.get(cls_name, _MISSING)
+        if now is _MISSING:
+            return f"class {cls_name} was deleted"
+        if now is not cls:
+            return f"class {cls_name} was redefined"
+    if value is _MISSING:
+        return f"{name} was deleted"
+    if value is not expected:
+        return f"{name} was redefined"
+    return None
+
+
 class Binding:
     """A name nbcompile may rebind: a key of a namespace dict or a class attribute.
 
@@ -245,19 +263,7 @@ class Binding:
 
     def problem(self) -> str | None:
         """None while the slot holds what nbcompile put there; else what happened, in a few words."""
-        if self.holder is not None:
-            namespace, cls_name, cls = self.holder
-            now = namespace.get(cls_name, _MISSING)
-            if now is _MISSING:
-                return f"class {cls_name} was deleted"
-            if now is not cls:
-                return f"class {cls_name} was redefined"
-        value = self._read()
-        if value is _MISSING:
-            return f"{self.name} was deleted"
-        if value is not self.expected:
-            return f"{self.name} was redefined"
-        return None
+        return slot_problem(self.name, self.holder, self._read(), self.expected)
 
     def write(self, value: Any) -> None:
         problem = self.problem()
