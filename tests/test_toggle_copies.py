@@ -77,3 +77,15 @@ def test_a_toggle_on_a_module_entry_runs_the_compiled_copy(ip):
     s.set("features", "disable")
     assert _same(before, _snapshot(ns))
     assert s.report.graph_count >= 1 and s.report.check.ok and s.report.check.compared, s.report.check
+
+
+def test_the_first_real_call_after_a_toggle_says_why_it_compiles_again(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --run "train_step()"', TRAIN_CELL)
+    session = nbcompile.last()
+    session.set("features", "disable")
+    session.set("features", "compile")
+    ip.run_cell("train_step()")  # the user's own call: the toggles' compiles were guarded on copies
+    reasons = [r.reason for r in session.report.recompiles]
+    assert reasons, "the copies' compiles are gone: torch compiles again for the user's objects"
+    assert not any("Cache line invalidated" in r for r in reasons), reasons
+    assert any("opt of the previous compile is gone" in r and "re-run --run on copies" in r for r in reasons), reasons

@@ -461,6 +461,11 @@ def plain_subject(subject: str, stack: Mapping[str, str], where: str) -> str:
     return f"a value on {where}" if where else "a value on the stack"
 
 
+#: torch's reason when a cache entry's guarded object was freed (``Cache line invalidated because opt got
+#: deallocated``): the entry was for an object that no longer exists.
+_DEALLOCATED = re.compile(r"Cache line invalidated because (?P<name>[^\n]{1,200}?) got deallocated$")
+
+
 def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
     """A recompile reason as the user reads it: the failed guard with the names they wrote, where it
     was installed (``cell line 9: z = ...``) and how many earlier entries failed, without torch's
@@ -468,6 +473,12 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
     more = _MORE.search(summary)
     body = summary[: more.start()] if more else summary
     first, *_ = body.splitlines() or [""]
+    gone = _DEALLOCATED.match(first.strip())
+    if gone is not None:
+        name = plain_text(gone["name"], stack)
+        return (f"{name} of the previous compile is gone (the compile was guarded on that object): compiled again "
+                f"for the {name} of this call. nbcompile's toggles re-run --run on copies of your objects, so the "
+                "first call after a toggle does this once; so does a new model or optimizer" + (more[0] if more else ""))
     guard, *comments = first.split("  #")
     guard = plain_text(guard.strip(), stack)
     where = ""
