@@ -478,7 +478,8 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
         name = plain_text(gone["name"], stack)
         return (f"{name} of the previous compile is gone (the compile was guarded on that object): compiled again "
                 f"for the {name} of this call. nbcompile's toggles re-run --run on copies of your objects, so the "
-                "first call after a toggle does this once; so does a new model or optimizer" + (more[0] if more else ""))
+                "first call after a toggle does this once; so does a new model or optimizer"
+                + (more[0] if more else ""))
     guard, *comments = first.split("  #")
     guard = plain_text(guard.strip(), stack)
     where = ""
