@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import nbcompile
+from nbcompile.model.render import to_text
 
 from nbhelpers import run_compile_cell
 
@@ -89,3 +90,14 @@ def test_the_first_real_call_after_a_toggle_says_why_it_compiles_again(ip):
     assert reasons, "the copies' compiles are gone: torch compiles again for the user's objects"
     assert not any("Cache line invalidated" in r for r in reasons), reasons
     assert any("opt of the previous compile is gone" in r and "re-run --run on copies" in r for r in reasons), reasons
+
+
+def test_the_check_says_which_run_its_figures_come_from(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --run "train_step()"', TRAIN_CELL)
+    session = nbcompile.last()
+    assert session.report.check.run == "cell" and "check ok (the session's run)" in to_text(session.report)
+    ip.run_line_magic("nbcompile", "set features disable")  # from another cell: no panel knows of it
+    assert session.report.check.run == "copies"
+    assert "check ok (re-run on copies after a toggle)" in to_text(session.report)
+    session.run()
+    assert session.report.check.run == "cell"

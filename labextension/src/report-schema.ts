@@ -142,6 +142,7 @@ export interface Check {
   rule: string;
   compiled_error: number | null;
   eager_error: number | null;
+  run: string;
 }
 export interface Cause {
   count: number;

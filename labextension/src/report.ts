@@ -176,6 +176,13 @@ export const SESSION_RUN_DETAIL = "Figures from the session's latest run of --ru
   'objects), or, after a toggle or an option change, its re-run on copies of your objects. The eager reference ' +
   "always runs on copies. The Fix tab's trials are judged on copies of their own.";
 
+/** What each `Check.run` says in a check line (as render.py's RUN_SOURCES). */
+export const RUN_SOURCES: Record<string, string> = {
+  cell: SESSION_RUN,
+  copies: 're-run on copies after a toggle',
+  trial: 'a trial on copies'
+};
+
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
@@ -185,7 +192,8 @@ export function statusLines(report: IReport): IStatusLine[] {
     const detail = `${check.message}\n${SESSION_RUN_DETAIL}`;
     const [severity, head]: [IStatusLine['severity'], string] =
       !check.compared ? ['info', 'check not compared'] : check.ok ? ['ok', 'check ok'] : ['error', 'Check failed'];
-    lines.push({ kind: 'check', severity, label: `${head} (${SESSION_RUN})`, text: shortText(check.message), detail });
+    const source = RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN;
+    lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(check.message), detail });
   }
   if (report.errors.length) {
     const last = report.errors[report.errors.length - 1];

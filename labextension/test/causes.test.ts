@@ -88,7 +88,7 @@ test('recompile fixes show with their proof in the renderer and in the gutter to
 test('the status is one short line per kind, coloured by severity, the rest folded', () => {
   const long = 'compiled error 7.02e-05, eager error 1e-07, ratio 702 on in_proj_bias\n' + 'x'.repeat(500);
   const r = report({
-    check: { ok: false, max_abs_diff: 7e-5, message: long, compared: true, rule: 'fp64', compiled_error: 7e-5, eager_error: 1e-7 },
+    check: { ok: false, max_abs_diff: 7e-5, message: long, compared: true, rule: 'fp64', compiled_error: 7e-5, eager_error: 1e-7, run: 'cell' },
     errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }],
     notice: 'helper -> allow_in_graph failed; kept the last good report'
   });
@@ -124,4 +124,14 @@ test('long op lists are folded and torch log records sit in a closed section', (
   expect(log.open).toBe(false);
   expect(log.querySelector('summary')?.textContent).toBe('torch log (1 record, kept out of the cell)');
   expect(log.querySelector('pre')?.textContent).toContain('W1123');
+});
+
+test('the check line names the run its figures come from, as the check says it', () => {
+  const check = { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0,
+    eager_error: 0 };
+  const label = (run: string) => statusLines(report({ check: { ...check, run } }))[0].label;
+  expect(label('cell')).toBe("check ok (the session's run)");
+  expect(label('copies')).toBe('check ok (re-run on copies after a toggle)');
+  expect(label('trial')).toBe('check ok (a trial on copies)');
+  expect(label('')).toBe("check ok (the session's run)");
 });

@@ -141,6 +141,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     if outcome.error is None:
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
                                  [op for g in report.graphs for op in g.ops])
+        outcome.check.run = "trial"
         rng.restore()
         if outcome.check.ok:
             frozen = frozen_globals({n: spec.functions[n] for n, m in modes.items()

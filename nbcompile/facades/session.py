@@ -205,6 +205,7 @@ class Session:
                 bind=self.workload.originals(), random_ops=[op for g in self.report.graphs for op in g.ops],
                 backend=self.options.backend,
             )
+            self.report.check.run = "copies" if mine is not None else "cell"
             if not self.report.check.ok:
                 self.report.add("errors", CompileError("--run", "", "check", self.report.check.message))
             elif self.report.frame_count == 0 and not self.report.errors:

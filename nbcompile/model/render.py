@@ -181,7 +181,7 @@ def to_text(report: Report) -> str:
     for e in report.errors:
         lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
     if report.check is not None:
-        lines.append(f"  check {'ok' if report.check.ok else 'FAILED'} ({SESSION_RUN}): {report.check.message}")
+        lines.append(f"  {check_head(report.check)} ({check_source(report.check)}): {report.check.message}")
     for w in report.warnings:
         lines.append(f"  allow_in_graph lint, {w.function}: {w.rule} {w.variable}: {w.message}")
     if report.kernels:
@@ -250,9 +250,24 @@ SESSION_RUN_DETAIL = ("Figures from the session's latest run of --run: the cell'
                       "reference always runs on copies. The Fix tab's trials are judged on copies of their own.")
 
 
-def check_line(check: Check, source: str = SESSION_RUN) -> StatusLine:
+#: What each ``Check.run`` says in a check line.
+RUN_SOURCES = {"cell": SESSION_RUN, "copies": "re-run on copies after a toggle", "trial": "a trial on copies"}
+
+
+def check_source(check: Check) -> str:
+    """The run ``check``'s figures come from, as its line says it."""
+    return RUN_SOURCES.get(check.run, SESSION_RUN)
+
+
+def check_head(check: Check) -> str:
+    """``check ok``, ``Check failed`` or ``check not compared``."""
+    return "check not compared" if not check.compared else "check ok" if check.ok else "Check failed"
+
+
+def check_line(check: Check, source: str | None = None) -> StatusLine:
     """The check in one line: ``check ok`` (green), ``Check failed`` (red), ``check not compared`` (grey), each
     with the run its figures come from (``source``: the session's run, a re-run on copies after a toggle)."""
+    source = source or check_source(check)
     detail = f"{check.message}\n{SESSION_RUN_DETAIL}"
     if not check.compared:
         head, severity = "check not compared", "info"
@@ -263,14 +278,14 @@ def check_line(check: Check, source: str = SESSION_RUN) -> StatusLine:
     return StatusLine("check", severity, short(check.message), detail, label=f"{head} ({source})")
 
 
-def status_lines(report: Report, check_source: str = SESSION_RUN) -> list[StatusLine]:
+def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
     """What the report's header says beyond its counts, one line per kind, worst first within none: the
-    check (with the run its figures come from, ``check_source``), compile errors, the notice (a change that
-    failed and was rolled back), fallbacks to eager, recompile-limit warnings, lint warnings, torch's own log
-    (folded)."""
+    check (with the run its figures come from, ``source``, else the check's own ``run``), compile errors,
+    the notice (a change that failed and was rolled back), fallbacks to eager, recompile-limit warnings,
+    lint warnings, torch's own log (folded)."""
     lines = []
     if report.check is not None:
-        lines.append(check_line(report.check, check_source))
+        lines.append(check_line(report.check, source))
     if report.errors:
         last = report.errors[-1]
         lines.append(_folded(

@@ -210,6 +210,10 @@ class Check:
     #: The compiled run's and eager float32 run's error against the float64 reference (``rule == "fp64"``).
     compiled_error: float | None = None
     eager_error: float | None = None
+    #: The run its figures come from: ``"cell"`` (the cell's or ``Session.run()``'s run, compiled on the
+    #: user's objects), ``"copies"`` (a toggle's or an option's re-run on copies), ``"trial"`` (a trial of
+    #: its own, on copies); ``""`` when not said.
+    run: str = ""
 
 
 @dataclass

@@ -54,6 +54,9 @@ from ..model.render import (
     status_html,
     status_lines,
 )
+from ..model.render import (
+    check_source as run_source,
+)
 from ..model.report import Report, ReportDiff
 from .protocols import PanelSession
 
@@ -477,7 +480,7 @@ class Panel(widgets.VBox):
             ref, said = self._check_source
             if ref() is not None and ref() is self.session.report.check:
                 return said
-        return SESSION_RUN
+        return run_source(self.session.report.check) if self.session.report.check is not None else SESSION_RUN
 
     def _act(self, action: Callable[[], None], change: dict[str, Any]) -> None:
         """One user action, then one redraw: the session's own redraws are held while it acts."""

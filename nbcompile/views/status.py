@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.text import _e, _table, function_label
-from ..model.render import SESSION_RUN, change_text, fix_proof, status_lines
+from ..model.render import change_text, check_head, check_source, fix_proof, status_lines
 from .protocols import PanelSession
 
 
@@ -49,8 +49,8 @@ def status_table(session: PanelSession) -> StatusTable:
     notes = [f"STALE: {session.stale}"] if session.stale else []
     for line in status_lines(report):  # one short line per kind: the check, errors, notices, lint...
         if line.kind == "check":  # the whole message, and the run its figures come from
-            notes.append(f"check {'ok' if report.check and report.check.ok else 'FAILED'} ({SESSION_RUN}): "
-                         f"{report.check.message if report.check else ''}")
+            if report.check is not None:
+                notes.append(f"{check_head(report.check)} ({check_source(report.check)}): {report.check.message}")
         elif line.kind == "lint":
             notes += [f"allow_in_graph lint, {w.function}: {w.message}" for w in report.warnings]
         else:
