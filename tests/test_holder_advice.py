@@ -24,6 +24,7 @@ from nbcompile.analysis.lint import lint_allow_in_graph
 from nbcompile.analysis.suggest import Advisor, session_command
 from nbcompile.model.render import fix_line, to_text
 from nbcompile.model.report import GraphBreak
+from nbcompile.views.status import status_table
 
 from nbhelpers import run_compile_cell
 
@@ -195,6 +196,8 @@ def test_a_break_inside_the_optimizer_is_named_after_what_the_user_called(ip):
     whys = [f.why for b in inside for f in b.fixes]
     assert any("inside AdamW.step" in w and "call `opt.step()` (line 15) outside train_step" in w for w in whys), whys
     assert not any("in _use_grad)" in w for w in whys), whys  # torch's wrapper only as such, never as the name
+    status = repr(status_table(nbcompile.last()))  # %nbcompile status names the file, the wrapper only beside it
+    assert "break at torch/optim/optimizer.py:" in status and "break at _use_grad" not in status, status
 
 
 def test_capture_scalar_outputs_is_offered_only_where_it_can_remove_the_break(ip):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.text import _e, _table, function_label
+from ..core.text import _e, _table, function_label, short_path
 from ..model.render import change_text, check_head, check_source, fix_proof, status_lines
 from .protocols import PanelSession
 
@@ -56,7 +56,12 @@ def status_table(session: PanelSession) -> StatusTable:
         else:
             notes.append(f"{line.head}: {line.text}")
     for c in report.causes_in_order():  # one line per cause, with its count and its best fix (and the proof)
-        where = f"line {c.cell_line}" if c.cell_line is not None else function_label(c.function)
+        if c.cell_line is not None:
+            where = f"line {c.cell_line}"
+        elif c.filename and short_path(c.filename) != c.filename:  # installed code: its file, torch's wrapper aside
+            where = f"{short_path(c.filename)}:{c.lineno} (in {c.function})"
+        else:
+            where = function_label(c.function)
         fix = next((f for f in c.fixes if f.command and f.verified is not False), None)
         said = f": {fix.command}" + (f" ({fix_proof(fix)})" if fix_proof(fix) else "") if fix else ""
         notes.append(f"break at {where} ({c.gb_type}){said} [x{c.count}]")
