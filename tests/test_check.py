@@ -198,7 +198,21 @@ def test_compare_walks_nested_values_with_dtype_tolerances():
     assert "keys" in check_ops.compare({"a": 1}, {"b": 1}).problems[0]
 
 
-def test_random_ops_under_inductor_explain_the_mismatch():
+def test_random_ops_under_inductor_are_not_judged_never_a_false_failure():
     comparison = check_ops.Comparison(problems=["result: values differ"], diffs=[1.0])
-    message = check_ops.verdict(comparison, ["dropout", "mul"], "inductor").message
-    assert "fallback_random" in message and "dropout" in message
+    check = check_ops.verdict(comparison, ["dropout", "mul"], "inductor")
+    assert check.ok and not check.compared, check  # the values differ by design: "not compared", never red
+    assert check.message.startswith("not compared") and "fallback_random" in check.message and "dropout" in \
+        check.message
+    same = check_ops.verdict(comparison, ["dropout", "mul"], "aot_eager")  # eager's generator: a real failure
+    assert not same.ok and same.compared
+
+
+def test_a_logger_the_run_uses_is_not_state_to_copy_or_compare(ip):
+    body = ('import logging\nimport torch\nlog = logging.getLogger("nbcheck_train")\n'
+            'w = torch.ones(4, requires_grad=True)\ndef step():\n    loss = (w * 2).sum()\n'
+            '    log.info("loss %.4f", loss)\n    return loss.detach()\n')
+    run_compile_cell(ip, '--backend eager --no-panel --run "step()"', body)
+    check = nbcompile.last().report.check
+    assert check.ok and check.compared, check
+    assert "loggerDict" not in check.message and "(1 values compared)" in check.message, check.message

@@ -38,6 +38,16 @@ def test_mode_reaches_inductor(ip):
     assert torch.allclose(ip.user_ns["m"](torch.ones(8)), torch.full((8,), 3.0).tanh())
 
 
+def test_dropout_under_inductor_is_not_judged_and_is_no_error(ip):
+    body = ("import torch\ndef m(x):\n    return torch.nn.functional.dropout(x, 0.5, training=True) * 2\n"
+            "x = torch.ones(64)\n")
+    run_compile_cell(ip, '--no-panel --run "m(x)"', body)  # the default backend: Inductor
+    report = nbcompile.last().report
+    assert report.check is not None and report.check.ok and not report.check.compared, report.check
+    assert "random numbers" in report.check.message and "fallback_random" in report.check.message
+    assert not report.errors and "CHECK FAILED" not in report.summary(), report.summary()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_triton_kernels_on_gpu():

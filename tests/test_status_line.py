@@ -15,6 +15,7 @@ from nbcompile.model.plots import bench_figure
 from nbcompile.model.render import status_lines, to_html
 from nbcompile.model.report import Check, CompileError, Report
 from nbcompile.views import panel as panel_view
+from nbcompile.views.status import status_table
 
 from nbhelpers import PRINTING_HELPER_CELL, run_compile_cell
 
@@ -113,3 +114,20 @@ def test_the_bench_figure_shows_its_figures_as_text():
     speed = fig.data[0]
     assert list(speed.text) == ["1.00x (100.0 us)", "2.00x (50.0 us)"] and speed.textposition == "outside"
     assert list(fig.data[1].text) == ["1.50 s"] and list(fig.data[2].text) == ["0.25 s"]
+
+
+def test_a_failed_check_is_one_red_line_never_also_a_compile_error(ip):
+    report = Report(check=Check(False, 7e-5, LONG), errors=[CompileError("--run", "", "check", LONG)])
+    assert [s.kind for s in status_lines(report)] == ["check"]  # the contract keeps it in errors; shown once
+    assert "error" not in report.summary().replace("CHECK FAILED", ""), report.summary()
+    assert "Compile errors" not in to_html(report)
+
+
+def test_the_status_shows_the_check_in_one_short_line(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(x)"',
+                     "import torch\ndef f(x):\n    return x.sin()\nx = torch.ones(3)\n")
+    session = nbcompile.last()
+    session.report.check = Check(False, 7e-5, LONG)
+    text = repr(status_table(session))
+    line = next(piece for piece in text.splitlines() if "heck failed" in piece)
+    assert len(line) < 300 and line.rstrip().endswith("\u2026"), line

@@ -183,6 +183,11 @@ export const RUN_SOURCES: Record<string, string> = {
   trial: 'a trial on copies'
 };
 
+/** The report's errors but the check's (a failed check has its own line: never counted twice, never a compile error). */
+export function compileErrors(report: IReport): IReport['errors'] {
+  return report.errors.filter(e => e.fail_type !== 'check');
+}
+
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
@@ -195,11 +200,12 @@ export function statusLines(report: IReport): IStatusLine[] {
     const source = RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN;
     lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(check.message), detail });
   }
-  if (report.errors.length) {
-    const last = report.errors[report.errors.length - 1];
+  const errors = compileErrors(report);
+  if (errors.length) {
+    const last = errors[errors.length - 1];
     lines.push(folded('errors', 'error',
-      `${plural(report.errors.length, 'compile error')}; last: ${functionLabel(last.function)} ${last.fail_type}: ${last.message}`,
-      report.errors.map(e => `${functionLabel(e.function)} [${e.compile_id}] ${e.fail_type}: ${e.message}`).join('\n')));
+      `${plural(errors.length, 'compile error')}; last: ${functionLabel(last.function)} ${last.fail_type}: ${last.message}`,
+      errors.map(e => `${functionLabel(e.function)} [${e.compile_id}] ${e.fail_type}: ${e.message}`).join('\n')));
   }
   if (report.notice) {
     lines.push(folded('notice', 'warn', report.notice));
@@ -456,8 +462,8 @@ export function summary(report: IReport): string {
     plural(report.recompile_count, 'recompile'),
     `compile ${report.compile_time_s.toFixed(2)} s`
   ];
-  if (report.errors.length) {
-    parts.push(plural(report.errors.length, 'error'));
+  if (compileErrors(report).length) {
+    parts.push(plural(compileErrors(report).length, 'error'));
   }
   if (report.check) {
     parts.push(!report.check.compared ? 'check not compared' : report.check.ok ? 'check ok' : 'CHECK FAILED');

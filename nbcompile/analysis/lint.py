@@ -8,7 +8,9 @@ and warns about:
 - captured tensors: closure variables and globals holding tensors or nn.Modules;
 - captured state: closure variables holding what can change under the same object (a dict, a list, a
   config object), read once at trace time;
-- mutation of inputs or of globals (and of ``self`` in a module method);
+- mutation of inputs or of globals (and of ``self`` in a module method), in-place methods and
+  methods that change an object's state included: ``opt.step()``, ``opt.zero_grad()``, ``net.train()``,
+  ``register_*``, ``sched.step()``, ``loss.backward()``;
 - calls of nn.Module objects (use ``torch.func.functional_call``);
 - data-dependent Python control flow (``if x.sum() > 0``, ``.item()``);
 - inputs or outputs that cannot be proxied in an FX graph;
@@ -44,6 +46,16 @@ _CONTAINER_MUTATORS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
     "add", "discard", "sort", "reverse",
 })
+#: Methods that change the object they are called on (``opt.step()``, ``net.train()``): a call of one on an
+#: optimizer, an LR scheduler or an nn.Module the function does not own is a mutation of global state.
+_OPTIMIZER_MUTATORS = frozenset({"step", "zero_grad", "add_param_group", "load_state_dict"})
+_MODULE_MUTATORS = frozenset({
+    "train", "eval", "zero_grad", "load_state_dict", "apply", "to", "cuda", "cpu", "xpu", "type", "half",
+    "float", "double", "bfloat16", "to_empty", "share_memory", "add_module", "set_submodule", "set_extra_state",
+})
+_SCHEDULER_MUTATORS = frozenset({"step", "load_state_dict"})
+#: The same by name alone, for an input whose type the source does not say (``def update(opt): opt.step()``).
+_STATEFUL_NAMES = frozenset({"step", "zero_grad", "add_param_group", "load_state_dict", "train", "eval"})
 _SIDE_EFFECTS = frozenset({"print", "input", "open", "breakpoint"})
 _LOGGING_CALLS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 _PROXYABLE_ANNOTATIONS = frozenset({
@@ -175,6 +187,7 @@ class _Linter:
         for sub in _walk_body(self.node):
             self._captures(sub)
             self._mutations(sub)
+            self._state_calls(sub)
             self._calls(sub)
             self._control_flow(sub)
             self._outputs(sub)
@@ -308,6 +321,57 @@ class _Linter:
                     self.warn("mutation", root, target,
                               f"{verb} {ast.unparse(target)}, which belongs to the {where} scope")
 
+    def _state_calls(self, sub: ast.AST) -> None:
+        """Method calls that change an object's state, not its values: ``opt.step()`` and ``opt.zero_grad()`` on
+        an optimizer (its state and the parameters it updates), ``net.train()`` or ``register_*`` on a module,
+        ``sched.step()``, ``loss.backward()`` (the ``.grad`` of every leaf it reaches, on any tensor), on a
+        global, a closure variable, an input or ``self``. (In-place ``x.add_()`` is ``_mutations``'.)"""
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
+            return
+        attr, receiver = sub.func.attr, sub.func.value
+        root = _root_name(receiver)
+        call = f"{cut(ast.unparse(sub.func), 40)}()"
+        if attr == "backward":
+            self.warn("mutation", ast.unparse(receiver), sub,
+                      f"calls {call}, which writes the .grad of every leaf tensor it reaches (the parameters): "
+                      "state outside the function")
+            return
+        if root is None or (root in self.locals and root not in self.params) or attr.startswith("_"):
+            return
+        if root == self.self_name:
+            what = self._state_kind(self.owner, attr) if isinstance(receiver, ast.Name) else None
+            if what is not None:
+                self.warn("mutation", ast.unparse(receiver), sub, f"calls {call}, which changes {what}: state of "
+                                                                   "the module")
+            return
+        if root in self.params:
+            if attr in _STATEFUL_NAMES or attr.startswith("register_"):
+                self.warn("mutation", root, sub, f"calls {call} on the input {root}, which changes its state "
+                                                  "(an optimizer's step, a module's mode)")
+            return
+        where, _ = self.resolve(root)
+        if where not in ("closure", "global"):
+            return
+        value = _resolve_dotted(receiver, self)
+        what = self._state_kind(type(value), attr)
+        if what is not None:
+            self.warn("mutation", root, sub, f"calls {call}, which changes {what}, which belongs to the {where} "
+                                             "scope")
+
+    @staticmethod
+    def _state_kind(cls: type | None, attr: str) -> str | None:
+        """What a call of ``attr`` on an instance of ``cls`` changes, or None for a call that changes nothing
+        the lint knows of."""
+        if cls is None:
+            return None
+        if issubclass(cls, torch.optim.Optimizer) and (attr in _OPTIMIZER_MUTATORS or attr.startswith("register_")):
+            return "the optimizer's state and the parameters it updates"
+        if _SCHEDULER is not None and issubclass(cls, _SCHEDULER) and attr in _SCHEDULER_MUTATORS:
+            return "its optimizer's learning rate"
+        if issubclass(cls, torch.nn.Module) and (attr in _MODULE_MUTATORS or attr.startswith("register_")):
+            return "the module (its mode, parameters, buffers or hooks)"
+        return None
+
     def _calls(self, sub: ast.AST) -> None:
         if not isinstance(sub, ast.Call):
             return
@@ -390,6 +454,10 @@ class _Linter:
                 where, obj = self.resolve(value.id)
                 if isinstance(obj, torch.nn.Module):
                     self.warn("not-proxyable", "return", sub, f"returns the nn.Module {value.id}")
+
+
+#: torch's LR scheduler base (``LRScheduler``; ``_LRScheduler`` before torch 2.0), when this torch has one.
+_SCHEDULER: type | None = getattr(torch.optim.lr_scheduler, "LRScheduler", None)
 
 
 def _mutable_state(value: Any) -> bool:

@@ -10,10 +10,17 @@ candidate.
 Advice must be something the user can follow: nothing asks them to edit
 installed code (torch, transformers, anything under ``sys.prefix``); a break
 inside a library gets what they can do from their own cell (a toggle on their
-own caller, moving the call, ``--track`` and a toggle on the library function,
-a config flag). ``allow_in_graph`` is never offered for a function that
-mutates its inputs or state (``Optimizer.zero_grad``), and a quoted line never
-carries its trailing comment.
+own caller, moving the call, ``--track`` and a toggle on the library function).
+``allow_in_graph`` is never offered for a function that mutates its inputs or
+state (``Optimizer.zero_grad``, a helper calling ``opt.step()``), and a quoted
+line never carries its trailing comment.
+
+torch's hints are advice only where they can be followed: a hint that sets a
+config flag names the flag as the installed torch has it and stays a hint,
+marked untried (no trial runs it); "Avoid calling the function
+`Optimizer.zero_grad`" is never a fix for a library call; a break inside a
+loop, where torch skips the whole frame, gets "compile the step, not the
+loop".
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 import re
 import sys
 import sysconfig
+import textwrap
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +44,10 @@ from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 from .lint import lint_allow_in_graph
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*)`")
+#: torch's explanation for a break inside a ``for``/``while`` loop, where it skips the whole frame.
+_IN_LOOP = re.compile(r"graph break in (?:a for/while )?loop|graph breaks in loops", re.I)
+#: torch's "Avoid calling the function `Optimizer.zero_grad`." for a function it will not trace.
+_AVOID_CALLING = re.compile(r"^\s*Avoid calling (?:the function )?`([A-Za-z_][\w.]*)`")
 _SIDE_EFFECT_WORDS = ("print", "logging", "logger", "warn")
 #: Library methods that change their object by name alone (the lint cannot always read them).
 _MUTATOR_NAMES = frozenset({"zero_grad", "step", "backward", "register_buffer", "load_state_dict", "train", "eval",
@@ -275,6 +287,10 @@ class Advisor:
         scalar = scalar_capture_helps(brk.source_line)
         if not scalar:
             brk.hints = [h for h in brk.hints if "capture_scalar_outputs" not in h]
+        # a hint that sets a flag names it as the installed torch has it (torch 2.13 prints
+        # `torch._dynamo.trace_autograd_ops` for `torch._dynamo.config.trace_autograd_ops`), and says that
+        # nothing tried it: it stays torch's hint, never a fix, as no trial runs it
+        brk.hints = [checked_config_hint(h) if _config_hint(h) else h for h in brk.hints]
         if is_installed(brk.filename):
             # torch's own hints that say to edit the line ("Remove the `torch._dynamo.graph_break()` call")
             # cannot be followed in installed code: the fixes say what the user can do instead
@@ -310,6 +326,10 @@ class Advisor:
         explicit = "graph_break()" in brk.gb_type
         data_dependent = "data-dependent" in gb or ".item()" in brk.gb_type or "tolist" in gb
         line = f"line {brk.cell_line}" if brk.cell_line is not None else f"{brk.filename}:{brk.lineno}"
+        backward = "backward()" in brk.gb_type or bool(re.search(r"\.backward\s*\(", code))
+        in_loop = bool(_IN_LOOP.search(f"{brk.gb_type} {brk.explanation}"))
+        if in_loop:
+            return self._loop_fixes(brk, holder, line)
 
         if holder is not None and holder not in self.entries and self.toggles.get(holder, "compile") == "compile":
             if side_effect:
@@ -347,13 +367,70 @@ class Advisor:
             fixes.append(Fix("", f"keep the value a tensor inside the compiled code and print or log it after the "
                                  f"compiled call ({line}): torch._dynamo.config.capture_scalar_outputs = True would "
                                  "not remove this break, as the call the value goes to breaks on the same line"))
-        elif "skip" in gb:
+        elif backward:
+            fixes.append(Fix("", f"call `{code}` outside {holder or 'the compiled function'} ({line}), after the "
+                                 "compiled call: compile the model and the loss (return the loss), then run "
+                                 "backward() and the optimizer's step on what it returns. Dynamo does not trace "
+                                 "Tensor.backward(); AOTAutograd (aot_eager, inductor) still compiles the backward "
+                                 "pass with the forward graph"))
+        elif "skip" in gb and not in_loop:
             callee = next(iter(_BACKTICKED.findall(brk.explanation or "")), "")
             if callee:
                 fixes.extend(self._skipped_callee(brk, callee, holder, line))
         if not fixes:
-            fixes.extend(Fix("", hint) for hint in map(user_hint, brk.hints[:1]) if hint)
+            fixes.extend(Fix("", hint) for hint in map(user_hint, brk.hints)
+                         if hint and self._hint_is_advice(hint))
+            del fixes[1:]
         return fixes
+
+    def _hint_is_advice(self, hint: str) -> bool:
+        """Whether torch's hint may stand as a fix: not a config flag (no trial has run it: it stays a hint,
+        marked untried), and not "Avoid calling the function `X`" for a function that is not the cell's own
+        (``Optimizer.zero_grad``: a training step cannot avoid it; the advice says where to call it instead)."""
+        if _config_hint(hint):
+            return False
+        avoided = _AVOID_CALLING.match(hint)
+        if avoided is None:
+            return True
+        short = avoided.group(1).rsplit(".", 1)[-1]
+        return any(name.rpartition(":")[2].rsplit(".", 1)[-1] == short and not is_installed(
+            getattr(_code_of(fn), "co_filename", "")) for name, fn in self.tracked.items())
+
+    def _loop_fixes(self, brk: GraphBreak, holder: str | None, line: str) -> list[Fix]:
+        """A break inside a ``for``/``while`` loop: torch.compile gives up on the whole frame (it runs eagerly,
+        every batch), as Dynamo cannot resume in the middle of a loop. Moving one call out of the loop's body
+        cannot help while the loop stays compiled: compile the body (the per-batch step), loop outside."""
+        where = holder or brk.function or "the compiled function"
+        loop = self._loop_at(brk, holder)
+        at = f"its {loop[0]} loop (line {loop[1]})" if loop is not None else "a loop"
+        callee = next(iter(_BACKTICKED.findall(f"{brk.explanation} {brk.reason} {' '.join(brk.hints)}")), "")
+        call = code_text(brk.source_line, 60) or callee or "the call"
+        return [Fix("", f"{where} runs eagerly, all of it: the break at `{call}` ({line}) is inside {at}, and "
+                        "torch.compile skips a frame with a graph break in a loop. Compile the step, not the loop: "
+                        f"move the loop's body into a function of this cell (one batch: forward, loss, backward, "
+                        f"step) and compile that, calling it from a loop that is not compiled; keep `{call}` in the "
+                        "loop, outside the compiled step, or leave it in the step, where its break no longer "
+                        "costs the whole loop")]
+
+    def _loop_at(self, brk: GraphBreak, holder: str | None) -> tuple[str, int] | None:
+        """(``for`` or ``while``, its line as the break's line is counted) of the innermost loop of the holder
+        whose body holds the break's line; None when the source cannot be read."""
+        fn = self.tracked.get(holder or "")
+        code = _code_of(fn)
+        if fn is None or code is None or code.co_filename != brk.filename:
+            return None
+        try:
+            tree = ast.parse(textwrap.dedent(_pyinspect.getsource(getattr(fn, "__func__", fn))))
+        except (OSError, TypeError, SyntaxError):
+            return None
+        offset = code.co_firstlineno - 1
+        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+                 and n.lineno + offset <= brk.lineno <= (n.end_lineno or n.lineno) + offset]
+        if not loops:
+            return None
+        inner = max(loops, key=lambda n: n.lineno)
+        shift = (brk.cell_line - brk.lineno) if brk.cell_line is not None else 0
+        return ("while" if isinstance(inner, ast.While) else "for"), inner.lineno + offset + shift
 
     def _skipped_callee(self, brk: GraphBreak, callee: str, holder: str | None, line: str) -> list[Fix]:
         """A call Dynamo will not trace (a function torch marked skipped, ``Optimizer.zero_grad``): move it
@@ -447,8 +524,7 @@ class Advisor:
                                  f"the %%compile line, then run %nbcompile set {name} disable; its re-run shows "
                                  "whether the break goes",
                              effect=f"{UNPROVEN}: no trial tries a library function the session does not track"))
-        fixes.extend(Fix("", hint) for hint in brk.hints if _config_hint(hint))
-        return fixes
+        return fixes  # torch's config hints stay hints, marked untried (``checked_config_hint``)
 
     def _library_entry(self, frames: tuple[tuple[str, int, str], ...], at: int) -> tuple[str, list[types.CodeType]]:
         """What the user's line ``frames[at]`` called into installed code by (``AdamW.step`` for ``opt.step()``),
@@ -502,6 +578,60 @@ _REPORT = re.compile(r"\b(?:file|report|open|submit|raise)\s+(?:an?\s+|the\s+)?(
 _FOR_TORCH = re.compile(r"\bDynamo bug\b|tracing rules|difficult to debug|Dynamo developers", re.I)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _OR_REPORT = re.compile(r",?\s*\bor\s+(?:please\s+)?(?:file|report|open|submit|raise)\b[^.]*", re.I)
+
+
+#: ``torch._dynamo.trace_autograd_ops=True`` in a hint: the flag's dotted name, then its value.
+_CONFIG_SET = re.compile(r"\b(torch(?:\.\w+)+)\s*=\s*(True|False|-?\d+(?:\.\d+)?|'[^']*'|\"[^\"]*\")?")
+_MISSING = object()
+#: Marks a config hint as torch's, untried: it stays a hint (never a fix) as no trial runs it.
+UNTRIED_HINT = "torch's hint, not tried by nbcompile"
+
+
+def _resolve(dotted: str) -> Any:
+    """The object ``torch.a.b`` names in the installed torch (attributes only: nothing is imported), or
+    ``_MISSING``. Used to feature-test a name that torch's own text gives, not to use it."""
+    value: Any = sys.modules.get("torch", _MISSING)
+    for part in dotted.split(".")[1:]:
+        value = getattr(value, part, _MISSING) if value is not _MISSING else _MISSING
+    return value
+
+
+def config_flag(dotted: str) -> str | None:
+    """The dotted name of the config flag a hint means, as the installed torch has it: the name itself when it
+    resolves to a flag (a bool, number or string), else ``<module>.config.<flag>`` when that does
+    (``torch._dynamo.trace_autograd_ops`` -> ``torch._dynamo.config.trace_autograd_ops``); None when neither."""
+    if not dotted.startswith("torch."):
+        return None
+    head, _, flag = dotted.rpartition(".")
+    for candidate in (dotted, f"{head}.config.{flag}"):
+        value = _resolve(candidate)
+        if value is None or isinstance(value, (bool, int, float, str, list, tuple, set, frozenset, dict)):
+            return candidate
+    return None
+
+
+def checked_config_hint(hint: str) -> str:
+    """torch's hint that sets a flag, with the flag named as the installed torch has it and marked untried:
+    "Set torch._dynamo.trace_autograd_ops=True" -> "Set torch._dynamo.config.trace_autograd_ops=True (torch
+    wrote torch._dynamo.trace_autograd_ops, which this torch does not have; torch's hint, not tried by
+    nbcompile)". A flag this torch lacks under either name is said to be missing."""
+    if UNTRIED_HINT in hint:
+        return hint
+    notes: list[str] = []
+
+    def named(m: re.Match[str]) -> str:
+        dotted = m.group(1)
+        real = config_flag(dotted)
+        if real is None:
+            if _resolve(dotted) is _MISSING:
+                notes.append(f"this torch has no {dotted}")
+            return m.group(0)
+        if real != dotted:
+            notes.append(f"torch wrote {dotted}, which does not exist")
+        return m.group(0).replace(dotted, real, 1)
+
+    text = _CONFIG_SET.sub(named, hint).rstrip()
+    return f"{text} ({'; '.join([*notes, UNTRIED_HINT])})"
 
 
 def _config_hint(hint: str) -> bool:

@@ -230,6 +230,13 @@ def force_eager() -> Any:
     return set_stance("force_eager")
 
 
+def inductor_fallback_random() -> bool:
+    """Whether Inductor draws random numbers with eager's generator (``torch._inductor.config.fallback_random``):
+    then a compiled run's random values match an eager run's from the same seed."""
+    config = getattr(getattr(torch, "_inductor", None), "config", None)
+    return bool(getattr(config, "fallback_random", False))
+
+
 def inductor_caches_disabled() -> Any:
     """A context in which Inductor compiles from scratch (its FX graph and kernel caches off)."""
     import contextlib

@@ -100,6 +100,8 @@ def _is_state(value: Any) -> bool:
                           types.MemberDescriptorType, types.GetSetDescriptorType, types.WrapperDescriptorType,
                           types.MethodDescriptorType, property, enum.Enum)):
         return False
+    if isinstance(value, (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Manager)):
+        return False  # where records go, not data: its registry holds every logger of the process
     if torch_compat.unwrap_compiled(value) is not value:
         return isinstance(torch_compat.unwrap_compiled(value), torch.nn.Module)
     if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, list, dict, set, tuple)):

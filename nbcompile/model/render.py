@@ -7,6 +7,7 @@ HTML goes through ``html.escape``.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from ..core import torch_compat
 from ..core.text import _e, _table, function_label, plural, short_path, user_function
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
-    from .report import Check, Fix, Graph, Report
+    from .report import Check, CompileError, Fix, Graph, Report
 
 MIME_TYPE = "application/vnd.nbcompile.report+json"
 
@@ -45,6 +46,12 @@ def cause_counts(report: Report) -> list[str]:
     return [splits_text(report), plural(len(report.causes), "cause")]
 
 
+def compile_errors(report: Report) -> list[CompileError]:
+    """The report's errors but the check's (a failed check is in ``errors`` too, as the contract says; its own
+    line shows it, so no view counts it twice or calls it a compile error)."""
+    return [e for e in report.errors if e.fail_type != "check"]
+
+
 def summary_line(report: Report) -> str:
     parts = [
         plural(report.frame_count, "frame"),
@@ -54,8 +61,8 @@ def summary_line(report: Report) -> str:
         plural(report.recompile_count, "recompile"),
         f"compile {report.compile_time_s:.2f} s",
     ]
-    if report.errors:
-        parts.append(plural(len(report.errors), "error"))
+    if compile_errors(report):
+        parts.append(plural(len(compile_errors(report)), "error"))
     if report.fallbacks:
         parts.append(f"{plural(len(report.fallbacks), 'FALLBACK')} to eager")
     if report.check is not None:
@@ -178,7 +185,7 @@ def to_text(report: Report) -> str:
         lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
         for fix in fb.fixes:
             lines.append(f"    fix: {fix.command}  # {fix.why}" if fix.command else f"    fix: {fix.why}")
-    for e in report.errors:
+    for e in compile_errors(report):
         lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
     if report.check is not None:
         lines.append(f"  {check_head(report.check)} ({check_source(report.check)}): {report.check.message}")
@@ -286,13 +293,14 @@ def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
     lines = []
     if report.check is not None:
         lines.append(check_line(report.check, source))
-    if report.errors:
-        last = report.errors[-1]
+    errors = compile_errors(report)
+    if errors:
+        last = errors[-1]
         lines.append(_folded(
-            "errors", "error", f"{plural(len(report.errors), 'compile error')}; last: {function_label(last.function)} "
+            "errors", "error", f"{plural(len(errors), 'compile error')}; last: {function_label(last.function)} "
             f"{last.fail_type}: {last.message}",
             "\n".join(f"{function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}"
-                      for e in report.errors)))
+                      for e in errors)))
     if report.notice:
         lines.append(_folded("notice", "warn", report.notice))
     if report.fallbacks:
@@ -405,11 +413,11 @@ def to_html(report: Report) -> str:
         parts.append(_table(["function", "rule", "variable", "line", "warning"],
                             [(w.function, w.rule, w.variable, w.cell_line if w.cell_line is not None else w.lineno,
                               w.message) for w in report.warnings]))
-    if report.errors:
+    if compile_errors(report):
         parts.append("<details><summary>Compile errors</summary>")
         parts.append(_table(["function", "compile id", "error", "message"],
                             [(function_label(e.function), e.compile_id, e.fail_type, e.message)
-                             for e in report.errors]))
+                             for e in compile_errors(report)]))
         parts.append("</details>")
     if report.graphs:
         parts.append("<h5>Graphs</h5>")
@@ -514,8 +522,6 @@ GUARD_SHARE_FLAG = 0.10
 
 def guard_kinds(frame: Any, top: int = 3) -> str:
     """Which guards dominate: ``TENSOR_MATCH x50, ID_MATCH x3``."""
-    from collections import Counter
-
     kinds = Counter(g.split(":", 1)[0].strip() for g in frame.guards if ":" in g)
     return ", ".join(f"{k} x{n}" for k, n in kinds.most_common(top))
 
@@ -541,8 +547,6 @@ def guard_cost_text(frame: Any, call_s: float | None = None) -> str:
 
 def limit_warnings(report: Report, limit: int | None = None) -> list[str]:
     """Functions that used half of ``recompile_limit`` or more: warned before they fall back to eager."""
-    from collections import Counter
-
 
     limit = limit or torch_compat.recompile_limit()
     fallen = {f.function for f in report.fallbacks if f.kind == "recompile_limit"}

@@ -42,6 +42,7 @@ from ..model.render import (
     SEVERITY_COLORS,
     StatusLine,
     change_text,
+    compile_errors,
     fixes_html,
     graph_places,
     graphs_table,
@@ -709,8 +710,8 @@ class Panel(widgets.VBox):
         if session.stale:
             lines.append(StatusLine("stale", "error", short(session.stale), session.stale
                                     if short(session.stale) != session.stale else ""))
-        error = self.last_error or (
-            f"{report.errors[-1].fail_type}: {report.errors[-1].message}" if report.errors else None)
+        errors = compile_errors(report)
+        error = self.last_error or (f"{errors[-1].fail_type}: {errors[-1].message}" if errors else None)
         if self.last_error:
             lines.append(StatusLine("errors", "error", short(error or ""), "", label="last error"))
         if report.check is None:
@@ -720,7 +721,7 @@ class Panel(widgets.VBox):
             if line.kind == "errors" and not self.last_error:
                 line.label = "last error"
                 line.text = short(error or "")
-                line.detail = "\n".join(f"{e.fail_type}: {e.message}" for e in report.errors)
+                line.detail = "\n".join(f"{e.fail_type}: {e.message}" for e in errors)
             if line.kind != "errors" or not self.last_error:
                 lines.append(line)
         if not error and self.last_effect:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.text import _e, _table, function_label, short_path
+from ..core.text import _e, _table, cut, function_label, short_path
 from ..model.render import change_text, check_head, check_source, fix_proof, status_lines
 from .protocols import PanelSession
+
+#: The most characters of the check's message the status shows (the report holds the whole of it).
+STATUS_CHECK_CHARS = 240
 
 
 class StatusTable:
@@ -50,7 +53,8 @@ def status_table(session: PanelSession) -> StatusTable:
     for line in status_lines(report):  # one short line per kind: the check, errors, notices, lint...
         if line.kind == "check":  # the whole message, and the run its figures come from
             if report.check is not None:
-                notes.append(f"{check_head(report.check)} ({check_source(report.check)}): {report.check.message}")
+                notes.append(f"{check_head(report.check)} ({check_source(report.check)}): "
+                             f"{cut(' '.join(report.check.message.split()), STATUS_CHECK_CHARS)}")
         elif line.kind == "lint":
             notes += [f"allow_in_graph lint, {w.function}: {w.message}" for w in report.warnings]
         else:
