@@ -133,18 +133,82 @@ def test_the_fingerprint_sees_changes_at_any_depth_and_is_bounded():
     assert not small.complete
 
 
-def test_a_module_too_large_to_watch_is_not_vouched_for(ip, make_module, monkeypatch):
-    make_module("nbdeep_big", "rows = [[i] for i in range(5000)]\n")
+def test_a_module_the_run_reaches_too_large_to_watch_is_not_vouched_for(ip, make_module, monkeypatch):
+    make_module("nbdeep_big", "rows = [[i] for i in range(5000)]\nn = 0\ndef bump():\n    global n\n    n += 1\n")
     monkeypatch.setattr(fingerprint, "MAX_NODES", 1000)
     run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', textwrap.dedent("""\
         import torch
+        import nbdeep_big
         def f(x):
+            nbdeep_big.bump()
             return x.sin()
         x = torch.ones(4)
         """))
     check = nbcompile.last().report.check
     assert not check.compared and "nbdeep_big" in check.message and "more state than nbcompile watches" \
         in check.message, check.message
+
+
+def test_a_large_module_the_run_never_names_costs_no_verdict(ip, make_module, monkeypatch):
+    make_module("nbdeep_data", "rows = [(i, i % 7) for i in range(5000)]\n")
+    monkeypatch.setattr(fingerprint, "OTHER_NODES", 1000)  # a data set in a module the cell imports, unused
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', textwrap.dedent("""\
+        import torch
+        import nbdeep_data
+        def f(x):
+            return x.sin()
+        x = torch.ones(4)
+        """))
+    check = nbcompile.last().report.check
+    assert check.ok and check.compared, check.message
+    assert nbcompile.last().fix(budget_s=10).trials  # and the search runs
+
+
+def test_a_toggle_of_a_method_of_a_class_in_a_user_module_is_not_an_outside_effect(ip, make_module):
+    make_module("nbdeep_model", textwrap.dedent("""\
+        import torch
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+            def forward(self, x):
+                torch._dynamo.graph_break()
+                return self.lin(x).relu()
+        """))
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --track nbdeep_model:Block.forward --run "f(x)"',
+                     textwrap.dedent("""\
+        import torch
+        import nbdeep_model
+        blk = nbdeep_model.Block()
+        def f(x):
+            return blk(x.sin()).cos()
+        x = torch.ones(2, 4)
+        """))
+    result = nbcompile.last().fix(budget_s=30)
+    toggled = [t for t in result.trials if t.toggles.get("nbdeep_model:Block.forward", "compile") != "compile"]
+    assert toggled, [t.toggles for t in result.trials]
+    assert not any("in place" in (t.error or "") for t in toggled), [(t.toggles, t.error) for t in toggled]
+
+
+def test_changes_in_place_the_audit_sees_past_containers():
+    def bump():
+        return None
+    bump.calls = 0
+    queue_ = __import__("queue").Queue()
+    counter = __import__("itertools").count()
+    buf = __import__("array").array("d", [0.0])
+    t = torch.zeros(3)
+
+    class Tagged(dict):
+        pass
+    tagged = Tagged()
+    tagged.note = 0
+    for target, change in ((bump, lambda: setattr(bump, "calls", 1)), (queue_, lambda: queue_.put(1)),
+                           (counter, lambda: next(counter)), (buf, lambda: buf.__setitem__(0, 1.0)),
+                           (t, lambda: t.data.add_(1)), (tagged, lambda: setattr(tagged, "note", 1))):
+        before = fingerprint.Walk().of(target)
+        change()
+        assert fingerprint.Walk().of(target) != before, target
 
 
 # --- a traced-once helper reading a value by a name computed at run time -----------------------------------

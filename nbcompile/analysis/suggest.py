@@ -401,7 +401,7 @@ class Advisor:
         every batch), as Dynamo cannot resume in the middle of a loop. Moving one call out of the loop's body
         cannot help while the loop stays compiled: compile the body (the per-batch step), loop outside."""
         where = holder or brk.function or "the compiled function"
-        loop = self._loop_at(brk, holder)
+        loop = self._loop_at(brk.filename, brk.lineno, brk.cell_line, holder)
         at = f"its {loop[0]} loop (line {loop[1]})" if loop is not None else "a loop"
         callee = next(iter(_BACKTICKED.findall(f"{brk.explanation} {brk.reason} {' '.join(brk.hints)}")), "")
         call = code_text(brk.source_line, 60) or callee or "the call"
@@ -412,12 +412,13 @@ class Advisor:
                         "loop, outside the compiled step, or leave it in the step, where its break no longer "
                         "costs the whole loop")]
 
-    def _loop_at(self, brk: GraphBreak, holder: str | None) -> tuple[str, int] | None:
+    def _loop_at(self, filename: str, lineno: int, cell_line: int | None,
+                 holder: str | None) -> tuple[str, int] | None:
         """(``for`` or ``while``, its line as the break's line is counted) of the innermost loop of the holder
         whose body holds the break's line; None when the source cannot be read."""
         fn = self.tracked.get(holder or "")
         code = _code_of(fn)
-        if fn is None or code is None or code.co_filename != brk.filename:
+        if fn is None or code is None or code.co_filename != filename:
             return None
         try:
             tree = ast.parse(textwrap.dedent(_pyinspect.getsource(getattr(fn, "__func__", fn))))
@@ -425,11 +426,11 @@ class Advisor:
             return None
         offset = code.co_firstlineno - 1
         loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
-                 and n.lineno + offset <= brk.lineno <= (n.end_lineno or n.lineno) + offset]
+                 and n.lineno + offset <= lineno <= (n.end_lineno or n.lineno) + offset]
         if not loops:
             return None
         inner = max(loops, key=lambda n: n.lineno)
-        shift = (brk.cell_line - brk.lineno) if brk.cell_line is not None else 0
+        shift = (cell_line - lineno) if cell_line is not None else 0
         return ("while" if isinstance(inner, ast.While) else "for"), inner.lineno + offset + shift
 
     def _skipped_callee(self, brk: GraphBreak, callee: str, holder: str | None, line: str) -> list[Fix]:
@@ -506,9 +507,17 @@ class Advisor:
                 fixes.append(self._toggle(holder, "disable",
                                           f"{holder} runs eagerly: the break {inside} becomes one break at its call, "
                                           "and the caller's other ops stay in graphs"))
-            fixes.append(Fix("", f"the break is {inside}, which is not yours to edit: call `{call or 'it'}` "
-                                 f"({at}) outside {holder or 'the compiled function'}, or put it in a helper of "
-                                 "this cell and disable that helper"))
+            loop = self._loop_at(filename, lineno, None, holder)
+            if loop is not None:  # outside the function would be outside the loop: the step is what to compile
+                fixes.append(Fix("", f"the break is {inside}, which is not yours to edit, and `{call or 'it'}` "
+                                     f"({at}) is inside the {loop[0]} loop of {holder} (line {loop[1]}): compile "
+                                     "the step, not the loop (move the loop's body into a function of this cell "
+                                     f"and compile that), and call `{call or 'it'}` in the loop after the "
+                                     "compiled step"))
+            else:
+                fixes.append(Fix("", f"the break is {inside}, which is not yours to edit: call `{call or 'it'}` "
+                                     f"({at}) outside {holder or 'the compiled function'}, or put it in a helper "
+                                     "of this cell and disable that helper"))
         else:
             fixes.append(Fix("", f"the break is {inside}, which is not yours to edit: disable the function of your "
                                  "cell that calls into it, or call that code outside the compiled function"))

@@ -728,25 +728,28 @@ class _ModuleAudit:
         held = {(id(slot.owner), slot.key) for slot in replay.slots.values()}
         self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Hashable]]] = []
         spaces = [slot.owner for slot in replay.slots.values() if isinstance(slot.owner, dict)]
-        reached = list(replay.modules)  # and every other user module: importlib, sys.modules, __import__
-        reached += [m for m in user_modules(exclude=spaces) if not any(m is r for r in reached)]
-        self.walk = fingerprint.Walk()
+        named = list(replay.modules)  # and every other user module: importlib, sys.modules, __import__
+        others = [m for m in user_modules(exclude=spaces) if not any(m is r for r in named)]
         self.unseen: list[str] = []
-        for module in reached:
+        self.budgets: list[tuple[int, int]] = []
+        for module in named + others:
             space = vars(module)
             watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
-            complete = self.walk.complete
-            prints = {k: self.walk.of(v, module.__name__) for k, v in watched.items()}
-            if complete and not self.walk.complete:
+            budget = ((fingerprint.MAX_NODES, fingerprint.MAX_BUFFER_BYTES) if any(module is m for m in named)
+                      else (fingerprint.OTHER_NODES, fingerprint.OTHER_BUFFER_BYTES))
+            walk = fingerprint.Walk(*budget)
+            prints = {k: walk.of(v, module.__name__) for k, v in watched.items()}
+            if not walk.complete and budget[0] == fingerprint.MAX_NODES:  # a module the run names: not vouched for
                 self.unseen.append(module.__name__)
             self.before.append((module, watched, prints))
+            self.budgets.append(budget)
         self.held = held
         self.imports = {name for name in replay.imports if name not in sys.modules}
 
     def settle(self) -> str:
         effects: list[str] = []
-        after = fingerprint.Walk()
-        for module, watched, prints in self.before:
+        for (module, watched, prints), budget in zip(self.before, self.budgets, strict=True):
+            after = fingerprint.Walk(*budget)  # the same bounds: what was cut before is cut again
             space = vars(module)
             for key in [k for k in space if not k.startswith("__") and k not in watched
                         and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:

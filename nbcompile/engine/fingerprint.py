@@ -16,7 +16,9 @@ reused by a new object during the run.
 from __future__ import annotations
 
 import argparse
+import array
 import collections
+import itertools
 import sys
 import types
 import zlib
@@ -27,10 +29,17 @@ import torch
 
 from ..core import torch_compat
 
-#: The most objects one audit walks.
+#: The most objects the audit walks in one module the run reaches (a global, an import in its code).
 MAX_NODES = 200_000
-#: The most bytes of numpy arrays and byte buffers one audit checksums.
+#: The most bytes of numpy arrays and byte buffers it checksums there.
 MAX_BUFFER_BYTES = 64 * 2**20
+#: The same, for every other user module (one the run could reach only by ``importlib`` or ``sys.modules``):
+#: watched as far as these go, so that a data set in a module the run never names costs little.
+OTHER_NODES = 20_000
+OTHER_BUFFER_BYTES = 8 * 2**20
+#: A CPU tensor up to this size is fingerprinted by its contents too (a write through ``.data`` or ``.numpy()``
+#: does not move its version counter).
+SMALL_TENSOR_BYTES = 64 * 2**10
 #: How deep the walk follows containers and attributes.
 MAX_DEPTH = 24
 
@@ -82,39 +91,50 @@ class Walk:
             return self._tensor(value, depth, seen)
         if isinstance(value, types.ModuleType):
             return ("module",)  # audited as a module of its own, or not the user's
+        extra = self._attributes(value, depth, seen) if isinstance(value, _PLAIN_CONTAINERS) \
+            and type(value) not in _PLAIN_CONTAINERS else ()  # a dict subclass's own attributes
         if isinstance(value, (list, tuple, collections.deque)):
-            return ("seq", *(walk(v, depth, seen) for v in value))
+            return ("seq", *(walk(v, depth, seen) for v in value), *extra)
         if isinstance(value, dict):
-            return ("map", *((walk(k, depth, seen), walk(v, depth, seen)) for k, v in list(value.items())))
+            return ("map", *((walk(k, depth, seen), walk(v, depth, seen)) for k, v in list(value.items())), *extra)
         if isinstance(value, (set, frozenset)):
-            return ("set", frozenset(walk(v, depth, seen) for v in value))
-        if isinstance(value, (bytearray, memoryview)) or _is_ndarray(value):
+            return ("set", frozenset(walk(v, depth, seen) for v in value), *extra)
+        if isinstance(value, (bytearray, memoryview, array.array)) or _is_ndarray(value):
             return ("buffer", *self._buffer(value))
+        if isinstance(value, itertools.count):
+            return ("count", repr(value))  # its next number shows only in its repr
         if isinstance(value, types.FunctionType):
             cells = tuple(_cell(c) for c in value.__closure__ or ())
+            own = tuple((k, walk(v, depth, seen)) for k, v in list(vars(value).items())
+                        if not k.startswith(("__", "_torchdynamo", "_dynamo")))
             return ("function", walk(value.__defaults__, depth, seen), walk(value.__kwdefaults__, depth, seen),
-                    *(walk(c, depth, seen) for c in cells))
+                    own, *(walk(c, depth, seen) for c in cells))
         if isinstance(value, types.MethodType):
             return ("method", walk(value.__func__, depth, seen), walk(value.__self__, depth, seen))
         if isinstance(value, type):
             if not _own_class(value):
                 return ("class",)
-            return ("class", *((k, walk(v, depth, seen)) for k, v in list(vars(value).items())
-                               if not k.startswith("__")))
-        if not isinstance(value, _WALKED) and not _own_class(type(value)):
+            # its methods by name only: nbcompile's toggles install their wrappers there while a run binds them
+            return ("class", *((k, ("code",) if _is_code(v) else walk(v, depth, seen))
+                               for k, v in list(vars(value).items()) if not k.startswith("__")))
+        if not isinstance(value, _WALKED) and not _own_class(type(value)) and not _plain_stdlib(type(value)):
             return ("library",)  # a library's object (a logger, a device): its registries are not the user's
+        return ("object", *self._attributes(value, depth, seen))
+
+    def _attributes(self, value: Any, depth: int, seen: dict[int, int]) -> tuple[Hashable, ...]:
+        """An object's own attributes (its ``__dict__`` and slots): a dict subclass's too."""
         parts: list[Hashable] = []
         attrs = getattr(value, "__dict__", None)
         if isinstance(attrs, dict):
-            parts.append(walk(attrs, depth, seen))
+            parts.append(self._of(attrs, depth, seen))
         for name in _slots(type(value)):
             try:
                 slot = getattr(value, name, None)
             except Exception:  # a slot whose descriptor raises: its contents cannot be seen
                 self.complete = False
                 continue
-            parts.append((name, walk(slot, depth, seen)))
-        return ("object", *parts)
+            parts.append((name, self._of(slot, depth, seen)))
+        return tuple(parts)
 
     def _tensor(self, value: torch.Tensor, depth: int, seen: dict[int, int]) -> tuple[Hashable, ...]:
         try:
@@ -122,7 +142,10 @@ class Walk:
         except RuntimeError:  # an inference tensor has no version counter: its contents then
             version = self._buffer_of_tensor(value)
         grad = value.grad if value.is_leaf else None
-        return ("tensor", version, self._of(grad, depth, seen) if grad is not None else None)
+        contents: Hashable = None
+        if value.device.type == "cpu" and value.numel() * value.element_size() <= SMALL_TENSOR_BYTES:
+            contents = self._buffer_of_tensor(value)  # writes through .data or .numpy() keep the version
+        return ("tensor", version, contents, self._of(grad, depth, seen) if grad is not None else None)
 
     def _buffer_of_tensor(self, value: torch.Tensor) -> Hashable:
         size = value.numel() * value.element_size()
@@ -151,6 +174,25 @@ class Walk:
         if not view.c_contiguous:
             return (view.shape, zlib.crc32(view.tobytes()))
         return (view.shape, zlib.crc32(view.cast("B") if view.ndim else view.tobytes()))
+
+
+_PLAIN_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
+#: Standard-library modules whose objects hold the process's machinery, not the user's data.
+_MACHINERY = frozenset({"logging", "threading", "asyncio", "socket", "ssl", "multiprocessing", "concurrent",
+                        "subprocess", "selectors", "io", "_io", "weakref", "abc", "typing", "enum"})
+
+
+def _plain_stdlib(cls: type) -> bool:
+    """A class of the standard library written in Python whose objects hold data (``queue.Queue``,
+    ``collections.Counter``, ``fractions.Fraction``), not machinery (loggers, threads, files)."""
+    top = cls.__module__.split(".", 1)[0]
+    return top in sys.stdlib_module_names and top not in _MACHINERY and hasattr(cls, "__dict__") \
+        and bool(cls.__flags__ & (1 << 9))
+
+
+def _is_code(value: Any) -> bool:
+    return isinstance(value, (types.FunctionType, staticmethod, classmethod, property)) or (
+        callable(value) and not isinstance(value, type) and hasattr(value, "__wrapped__"))
 
 
 def _is_ndarray(value: Any) -> bool:

@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping, MutableSequence, MutableSet
 from typing import Any
 
 import torch
@@ -607,84 +607,249 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
     included): (slot, value now, a different value of the same kind). A function ``allow_in_graph`` or
     ``nonstrict_trace`` puts in the graph runs its Python once, at trace time, and Dynamo does not guard
     what it read: such a global changed later is not seen. What it reads and cannot vary is
-    ``unjudged``."""
+    ``unjudged``.
+
+    It fails closed: chains of attributes (``pkg.config.SCALE``, ``Cfg.Inner.scale``) are followed
+    through user modules and classes; a user module or class that is stored to a local, held in a
+    closure cell, a default or passed on has every attribute the code names read; a function's defaults
+    are read values; a bound method reads its ``__self__``; library state (``os.environ``) is unjudged."""
     out: dict[tuple[int, str], tuple[Slot, Any, Any]] = {}
     unjudged: dict[str, None] = {}
     seen: set[int] = set()
     pending = [(name, fn) for name, fn in functions.items()]
+    names: set[str] = set()  # every attribute name the visited code mentions
+    escaped: dict[int, tuple[Any, str]] = {}  # user modules, classes, instances read by any of those names
+    done: dict[int, set[str]] = {}
 
     def attribute(owner: Any, name: str, label: str) -> None:
-        where = vars(owner)
-        if name not in where or name.startswith("__"):
+        holder = _holder(owner, name)
+        if holder is None or name.startswith("__"):
             return
-        attr = where[name]
+        attr = vars(holder)[name]
         if isinstance(attr, (types.FunctionType, staticmethod, classmethod)):
             pending.append((name, getattr(attr, "__func__", attr)))
-        elif not isinstance(attr, (property, types.ModuleType, type)):
-            _add_frozen(out, unjudged, owner if isinstance(owner, type) else where, name, label, attr)
+        elif _followable(attr):  # a module or class reached by name: what the code names in it is read
+            escaped.setdefault(id(attr), (attr, _name_of(attr)))
+        elif not isinstance(attr, property):
+            _add_frozen(out, unjudged, holder if isinstance(holder, type) else vars(holder), name, label, attr)
 
-    while pending:
-        label, fn = pending.pop()
-        fn = torch_compat.unwrap_compiled(fn)
-        fn = getattr(fn, "__func__", fn)
-        while getattr(fn, "__wrapped__", None) is not None and id(fn.__wrapped__) not in seen:
-            seen.add(id(fn))
-            fn = fn.__wrapped__
-        code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-        if not isinstance(code, types.CodeType) or not isinstance(space, dict) or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
-            try:
-                held = cell.cell_contents
-            except ValueError:
+    def held(value: Any, label: str) -> None:
+        """A value read by the code other than by a global's name: a closure cell's, a default's."""
+        if isinstance(value, types.FunctionType):
+            pending.append((label, value))
+            if value.__name__ == "<lambda>":
+                unjudged[f"{label} (a lambda the user may rebind)"] = None
+        elif _followable(value):
+            escaped.setdefault(id(value), (value, _name_of(value)))
+        elif isinstance(value, types.ModuleType):
+            library(value, set(), label)
+        elif _bound_self(value) is not None:
+            bound(value, label)
+        elif type(value) is dict:
+            items(value, label)
+        elif not _immutable(value) and not _inert(value):
+            unjudged[f"{label} ({type(value).__name__})"] = None
+
+    def items(value: dict[Any, Any], label: str) -> None:
+        """A dict read through a name that cannot be rebound (a default, a bound ``get``): varied in place."""
+        if len(value) > _MAX_PERTURBED or not all(isinstance(k, str) for k in value):
+            unjudged[f"{label} (a dict nbcompile cannot vary in place)"] = None
+            return
+        for key, item in value.items():
+            _add_frozen(out, unjudged, value, key, f"{label}[{key!r}]", item)
+
+    def bound(value: Any, label: str) -> None:
+        """A bound method reads its ``__self__``."""
+        owner = _bound_self(value)
+        function = getattr(value, "__func__", None)
+        if isinstance(function, types.FunctionType):
+            pending.append((label, function))
+        if owner is None or _inert(owner):
+            return
+        if _followable(owner):
+            escaped.setdefault(id(owner), (owner, _name_of(owner)))
+        elif type(owner) is dict:
+            items(owner, f"{label}.__self__")
+        elif isinstance(function, types.FunctionType) and _settable_class(type(owner)) \
+                and isinstance(getattr(owner, "__dict__", None), dict):
+            escaped.setdefault(id(owner), (owner, f"{label}.__self__"))
+            escaped.setdefault(id(type(owner)), (type(owner), type(owner).__name__))
+        else:
+            unjudged[f"{label} (a method bound to a {type(owner).__name__})"] = None
+
+    def library(module: types.ModuleType, keys: set[str], label: str) -> None:
+        """A library module the code reads ``keys`` of: its mutable state (``os.environ``) is unjudged."""
+        for key in sorted(keys):
+            if _library_state(vars(module).get(key, _ABSENT)):
+                unjudged[f"{label}.{key} (library state nbcompile cannot vary)"] = None
+
+    def chain(value: Any, label: str, loads: list[dis.Instruction], i: int) -> None:
+        """``value`` (a global module or class) and the attribute loads after it: followed to the end."""
+        j = i + 1
+        while True:
+            step = loads[j] if j < len(loads) else None
+            key = step.argval if step is not None and step.opname in ("LOAD_ATTR", "LOAD_METHOD") \
+                and isinstance(step.argval, str) else None
+            if isinstance(value, types.ModuleType) and not _user_module(value):
+                if key is not None:
+                    found = vars(value).get(key, _ABSENT)
+                    if _library_state(found):
+                        unjudged[f"{label}.{key} (library state nbcompile cannot vary)"] = None
+                    elif isinstance(found, types.ModuleType):
+                        value, label, j = found, f"{label}.{key}", j + 1
+                        continue
+                return
+            if not _followable(value):
+                return
+            if key is None:  # stored to a local, passed on, called: every attribute the code names is read
+                escaped.setdefault(id(value), (value, label))
+                return
+            holder = _holder(value, key)
+            found = vars(holder)[key] if holder is not None else _ABSENT
+            if _followable(found) or (isinstance(found, types.ModuleType) and key in vars(value)):
+                value, label, j = found, f"{label}.{key}", j + 1
                 continue
-            if isinstance(held, types.FunctionType):
-                pending.append((var, held))
-            elif not isinstance(held, _PLAIN):  # a number the closure holds cannot be changed from outside
-                _add_frozen(out, unjudged, cell, "", f"{var} (in {fn.__name__}'s closure)", held)
-        for module in imported_modules(code):  # `import cfg` inside the function: cfg.SCALE is read
-            if _user_module(module):
-                for each in torch_compat.iter_code_objects(code):
-                    for name in each.co_names:
-                        attribute(module, name, f"{module.__name__}.{name}")
-        for each in torch_compat.iter_code_objects(code):
-            loads = [ins for ins in dis.get_instructions(each) if ins.opname not in _NOISE]
-            for i, ins in enumerate(loads):
-                dynamic = _dynamic_lookup(loads, i, space)
-                if dynamic is not None:
-                    owner, key = dynamic
-                    if key is None:
-                        unjudged[f"{owner} (a lookup by a name computed at run time, which nbcompile cannot "
-                                 "follow)"] = None
-                    else:
-                        attribute(space[owner], key, f"{owner}.{key}")
+            attribute(value, key, f"{label}.{key}")
+            return
+
+    while True:
+        while pending:
+            label, fn = pending.pop()
+            fn = torch_compat.unwrap_compiled(fn)
+            if _bound_self(fn) is not None and not isinstance(_bound_self(fn), types.ModuleType):
+                bound(fn, label)
+                continue
+            fn = getattr(fn, "__func__", fn)
+            while getattr(fn, "__wrapped__", None) is not None and id(fn.__wrapped__) not in seen:
+                seen.add(id(fn))
+                fn = fn.__wrapped__
+            code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+            if not isinstance(code, types.CodeType) or not isinstance(space, dict) or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            named = {name for each in torch_compat.iter_code_objects(code) for name in each.co_names}
+            names.update(named)
+            for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+                try:
+                    content = cell.cell_contents
+                except ValueError:
                     continue
-                if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or not isinstance(ins.argval, str):
-                    continue
-                name = ins.argval
-                if name not in space or name.startswith("__") or _HISTORY.match(name):
-                    continue
-                value = space[name]
-                after = loads[i + 1] if i + 1 < len(loads) else None
-                attr_name = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") \
-                    and isinstance(after.argval, str) else None
-                if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
-                    unjudged[f"{name} (a lambda the user may rebind)"] = None  # a value, written as code
-                    pending.append((name, value))
-                elif isinstance(value, types.FunctionType):
-                    pending.append((name, value))
-                elif isinstance(value, types.ModuleType):
-                    if _user_module(value) and attr_name is not None:  # config.SCALE
-                        attribute(value, attr_name, f"{value.__name__}.{attr_name}")
-                elif isinstance(value, type):
-                    if _settable_class(value) and attr_name is not None:  # Cfg.scale
-                        attribute(value, attr_name, f"{value.__name__}.{attr_name}")
+                if isinstance(content, types.FunctionType):
+                    pending.append((var, content))
+                elif isinstance(content, types.ModuleType) or _followable(content) \
+                        or _bound_self(content) is not None:
+                    held(content, f"{var} (in {fn.__name__}'s closure)")
+                elif not isinstance(content, _PLAIN):  # a number the closure holds cannot be changed from outside
+                    _add_frozen(out, unjudged, cell, "", f"{var} (in {fn.__name__}'s closure)", content)
+            for var, default in _defaults(fn):  # `def helper(x, cfg=CFG)`: CFG is read
+                held(default, f"{var} (a default of {fn.__name__})")
+            for module in imported_modules(code):  # `import cfg` inside the function: cfg.SCALE is read
+                if _user_module(module):
+                    escaped.setdefault(id(module), (module, module.__name__))
                 else:
-                    _add_frozen(out, unjudged, space, name, name, value)
+                    library(module, named, module.__name__)
+            for each in torch_compat.iter_code_objects(code):
+                loads = [ins for ins in dis.get_instructions(each) if ins.opname not in _NOISE]
+                for i, ins in enumerate(loads):
+                    dynamic = _dynamic_lookup(loads, i, space)
+                    if dynamic is not None:
+                        owner, key = dynamic
+                        if key is None:
+                            unjudged[f"{owner} (a lookup by a name computed at run time, which nbcompile cannot "
+                                     "follow)"] = None
+                        else:
+                            attribute(space[owner], key, f"{owner}.{key}")
+                        continue
+                    if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or not isinstance(ins.argval, str):
+                        continue
+                    name = ins.argval
+                    if name not in space or name.startswith("__") or _HISTORY.match(name):
+                        continue
+                    value = space[name]
+                    if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
+                        unjudged[f"{name} (a lambda the user may rebind)"] = None  # a value, written as code
+                        pending.append((name, value))
+                    elif isinstance(value, types.FunctionType):
+                        pending.append((name, value))
+                    elif isinstance(value, (types.ModuleType, type)):
+                        chain(value, _name_of(value), loads, i)
+                    elif _bound_self(value) is not None and not isinstance(_bound_self(value), types.ModuleType):
+                        bound(value, name)
+                    else:
+                        _add_frozen(out, unjudged, space, name, name, value)
+        fresh = False
+        for ident, (owner, label) in list(escaped.items()):
+            new = names - done.setdefault(ident, set())
+            fresh = fresh or bool(new)
+            done[ident] |= new
+            for name in sorted(new):
+                attribute(owner, name, f"{label}.{name}")
+        if not fresh and not pending:
+            break
     frozen = Frozen(out.values())
     frozen.unjudged = list(unjudged)
     return frozen
+
+
+def _followable(value: Any) -> bool:
+    """A user module or a user class: what the code reads through it is followed by name."""
+    return (isinstance(value, types.ModuleType) and _user_module(value)) or (
+        isinstance(value, type) and _settable_class(value))
+
+
+def _name_of(value: Any) -> str:
+    return str(getattr(value, "__name__", None) or type(value).__name__)
+
+
+def _holder(owner: Any, name: str) -> Any:
+    """What holds ``owner.name`` in its own ``__dict__``: the owner, or for a class the first of its bases
+    (a user class) that defines it; None when none does."""
+    if isinstance(owner, type):
+        for base in owner.__mro__:
+            if name in vars(base):
+                return base if _settable_class(base) else None
+        return None
+    where = getattr(owner, "__dict__", None)
+    return owner if isinstance(where, dict) and name in where else None
+
+
+def _bound_self(value: Any) -> Any:
+    """What a bound method reads besides its arguments (``c.get``'s ``c``, ``CFG.get``'s dict); None for
+    a plain function (a builtin's ``__self__`` is its module, or None)."""
+    if isinstance(value, types.MethodType):
+        return value.__self__
+    if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) or type(value).__name__ == "method":
+        owner = getattr(value, "__self__", None)
+        return None if isinstance(owner, types.ModuleType) else owner
+    return None
+
+
+def _defaults(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """A function's default values, by parameter name: read on every call that does not pass them."""
+    code = fn.__code__
+    values = fn.__defaults__ or ()
+    positional = code.co_varnames[:code.co_argcount]
+    found = list(zip(positional[len(positional) - len(values):], values, strict=True))
+    return found + list((fn.__kwdefaults__ or {}).items())
+
+
+def _immutable(value: Any) -> bool:
+    """A value no one can change in place: a number, a string, None, an enum member, a tuple of those."""
+    if value is None or value is Ellipsis or isinstance(value, (*_PLAIN, enum.Enum, range)):
+        return True
+    return type(value) in (tuple, frozenset) and all(_immutable(v) for v in value)
+
+
+def _library_state(value: Any) -> bool:
+    """State a library module holds and the user may change (``os.environ``, ``sys.argv``), or a function
+    that reads it (``os.getenv``): a traced-once function reading it cannot be judged."""
+    if value is _ABSENT or isinstance(value, (types.ModuleType, type)):
+        return False
+    return value in _ENVIRON_READERS if callable(value) else isinstance(
+        value, (MutableMapping, MutableSequence, MutableSet))
+
+
+_ENVIRON_READERS = tuple(f for f in (os.getenv, getattr(os, "getenvb", None)) if f is not None)
 
 
 #: Instructions between a load and what uses it that say nothing about the value.
@@ -736,6 +901,9 @@ def _inert(value: Any) -> bool:
         return value.__name__ != "<lambda>"
     if not callable(value):
         return False
+    owner = _bound_self(value)
+    if owner is not None:  # `CFG.get`, `c.method`: reads its __self__
+        return isinstance(owner, (type, torch.Tensor, torch.nn.Module, logging.Logger))
     home = type(value).__module__.split(".", 1)[0]
     return home in ("builtins", "torch", "numpy") or isinstance(
         value, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType))

@@ -118,6 +118,13 @@ def entry_of(function: str) -> tuple[str, bool]:
         name, resumed = m.group("fn"), True
 
 
+def _frame_id(compile_id: str) -> int | None:
+    """``"3/1"`` (or compiled autograd's ``"!0/3/1"``, an attempt's ``"3/1_1"``) -> 3, the frame: one code's
+    compiles share it; None when it is not a compile id."""
+    parts = compile_id.split("/")
+    return int(parts[-2]) if len(parts) >= 2 and parts[-2].isdigit() else None
+
+
 @dataclass
 class Frame:
     """One compiled frame (a function or a resume function) and its guards."""
@@ -353,17 +360,24 @@ class Report:
 
     @property
     def splits(self) -> int:
-        """Graph splits as GraphMend and the PT2 corpora count them: the graphs less one per call of an
-        entry, i.e. per compile of a function the user called (not of a resume function, nor of a function
-        Dynamo compiled on its own only because a break inside it stopped the inlining of its caller). One
-        break inside a function is one split however often the function is called."""
+        """Graph splits as GraphMend, the PT2 corpora and ``torch._dynamo.explain`` count them: the graphs
+        less one per call of the outermost entry, where a call is counted by its compile (a call served by
+        compiled code adds no graph either).
+
+        What is counted, exactly: the compiles of the code Dynamo compiled first in this report (lowest frame
+        id, all its recompiles included) are the entry calls. A call of an entry starts that frame before any
+        frame Dynamo starts inside it, so the frames of functions it calls (``forward`` of a module it calls,
+        however compiled; ``Optimizer.step`` and its wrapper; a helper with a break in it), its resume
+        functions, and recompiles of those count as splits of that call, as ``explain`` counts them (its
+        ``graph_break_count`` is its graphs less one). A ``--run`` that calls two entries one after the other
+        (not one inside the other) counts the second one's graphs as splits of the first: the report does not
+        record which frames the ``--run`` expression itself started."""
         if not self.graph_count:
             return 0
-        compiled = {f.compile_id: f.function for f in self.frames}
-        nested = {b.function for b in self.breaks
-                  if b.function and compiled.get(b.compile_id, b.function) != b.function}
-        entries = sum(1 for f in self.frames if not entry_of(f.function)[1] and f.function not in nested)
-        return max(0, self.graph_count - max(entries, 1))
+        ids = [_frame_id(f.compile_id) for f in self.frames if not entry_of(f.function)[1]]
+        first = min((i for i in ids if i is not None), default=None)
+        calls = sum(1 for i in ids if i is not None and i == first)
+        return max(0, self.graph_count - max(calls, 1))
 
     @property
     def recompile_count(self) -> int:
