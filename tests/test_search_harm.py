@@ -335,3 +335,50 @@ def test_a_module_reached_without_an_import_statement_sees_one_run(ip, make_modu
     assert not session.report.check.compared and "nbharm_counted.calls" in session.report.check.message
     search_ops.Searcher(session, 15).run()
     assert module.calls == 1
+
+
+
+def _file_cell(log: object, sink: str) -> str:
+    return textwrap.dedent(f"""\
+        import torch, logging
+        lg = logging.getLogger("nbc_search_harm_file")
+        lg.propagate = False
+        lg.handlers[:] = [logging.FileHandler({str(log)!r})]
+        lg.setLevel(logging.INFO)
+        {sink}
+        def helper(x):
+            lg.info("helper called")
+            print("helper printed")
+            {"print('helper wrote', file=sink)" if sink else ""}
+            return x * 2
+        def f(x):
+            y = helper(x.sin())
+            torch._dynamo.graph_break()
+            return y.cos()
+        x = torch.randn(4)
+        """)
+
+
+def test_a_log_file_gets_the_cells_lines_only_never_the_searchs_or_a_toggles(ip, tmp_path, capsys):
+    """A helper that logs to a FileHandler and prints: the cell's run writes its line once; the search (its
+    trials, proofs, timing and the re-run of the configuration it applies, on copies) and toggles write
+    nothing there and print nothing into the notebook (before: thousands of lines from one 30 s search)."""
+    log = tmp_path / "train.log"
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', _file_cell(log, ""))
+    assert len(log.read_text().splitlines()) == 1
+    capsys.readouterr()
+    result = nbcompile.last().fix(budget_s=30)
+    assert len([t for t in result.trials if t.error is None]) >= 2, result  # the search did run
+    ip.run_cell("%nbcompile set helper disable")
+    ip.run_cell("%nbcompile set helper compile")
+    assert len(log.read_text().splitlines()) == 1  # the cell's line, never the search's thousands
+    assert "helper printed" not in capsys.readouterr().out.splitlines()
+
+
+def test_a_run_that_writes_to_an_open_file_is_not_tried_on_copies(ip, tmp_path):
+    out = tmp_path / "out.txt"
+    body = _file_cell(tmp_path / "train.log", f"sink = open({str(out)!r}, 'w', buffering=1)")
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
+    result = nbcompile.last().fix(budget_s=30)
+    assert "`sink` cannot be copied" in str(result), result
+    assert len(out.read_text().splitlines()) == 1

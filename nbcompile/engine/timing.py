@@ -535,7 +535,8 @@ def _bench_configs(workload: Workload, code: Any, replay: Replay,
     tensors = [v for v in replay.copies.values() if isinstance(v, torch.Tensor)]
     scratch_recording = Recording(Report(title="bench"))  # the bench's compiles are not the session's
     code_state = torch_compat.code_state_snapshot()
-    with replay.swapped(), HUB.active(scratch_recording), _forgetting(code_state, scratch_recording):
+    with replay.swapped(), HUB.active(scratch_recording), _forgetting(code_state, scratch_recording), \
+            check_ops.quiet():  # a print or a log line in the timed code would run hundreds of times
         return run_plans(run, plans, device, min_run_time,
                          lambda out: _tensor_bytes(out) + sum(_tensor_bytes(v) for v in tensors),
                          stateful=replay.touched)
@@ -623,6 +624,7 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
             stack.enter_context(_forgetting(code_state, recording))
             _, bind = stack.enter_context(workload.scratch(modes, fresh_compile, also_track))
             stack.enter_context(torch_compat.dynamo_config_patch(**overrides.get("_config", {})))
+        stack.enter_context(check_ops.quiet())  # what it prints or logs, thousands of times, is not the user's
         stack.enter_context(check_ops.no_outside_effects(compiler_may=True, watch=replay))
         stack.callback(rng.restore)
 

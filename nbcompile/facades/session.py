@@ -100,6 +100,10 @@ class Session:
         self._closed = False
         #: Scratch-run outcomes by toggles, for proving fixes (cleared when the options change).
         self._trials: dict[Any, trial.Outcome] = {}
+        #: The report the session's own runs of --run last ran into, and the compile ids of the recompiles they
+        #: made in it: a trial tries those recompiles' fixes; any other came from a later cell.
+        self._run_report: Report | None = None
+        self._run_made: set[str] = set()
         #: The latest ``fix()`` search (shown in the panel's Fix tab).
         self.last_fix: Any = None
         #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
@@ -164,7 +168,19 @@ class Session:
         """Evaluate the `--run` expression again, on the user's objects (the user asked for a run); its value
         is returned and kept in the report."""
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
-        return self._run(on_copies=False)
+        return self._run_noted(on_copies=False)
+
+    def _run_noted(self, *, on_copies: bool) -> Any:
+        """``_run``, noting the recompiles it made (``_run_made``): what feeds the recompile fixes' trials."""
+        __tracebackhide__ = True  # noqa: F841
+        report = self.report
+        if self._run_report is not report:
+            self._run_report, self._run_made = report, set()
+        before = {r.compile_id for r in report.recompiles}
+        try:
+            return self._run(on_copies=on_copies)
+        finally:
+            self._run_made |= {r.compile_id for r in report.recompiles} - before
 
     def _run(self, *, on_copies: bool) -> Any:
         """The --run expression, compiled, then judged against eager (``check.judge``). ``on_copies``: the run
@@ -190,7 +206,8 @@ class Session:
                 if mine is None:
                     result = eval(code, self.namespace)
                 else:
-                    with mine.swapped(override=self.workload.entry_copies(mine)):
+                    # what it prints or logs (to a file, too) is the user's cell's to do, not a toggle's
+                    with mine.swapped(override=self.workload.entry_copies(mine)), check_ops.quiet():
                         result = self.workload.evaluate(code)
             except Exception as exc:
                 self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
@@ -249,13 +266,17 @@ class Session:
         try:
             trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not)
             trial.verify_recompiles(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
-                                    why_not=why_not)
+                                    why_not=why_not, made_by_run=self._made_by_run())
         except Exception as exc:  # proving advice must never cost the run
             for brk in self.report.breaks:
                 for fix in brk.fixes:
                     if fix.toggles and fix.verified is None and not fix.effect:
                         fix.effect = f"not tried ({type(exc).__name__}: {exc})"
         return self.report
+
+    def _made_by_run(self) -> set[str]:
+        """The compile ids of the current report's recompiles that the session's own runs of --run made."""
+        return set(self._run_made) if self._run_report is self.report else set()
 
     def set(self, name: Any, mode: str) -> Report:
         """Set one toggle, drop the affected compiled code, start a fresh report and re-run.
@@ -423,10 +444,9 @@ class Session:
             return
         was_stale = self._stale
         if self._drawn_version != self.recording.version or (self.stale is not None and was_stale is None):
-            why = ("not tried: it came from a later cell, and fixes are tried on the session's --run expression"
-                   if self.workload.run_code is not None
+            why = (trial.LATER_CELL if self.workload.run_code is not None
                    else "not tried: the session has no --run expression to try it on")
-            trial.mark_untried(self.report, why)
+            trial.mark_untried(self.report, why, made_by_run=self._made_by_run())
             self.redraw()
 
     def update_display(self) -> None:
@@ -640,7 +660,7 @@ class Session:
         self.workload.restart()
         self.recording.report = self._new_report()
         if self.workload.run_code is not None:
-            self._run(on_copies=True)
+            self._run_noted(on_copies=True)
         else:
             self.recording.notify()
 
