@@ -158,4 +158,6 @@ export interface Cause {
   hints: string[];
   gb_id: string | null;
   doc_url: string | null;
+  compile_ids: string[];
+  count_text: string;
 }

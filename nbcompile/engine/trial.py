@@ -12,10 +12,11 @@ undone. ``verify`` uses trials to prove or disprove each suggested toggle (``Fix
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Container, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 from ..capture.hub import HUB, Recording
 from ..core import torch_compat
 from ..core.errors import describe_failure
+from ..core.torch_compat import CodeKey
 from ..model.report import Check, Fix, Report
 from . import check as check_ops
 from .state import Replay, Slot, frozen_globals, short
@@ -36,6 +38,9 @@ UNSAFE_LINT = ("captured-tensor", "captured-state", "mutation", "side-effect")
 #: Dynamo's view is what a trial counts: Inductor's code generation is left out (AOTAutograd stays,
 #: so what allow_in_graph bakes into a graph is the same).
 TRIAL_BACKENDS = {"inductor": "aot_eager"}
+#: Most calls of the --run expression a recompile fix's baseline makes, looking for the recompile the
+#: session's own runs made (a recompile that needs the session's second or third run shows on the trial's).
+RECOMPILE_CALLS = 3
 #: Function modes that run a function's Python once, at trace time, and put what it computed in the graph:
 #: Dynamo guards nothing it read, so a Python global it reads is frozen at its value then.
 TRACED_ONCE = ("allow_in_graph", "nonstrict_trace")
@@ -64,6 +69,8 @@ class Outcome:
     #: not be judged ("not judged: ..."); empty when no traced-once function reads such a global, or
     #: when a second run with those globals changed matched eager.
     stale: str = ""
+    #: How many times the run called the workload (``run(..., calls=)``), the eager reference as often.
+    calls: int = 1
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
@@ -103,8 +110,14 @@ def trial_backend(backend: str) -> str:
     return TRIAL_BACKENDS.get(backend, backend)
 
 
-def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None) -> Outcome:
-    """One scratch run with ``modes``, compared with an eager run on a second copy of the state."""
+def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None, *, calls: int = 1,
+        until: Callable[[Report], bool] | None = None, fresh: Collection[CodeKey] = ()) -> Outcome:
+    """One scratch run with ``modes``, compared with an eager run on a second copy of the state.
+
+    ``calls``: the workload is called that many times on the same copies (``until(report)`` true stops it
+    early), and the eager reference as many times. ``fresh``: codes whose automatic-dynamic memory (what
+    Dynamo learnt from earlier calls about sizes that change) is set aside for the trial, so they compile
+    as they did on the session's first run, not as its later runs taught them; it is given back after."""
 
     start = time.perf_counter()
     outcome = Outcome(dict(modes))
@@ -115,6 +128,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     recording = Recording(Report(title="trial", backend=spec.backend))
     rng = check_ops.RngState()
     code_state = torch_compat.code_state_snapshot()
+    torch_compat.restore_code_state({}, set(fresh))  # an empty memory for those codes, given back below
     result: Any = None
     HUB.acquire()
     try:
@@ -122,7 +136,11 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
                 torch_compat.dynamo_config_patch(**(options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), \
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
-            result = call(extra)
+            for made in range(1, max(calls, 1) + 1):
+                outcome.calls = made
+                result = call(extra)
+                if until is not None and until(recording.report):
+                    break
     except check_ops.OutsideEffect as exc:
         outcome.error = f"{_EFFECT}{exc}, which a trial will not do again"
     except torch_compat.DYNAMO_ERRORS as exc:
@@ -132,7 +150,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     finally:
         HUB.release()
         rng.restore()
-        torch_compat.restore_code_state(code_state, recording.codes)
+        torch_compat.restore_code_state(code_state, recording.codes | set(fresh))
+        _give_back_set_aside(code_state, fresh)
     report = recording.report
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
     outcome.ops = sum(g.op_count for g in report.graphs)
@@ -140,7 +159,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
     if outcome.error is None:
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
-                                 [op for g in report.graphs for op in g.ops])
+                                 [op for g in report.graphs for op in g.ops], eager=_repeated(spec, outcome.calls))
         outcome.check.run = "trial"
         rng.restore()
         if outcome.check.ok:
@@ -155,6 +174,33 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
                 outcome.stale = staleness(spec, modes, options or {}, frozen)
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def _give_back_set_aside(snapshot: dict[Any, Any], fresh: Collection[CodeKey]) -> None:
+    """The automatic-dynamic memory of the ``fresh`` codes the trial did not compile again (so
+    ``restore_code_state``, which restores the codes present, does not see them) put back as it was.
+    (It belongs in ``torch_compat``, beside ``restore_code_state``: the one reach into its private part.)"""
+    state = torch_compat._pgo_state() if fresh else None  # noqa: SLF001  # torch_compat's own reader of it
+    if state is None:
+        return
+    for key, value in snapshot.items():
+        if key not in state and (getattr(key, "filename", None), getattr(key, "firstlineno", None),
+                                 getattr(key, "name", None)) in fresh:
+            state[key] = copy.deepcopy(value)
+
+
+def _repeated(spec: Spec, calls: int) -> Callable[[Any], Any] | None:
+    """The eager reference of a run that called the workload ``calls`` times: as many calls, the last one's
+    value (None, ``spec.eager`` itself, for one call)."""
+    if calls <= 1:
+        return None
+
+    def eager(extra: Any) -> Any:
+        for _ in range(calls - 1):
+            spec.eager(extra)
+        return spec.eager(extra)
+
+    return eager
 
 
 @contextlib.contextmanager
@@ -319,24 +365,41 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
         brk.fixes.sort(key=lambda f: rank[f.verified])
 
 
+#: A recompile fix's effect when its recompile came from a later cell's call, not from the --run expression.
+LATER_CELL = "not tried: it came from a later cell, and fixes are tried on the session's --run expression"
+
+
 def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
                       budget_s: float = VERIFY_BUDGET_S, cache: dict[Any, Outcome] | None = None,
-                      why_not: str = "") -> None:
-    """Give each recompile its fixes (from its guard changes) and try ``--dynamic`` on a scratch run:
-    ``effect`` says "recompiles 2 -> 0, check ok" when it removed them, and a fix that did not help is
-    never first. The baseline is a scratch run of the same workload as it is (the report may also
-    hold recompiles from later cells, which a trial cannot repeat)."""
+                      why_not: str = "", made_by_run: Container[str] | None = None,
+                      calls: int = RECOMPILE_CALLS) -> None:
+    """Give each recompile its fixes (from its guard changes) and try them on scratch runs: ``effect`` says
+    "recompiles 1 -> 0, check ok" when a fix removed them, and a fix that did not help is never first.
+
+    The baseline is a scratch run of the workload as it is. When one call of it shows no recompile, it does
+    what the session did: its codes compile with no automatic-dynamic memory of the session's runs (as on
+    the session's first run), and the ``--run`` expression is called again, up to ``calls`` times, until a
+    recompile shows; each fix's trial is then run the same way, as many times. ``made_by_run``: the compile
+    ids of the recompiles the session's own runs of ``--run`` made (None: not known, every one is tried); a
+    recompile not among them came from a later cell, which a trial cannot repeat, and its fixes say so."""
     if not report.recompiles and not report.fallbacks:
         return
     cache = {} if cache is None else cache
     candidates: list[tuple[Fix, str, dict[str, Any]]] = []
-    owners = [(r.function, r.fixes) for r in report.recompiles] + [
-        (fb.function, fb.fixes) for fb in report.fallbacks if fb.kind == "recompile_limit"]
-    for function, fixes in owners:
+    later: list[Fix] = []
+    owners = [(r.function, r.fixes, made_by_run is None or r.compile_id in made_by_run) for r in report.recompiles]
+    owners += [(fb.function, fb.fixes, True) for fb in report.fallbacks if fb.kind == "recompile_limit"]
+    for function, fixes, ours in owners:
         for fix in fixes:
             candidate = _candidate(function, fix)
-            if candidate is not None:
+            if candidate is None:
+                continue
+            if ours:
                 candidates.append((fix, *candidate))
+            else:
+                later.append(fix)
+    for fix in later:
+        fix.verified, fix.effect = None, LATER_CELL
     if not candidates:
         return
     if spec is None:
@@ -345,29 +408,44 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         return
     deadline = time.perf_counter() + budget_s
     modes_key = tuple(sorted(base_modes.items()))
+    fresh = frozenset((f.filename, f.firstlineno, f.function) for f in report.frames if f.filename)
+    bound = max(1, calls)
 
-    def outcome(name: str, options: dict[str, Any]) -> Outcome | None:
-        key = (modes_key, name)
+    def recompiled(r: Report) -> bool:
+        return bool(r.recompile_count or r.fallbacks)
+
+    def outcome(name: str, options: dict[str, Any], times: int, anew: bool) -> Outcome | None:
+        key = (modes_key, name) if times == 1 and not anew else (modes_key, name, times, anew)
         if REFUSED in cache:
             return cache[REFUSED]
         if key not in cache and time.perf_counter() <= deadline:
-            cache[key] = run(spec, base_modes, options)
+            cache[key] = run(spec, base_modes, options, calls=times, fresh=fresh if anew else (),
+                             until=recompiled if name == "base" else None)
             error = cache[key].error or ""
             if error.startswith(_EFFECT):
                 cache[REFUSED] = cache[key]
         return cache.get(key)
 
-    base = outcome("base", {})
+    # First as before (one call, Dynamo's memory as the session left it); when that shows no recompile,
+    # what the session did: its codes compiled anew, --run called again until the recompile shows.
+    anew = False
+    base = outcome("base", {}, 1, anew)
+    if base is not None and base.error is None and not (base.recompiles or base.fallbacks) and \
+            (bound > 1 or fresh):
+        anew = True
+        base = outcome("base", {}, bound, anew)
     for fix, name, options in candidates:
-        after = (outcome(name, options) if base is not None and base.error is None
+        after = (outcome(name, options, base.calls, anew) if base is not None and base.error is None
                  and (base.recompiles or base.fallbacks) else None)
         if base is None:
             fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         elif base.error is not None:
             fix.verified, fix.effect = None, base.error
         elif base.recompiles == 0 and base.fallbacks == 0:
-            fix.verified, fix.effect = None, ("not tried: the --run expression does not recompile (these "
-                                              "recompiles came from later calls)")
+            runs = "a scratch run" if base.calls == 1 else f"{base.calls} scratch runs"
+            fix.verified, fix.effect = None, (
+                f"not tried: {runs} of the --run expression on copies of your objects did not recompile (the "
+                "copies start from the state your runs left, which may no longer change what the guard checks)")
         elif after is None:
             fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
         else:
@@ -383,6 +461,8 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
             broken = f"breaks {base.breaks} -> {after.breaks}, " if after.breaks != base.breaks else ""
             fix.effect = after.error or (f"{fallen}recompiles {base.recompiles} -> {after.recompiles}, {broken}graphs "
                                          f"{base.graphs} -> {after.graphs}, " + _check_word(after))
+            if fix.effect and not after.error and after.calls > 1:
+                fix.effect += f" (over {after.calls} calls of --run, as the session's runs made it)"
     rank = {True: 0, None: 1, False: 2}
     for rec in report.recompiles:
         rec.fixes.sort(key=lambda f: rank[f.verified])
@@ -390,9 +470,11 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         fb.fixes.sort(key=lambda f: rank[f.verified])
 
 
-def mark_untried(report: Report, why: str) -> None:
-    """Say why a fix no trial has looked at (one from a later cell's calls) was not tried."""
-    fixes = [f for b in report.breaks for f in b.fixes] + [f for r in report.recompiles for f in r.fixes] + [
+def mark_untried(report: Report, why: str, *, made_by_run: Container[str] = ()) -> None:
+    """Say why a fix no trial has looked at (one from a later cell's calls) was not tried. The fixes of the
+    recompiles in ``made_by_run`` (compile ids the session's own runs made) are left to their trial."""
+    fixes = [f for b in report.breaks for f in b.fixes] + [
+        f for r in report.recompiles if r.compile_id not in made_by_run for f in r.fixes] + [
         f for fb in report.fallbacks for f in fb.fixes]
     for fix in fixes:
         if fix.verified is None and not fix.effect and fix.action is not None and (

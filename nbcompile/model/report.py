@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.text import function_label as label
+from ..core.text import plural
 from .render import MIME_TYPE as MIME_TYPE
 from .render import mimebundle, summary_line, to_text
 
@@ -88,12 +89,66 @@ class Cause:
     hints: list[str] = field(default_factory=list)
     gb_id: str | None = None
     doc_url: str | None = None
+    #: The compiles its events came from (torch's compile ids, each once, in order; kept up to MAX_ITEMS).
+    compile_ids: list[str] = field(default_factory=list)
+    #: What ``count`` counts, said for a tooltip or a summary ("x2: 2 break events at this line, one in each
+    #: of 2 compiles that traced it (0/0, 0/1) ..."); kept in step with ``count`` by ``counted``.
+    count_text: str = ""
 
     @classmethod
     def of(cls, brk: GraphBreak) -> Cause:
-        return cls(1, brk.cell_line, brk.filename, brk.lineno, brk.gb_type, brk.reason, brk.fixes,
-                   function=brk.function, source_line=brk.source_line, explanation=brk.explanation,
-                   hints=list(brk.hints), gb_id=brk.gb_id, doc_url=brk.doc_url)
+        cause = cls(1, brk.cell_line, brk.filename, brk.lineno, brk.gb_type, brk.reason, brk.fixes,
+                    function=brk.function, source_line=brk.source_line, explanation=brk.explanation,
+                    hints=list(brk.hints), gb_id=brk.gb_id, doc_url=brk.doc_url,
+                    compile_ids=[brk.compile_id] if brk.compile_id else [])
+        cause.count_text = count_text(cause.count, cause.compile_ids)
+        return cause
+
+    def counted(self, brk: GraphBreak) -> None:
+        """One more event at this site: the count, the compiles it came from and the text that says so."""
+        self.count += 1
+        if brk.compile_id and brk.compile_id not in self.compile_ids and len(self.compile_ids) < MAX_ITEMS:
+            self.compile_ids.append(brk.compile_id)
+        if not self.fixes and brk.fixes:
+            self.fixes = brk.fixes
+        self.count_text = count_text(self.count, self.compile_ids)
+
+
+def count_text(count: int, compile_ids: list[str]) -> str:
+    """What a cause's ``xN`` counts: the break events Dynamo reported at the line, and why there are N (the
+    code was compiled N times: called with new inputs, recompiled, or reached from N compiled frames; or
+    the line ran more than once in one compile)."""
+    events = f"x{count}: {count} break event{'s' if count != 1 else ''} at this line"
+    if count == 1:
+        return f"{events} (compile {compile_ids[0]})" if compile_ids else events
+    ids = ", ".join(compile_ids[:6]) + (", ..." if len(compile_ids) > 6 else "")
+    if not compile_ids:
+        return f"{events}: Dynamo met the line {count} times as it compiled"
+    if len(compile_ids) == count:
+        return (f"{events}, one in each of {count} compiles that traced it ({ids}): the code around it was "
+                f"compiled {count} times (called again with inputs that failed its guards, a recompile, or "
+                "reached from more than one compiled frame); one cause, one fix")
+    return (f"{events}, from {len(compile_ids)} compile{'s' if len(compile_ids) != 1 else ''} ({ids}): the line "
+            "ran more than once in one compile (a loop, or a helper called from more than one place); one cause, "
+            "one fix")
+
+
+def compile_id_text(compile_id: str, report: Report | None = None) -> str:
+    """What torch's compile id ``"4/6"`` counts, for a tooltip beside it: frame 4 (one code), its 7th compile
+    in this Python process. Earlier ones (a trial's scratch copy, a report before a toggle, another session)
+    share the code's numbering, so they are not recompiles of this report, which counts its own."""
+    parts = compile_id.split("/")
+    frame, nth = (parts[-2], parts[-1]) if len(parts) >= 2 else ("?", "?")
+    nth = nth.split("_")[0]
+    ordinal = f"compile {int(nth) + 1}" if nth.isdigit() else "a compile"
+    text = (f"compile id {compile_id}: torch's number for this compile: frame {frame} (one code), its {ordinal} "
+            "in this Python process")
+    if nth.isdigit() and int(nth) > 0:
+        text += (f"; the {int(nth)} before it (trials on scratch copies, reports before a toggle, other sessions, "
+                 "or this report) share the code's numbering, so they are not recompiles of this report")
+    if report is not None:
+        text += f"; {plural(report.recompile_count, 'recompile')} in this report"
+    return text
 
 
 def cause_key(brk: GraphBreak | Cause) -> tuple[Any, ...]:
@@ -364,18 +419,21 @@ class Report:
         less one per call of the outermost entry, where a call is counted by its compile (a call served by
         compiled code adds no graph either).
 
-        What is counted, exactly: the compiles of the code Dynamo compiled first in this report (lowest frame
-        id, all its recompiles included) are the entry calls. A call of an entry starts that frame before any
-        frame Dynamo starts inside it, so the frames of functions it calls (``forward`` of a module it calls,
-        however compiled; ``Optimizer.step`` and its wrapper; a helper with a break in it), its resume
-        functions, and recompiles of those count as splits of that call, as ``explain`` counts them (its
-        ``graph_break_count`` is its graphs less one). A ``--run`` that calls two entries one after the other
-        (not one inside the other) counts the second one's graphs as splits of the first: the report does not
-        record which frames the ``--run`` expression itself started."""
+        What is counted, exactly: the compiles of the code Dynamo compiled first in this report (the first
+        frame of the report that is not a resume function, all its recompiles included) are the entry calls. A
+        call of an entry starts that frame before any frame Dynamo starts inside it, so the frames of functions
+        it calls (``forward`` of a module it calls, however compiled; ``Optimizer.step`` and its wrapper; a
+        helper with a break in it), its resume functions, and recompiles of those count as splits of that
+        call, as ``explain`` counts them (its ``graph_break_count`` is its graphs less one). The first frame is
+        taken in the report's order, not by the lowest frame id: torch numbers codes in the order the process
+        first compiled them, so an optimizer an earlier cell compiled keeps an id lower than the entry's. A
+        ``--run`` that calls two entries one after the other (not one inside the other) counts the second
+        one's graphs as splits of the first: the report does not record which frames the ``--run``
+        expression itself started."""
         if not self.graph_count:
             return 0
         ids = [_frame_id(f.compile_id) for f in self.frames if not entry_of(f.function)[1]]
-        first = min((i for i in ids if i is not None), default=None)
+        first = next((i for i in ids if i is not None), None)
         calls = sum(1 for i in ids if i is not None and i == first)
         return max(0, self.graph_count - max(calls, 1))
 
@@ -411,14 +469,12 @@ class Report:
         key = cause_key(brk)
         for cause in self.causes:
             if cause_key(cause) == key:
-                cause.count += 1
-                if not cause.fixes and brk.fixes:
-                    cause.fixes = brk.fixes
+                cause.counted(brk)
                 return
         if len(self.causes) < MAX_ITEMS:
             self.causes.append(Cause.of(brk))
         elif self.causes:  # past MAX_ITEMS sites: counted on the last kept one, so the sum stays right
-            self.causes[-1].count += 1
+            self.causes[-1].counted(brk)
 
     def for_function(self, name: str, span: Any = None) -> Report:
         """The part of this report about one function (its frames, resumed frames included).
@@ -533,9 +589,7 @@ def group_causes(breaks: list[GraphBreak]) -> list[Cause]:
     for brk in breaks:
         key = cause_key(brk)
         if key in causes:
-            causes[key].count += 1
-            if not causes[key].fixes and brk.fixes:
-                causes[key].fixes = brk.fixes
+            causes[key].counted(brk)
         else:
             causes[key] = Cause.of(brk)
     return list(causes.values())
