@@ -12,9 +12,10 @@ import textwrap
 import ipywidgets as widgets
 
 import nbcompile
+from nbcompile.core.text import plural
 from nbcompile.model.fixsearch import FixSearch
 from nbcompile.model.render import graph_places, status_lines, to_html, to_text
-from nbcompile.model.report import Check, Frame, Graph, GraphBreak, Report
+from nbcompile.model.report import Check, CompileError, Frame, Graph, GraphBreak, Report
 from nbcompile.views.panel import PANEL_CSS, SELECTED_BACKGROUND, SELECTED_COLOR, source_view
 from nbcompile.views.status import status_table
 
@@ -132,9 +133,12 @@ def test_the_panel_names_each_graph_by_the_cells_function_and_its_lines(ip):
 # -- b. "0 splits" beside breaks says why --------------------------------------------------------------
 
 def test_zero_splits_beside_breaks_says_why_where_the_count_is():
-    report = _tour_report()
-    assert report.break_count == 2 and report.splits == 0
     why = "0 splits (no call's graph was cut in two: torch compiled the code around the breaks as separate frames)"
+    tour = _tour_report()  # forward's graph and AdamW's step's graph in one call of train_step: one split, as
+    assert tour.break_count == 2 and tour.splits == 1  # torch._dynamo.explain counts it (graphs - 1)
+    assert "2 graph breaks, 1 split, 2 causes" in tour.summary() and "cut in two" not in tour.summary()
+    report = _tour_report(graphs=tour.graphs[:1])  # the step not compiled: one graph, two breaks
+    assert report.break_count == 2 and report.splits == 0
     assert f"2 graph breaks, {why}, 2 causes" in report.summary()
     assert f"Graph breaks: 2 events from 2 causes, {why}" in _text(to_html(report))
     brk = GraphBreak("f", CELL_FILE, 3, 3, "print(x)", "r", "print", None, "", [], None, compile_id="0/0")
@@ -146,8 +150,18 @@ def test_zero_splits_beside_breaks_says_why_where_the_count_is():
     assert "cut in two" not in split.summary()  # a split is said as it is
 
 
+#: A break before any tensor op: the code after it is the only graph, so no call's graph is cut in two.
+GREETING_CELL = """\
+import torch
+def f(x):
+    print("step")
+    return x.sin().cos()
+x = torch.randn(4)
+"""
+
+
 def test_the_panel_says_why_there_are_breaks_and_no_split(ip):
-    run_compile_cell(ip, '--backend eager --no-panel --run "train_step()"', TRAINING_CELL)
+    run_compile_cell(ip, '--backend eager --no-panel --run "f(x)"', GREETING_CELL)
     session = nbcompile.last()
     assert session.report.break_count and session.report.splits == 0
     panel = session.panel()
@@ -252,3 +266,108 @@ def test_a_module_entry_row_names_the_forward_a_call_runs(ip):
     assert "a call of it runs Net.forward" in row.children[0].value  # on hover
     assert "the module you call: Net.forward, compiled whole" in said[1], said
     assert "entry, nn.Module" not in " ".join(said)
+
+
+# -- points 10 to 13 of the tour's second pass ----------------------------------------------------------
+
+#: The tour's AdamW step with the module as an entry: `net (Net.forward)` beside train_step and AdamW's step.
+MODULE_ENTRY_LINE = '--backend eager --no-panel --entry net,train_step --run "train_step()"'
+
+
+def test_a_module_entry_row_shows_its_own_counts_not_the_sessions(ip):
+    from nbhelpers import ADAMW_CELL
+
+    run_compile_cell(ip, MODULE_ENTRY_LINE, ADAMW_CELL)
+    session = nbcompile.last()
+    report = session.report
+    assert report.break_count >= 2 and len(report.frames) > 2  # train_step's break and the one inside AdamW.step
+    forward = session.function_report("Net.forward")
+    panel = session.panel()
+    said = _text(panel.function_counts["net"].value).strip()
+    assert said == _text(panel.function_counts["Net.forward"].value).strip(), said
+    assert said.startswith(f"{plural(len(forward.frames), 'frame')}, {plural(len(forward.breaks), 'break')}")
+    assert f"{len(report.frames)} frames" not in said  # not the whole session's
+    rows = {row[0]: row for row in status_table(session).rows}
+    assert rows["net"][3:] == (len(forward.frames), len(forward.graphs), len(forward.breaks),
+                               len(forward.recompiles)) == rows["Net.forward"][3:]
+
+
+def test_a_break_inside_installed_code_is_marked_on_the_cell_line_that_calls_it(ip):
+    from nbcompile.model.render import cause_line  # new here: the other tests also run on the code before
+
+    from nbhelpers import ADAMW_CELL
+
+    run_compile_cell(ip, MODULE_ENTRY_LINE, ADAMW_CELL)
+    session = nbcompile.last()
+    inside = next(c for c in session.report.causes if c.cell_line is None)
+    step_line = 1 + ADAMW_CELL.splitlines().index("    opt.step()") + 1  # the %%compile line is line 1
+    assert cause_line(inside, session.source) == step_line
+    html = session.panel().source_html.value
+    marked = re.search(rf"<div class='nbcompile-line' data-line='{step_line}' style='background:#fde2e1' "
+                       r"title='([^']*)'", html)
+    assert marked, html
+    assert "torch/optim/optimizer.py" in htmllib.unescape(marked.group(1))
+    assert f"reached from cell line {step_line}" in to_text(session.report)
+    assert f"reached from line {step_line}" in repr(status_table(session))
+    # a fix that names a line which does not hold its call marks nothing there
+    assert cause_line(inside, "\n".join(["x = 1"] * 40)) is None
+
+
+VENV_ADAMW = "/work/main/.venv/lib/python3.11/site-packages/torch/optim/adamw.py"
+LOG_LINE = "W1123 12:00:00.123000 5990 torch/_logging/_internal.py:1345] [2/0] Profiler record function ignored"
+
+
+def _raw_report() -> Report:
+    brk = GraphBreak("helper", CELL_FILE, 4, 4, "print(x)", "r", "Unsupported builtin print", "GB0059",
+                     f"Graph break in user code at {VENV_ADAMW}:88: calling <function helper at 0x7f3a2b1c0d60>",
+                     [f"see {VENV_ADAMW}:88"], None, compile_id="0/0")
+    frame = Frame("1/0", "torch_dynamo_resume_in_f_at_5", ["EQUALS_MATCH: G['SCALE'] == 2",
+                                                           "TYPE_MATCH: ___check_type_id(L['___stack0'], 9412), "
+                                                           "type=<class 'int'>",
+                                                           "ID_MATCH: ___check_obj_id(G['helper'].__code__, 1396)"],
+                  3, 0.1, CELL_FILE, 5)
+    return Report(breaks=[brk], frames=[frame], torch_log=[LOG_LINE],
+                  errors=[CompileError("f", "0/0", "Unsupported", f"boom\n{LOG_LINE}\nat {VENV_ADAMW}:3")])
+
+
+def test_views_show_no_venv_paths_function_reprs_log_lines_or_raw_guards():
+    report = _raw_report()
+    text, html = to_text(report), to_html(report)
+    for shown in (text, _text(html)):
+        assert "site-packages" not in shown and "0x7f3a2b1c0d60" not in shown, shown
+        assert "torch/optim/adamw.py:88" in shown and "calling helper" in shown
+        assert "L['" not in shown and "G['" not in shown and "___stack" not in shown and "___check" not in shown
+    assert "W1123" not in text and "torch log: 1 record, kept out of the cell" in text  # counted, not printed
+    folded = re.search(r"<details class='nbcompile-torch-log'>.*?</details>", html, re.S).group(0)
+    assert "W1123" in folded and "W1123" not in html.replace(folded, "").split("nbcompile-status-torch-log")[0]
+    guards = re.search(r"<details><summary>Frames and guards</summary>.*?</details>", html, re.S).group(0)
+    assert "SCALE == 2" in guards and "helper.__code__ is the same object" in guards
+
+
+def test_the_panel_guards_tab_reads_as_written(ip):
+    from test_plain_names import STACK_CELL
+
+    run_compile_cell(ip, "--backend eager --no-panel", STACK_CELL)
+    ip.run_cell("for i in (1, 2, 3): log_stats(torch.ones(5), i)")
+    session = nbcompile.last()
+    assert any("___stack0" in g for f in session.report.frames for g in f.guards)  # torch's raw text is kept
+    panel = session.panel()
+    shown = _text(panel.guards_html.value)
+    assert "___stack" not in shown and "L['" not in shown and "G['" not in shown, shown
+    assert "step * 2 == 2" in shown and "SCALE == 2" in shown
+    panel.guard_filter.value = "SCALE =="  # the filter reads what is shown
+    assert "SCALE == 2" in _text(panel.guards_html.value)
+
+
+def test_the_status_table_html_is_one_coloured_line_per_kind_with_details_folded(ip):
+    from nbhelpers import ADAMW_CELL
+
+    run_compile_cell(ip, MODULE_ENTRY_LINE, ADAMW_CELL)
+    session = nbcompile.last()
+    session.report.check = Check(False, 7e-5, "compiled error 7.02e-05, eager error 1e-07, ratio 702\n" + "x " * 300)
+    html = status_table(session)._repr_html_()
+    divs = re.findall(r"<div class='nbcompile-status [^']*' style='color:(#\w+)'><b>([^<]*)</b>", html)
+    kinds = {label.split(" (")[0]: color for color, label in divs}
+    assert kinds["Check failed"] == "#b00" and kinds["break x1"] == "#b60", kinds
+    check = re.search(r"<div class='nbcompile-status nbcompile-status-check.*?</div>", html, re.S).group(0)
+    assert "<details class='nbcompile-status-detail'" in check and "x x x" not in check.split("<details")[0]

@@ -8,7 +8,7 @@
 import { Extension, RangeSet, RangeSetBuilder, StateEffect, StateField, Text } from '@codemirror/state';
 import { EditorView, GutterMarker, Tooltip, gutter, showTooltip } from '@codemirror/view';
 
-import { IMarker } from './report';
+import { IMarker, TIP_CAUSE_CHARS, cutText } from './report';
 
 /** How long the tooltip waits, after the mouse left the marker or the tooltip, before it closes. */
 export const TIP_CLOSE_DELAY_MS = 300;
@@ -55,7 +55,8 @@ export function tipDOM(info: IMarker): HTMLElement {
   info.lines.forEach((line, i) => {
     const row = document.createElement('div');
     row.className = i < causes ? 'nbcompile-tip-reason nbcompile-tip-cause' : 'nbcompile-tip-line';
-    row.textContent = line;
+    // a cause in one short line, cut between words with an ellipsis (never inside its GB id), whole on hover
+    row.textContent = i < causes ? cutText(line, TIP_CAUSE_CHARS) : line;
     if (i < causes) {
       row.title = line;
     }

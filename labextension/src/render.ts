@@ -1,7 +1,7 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
 import {
-  IReport, IStatusLine, causesOf, fixProof, functionLabel, graphPlaces, opsShown, plural, shortPath, splitsText,
-  statusLines, summary
+  IReport, IStatusLine, causeLine, causesOf, fixProof, functionLabel, graphPlaces, guardText, opsShown, plainText,
+  plural, shortPath, splitsText, statusLines, summary
 } from './report';
 
 function el(tag: string, text?: string, cls?: string): HTMLElement {
@@ -70,7 +70,11 @@ export function opsCell(graph: { ops: string[]; op_count: number }): HTMLElement
   return cell;
 }
 
-export function renderReport(report: IReport): HTMLElement {
+/**
+ * The report as DOM; with the cell's `source`, a break inside installed code also names the cell line whose call
+ * reaches it (as the gutter marks it).
+ */
+export function renderReport(report: IReport, source = ''): HTMLElement {
   const root = el('div', undefined, 'nbcompile-report');
   root.appendChild(el('div', report.title || 'nbcompile report', 'nbcompile-title'));
   root.appendChild(el('div', summary(report), 'nbcompile-summary'));
@@ -116,18 +120,22 @@ export function renderReport(report: IReport): HTMLElement {
           a.rel = 'noopener';
           reason.appendChild(a);
         }
-        reason.appendChild(el('div', b.explanation || b.reason));
+        reason.appendChild(el('div', plainText(b.explanation || b.reason)));
         if (b.hints.length) {
           const ul = reason.appendChild(el('ul'));
-          b.hints.forEach(h => ul.appendChild(el('li', h)));
+          b.hints.forEach(h => ul.appendChild(el('li', plainText(h))));
         }
         for (const f of b.fixes) {
           const proof = fixProof(f);
-          const text = f.command ? `fix: ${f.command}  (${f.why})${proof ? ` [${proof}]` : ''}` : `fix: ${f.why}`;
+          const why = plainText(f.why);
+          const text = f.command ? `fix: ${f.command}  (${why})${proof ? ` [${proof}]` : ''}` : `fix: ${why}`;
           const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
           reason.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
         }
-        return [`x${b.count}`, b.cell_line !== null ? String(b.cell_line) : `${shortPath(b.filename)}:${b.lineno}`, b.source_line, reason];
+        const reached = b.cell_line === null ? causeLine(b, source.split('\n')) : null;
+        const line = b.cell_line !== null ? String(b.cell_line) :
+          `${shortPath(b.filename)}:${b.lineno}${reached !== null ? ` (reached from cell line ${reached})` : ''}`;
+        return [`x${b.count}`, line, b.source_line, reason];
       })
     ), true, 'nbcompile-causes'));
   }
@@ -135,14 +143,15 @@ export function renderReport(report: IReport): HTMLElement {
     root.appendChild(section(`Recompiles (${report.recompile_count})`, table(
       ['function', 'compile id', 'what changed', 'line', 'fix', 'reason'],
       report.recompiles.map(r => [functionLabel(r.function), r.compile_id, changeText(r),
-        r.cell_line === null || r.cell_line === undefined ? '' : String(r.cell_line), fixList(r.fixes ?? []), r.reason])
+        r.cell_line === null || r.cell_line === undefined ? '' : String(r.cell_line), fixList(r.fixes ?? []),
+        plainText(r.reason)])
     ), true, 'nbcompile-recompiles'));
   }
   if (report.frames.length) {
     const guards = el('div');
     for (const f of report.frames) {
       guards.appendChild(el('div', `${f.compile_id} ${functionLabel(f.function)}: ${f.guard_count} guards, ${f.compile_time_s.toFixed(3)} s`, 'nbcompile-frame'));
-      guards.appendChild(el('pre', f.guards.join('\n')));
+      guards.appendChild(el('pre', f.guards.map(guardText).join('\n')));
     }
     root.appendChild(section('Frames and guards', guards, false));
   }
@@ -174,7 +183,8 @@ export function fixList(fixes: IReport['recompiles'][number]['fixes']): HTMLElem
   const list = el('div', undefined, 'nbcompile-fixes');
   for (const f of fixes.slice(0, 3)) {
     const proof = fixProof(f);
-    const text = f.command ? `fix: ${f.command}  (${f.why})${proof ? ` [${proof}]` : ''}` : `fix: ${f.why}${proof ? ` [${proof}]` : ''}`;
+    const why = plainText(f.why);
+    const text = f.command ? `fix: ${f.command}  (${why})${proof ? ` [${proof}]` : ''}` : `fix: ${why}${proof ? ` [${proof}]` : ''}`;
     const cls = f.verified === true ? 'proven' : f.verified === false ? 'failed' : 'untried';
     list.appendChild(el('div', text, `nbcompile-fix nbcompile-fix-${cls}`));
   }

@@ -51,15 +51,35 @@ function groupedCauses(report: IReport): ICause[] {
       if (!c.fixes.length && b.fixes.length) {
         c.fixes = b.fixes;
       }
+      if (b.compile_id && !c.compile_ids.includes(b.compile_id)) {
+        c.compile_ids.push(b.compile_id);
+      }
     } else {
       bySite.set(key, {
         count: 1, cell_line: b.cell_line, filename: b.filename, lineno: b.lineno, gb_type: b.gb_type, reason: b.reason,
         fixes: b.fixes, function: b.function, source_line: b.source_line, explanation: b.explanation, hints: b.hints,
-        gb_id: b.gb_id, doc_url: b.doc_url
+        gb_id: b.gb_id, doc_url: b.doc_url, compile_ids: b.compile_id ? [b.compile_id] : [], count_text: ''
       });
     }
   }
-  return [...bySite.values()];
+  const causes = [...bySite.values()];
+  causes.forEach(c => { c.count_text = countText(c.count, c.compile_ids); });
+  return causes;
+}
+
+/** What a cause's `xN` counts (as report.py's count_text, for a report that did not say it). */
+export function countText(count: number, ids: string[]): string {
+  const events = `x${count}: ${count} break event${count === 1 ? '' : 's'} at this line`;
+  if (count === 1) {
+    return ids.length ? `${events} (compile ${ids[0]})` : events;
+  }
+  if (!ids.length) {
+    return `${events}: Dynamo met the line ${count} times as it compiled`;
+  }
+  const said = ids.slice(0, 6).join(', ') + (ids.length > 6 ? ', ...' : '');
+  return ids.length === count ?
+    `${events}, one in each of ${count} compiles that traced it (${said}); one cause, one fix` :
+    `${events}, from ${plural(ids.length, 'compile')} (${said}): the line ran more than once in one compile; one cause, one fix`;
 }
 
 /** Graph splits as GraphMend counts them (the kernel sends them; an old report: graphs - 1). */
@@ -165,6 +185,8 @@ export function shortText(text: string, limit = STATUS_CHARS): string {
 }
 
 function folded(kind: string, severity: IStatusLine['severity'], text: string, detail = '', label = ''): IStatusLine {
+  text = plainText(text);
+  detail = plainText(detail);
   const brief = shortText(text);
   const whole = detail || text;
   return { kind, severity, label: label || kind, text: brief, detail: whole.trim() === brief.trim() ? '' : whole };
@@ -194,11 +216,12 @@ export function statusLines(report: IReport): IStatusLine[] {
   const check = report.check;
   if (check) {
     // the check names the run its figures come from: the panel's re-run on copies or a Fix-tab trial differ
-    const detail = `${check.message}\n${SESSION_RUN_DETAIL}`;
+    const message = plainText(check.message);
+    const detail = `${message}\n${SESSION_RUN_DETAIL}`;
     const [severity, head]: [IStatusLine['severity'], string] =
       !check.compared ? ['info', 'check not compared'] : check.ok ? ['ok', 'check ok'] : ['error', 'Check failed'];
     const source = RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN;
-    lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(check.message), detail });
+    lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(message), detail });
   }
   const errors = compileErrors(report);
   if (errors.length) {
@@ -238,9 +261,78 @@ export interface IMarker {
 
 /** The most characters of a hint a tooltip shows (the whole hint is in the report). */
 export const TIP_HINT_CHARS = 160;
+/** The most characters of a cause's line in a tooltip (the whole line on hover). */
+export const TIP_CAUSE_CHARS = 110;
 
-function cutText(text: string, limit: number): string {
-  return text.length <= limit ? text : `${text.slice(0, limit - 1).trimEnd()}…`;
+/**
+ * `text` within `limit` characters, cut between words (never inside a word such as a GB id, `GB01…`) and
+ * ending with an ellipsis; a single word longer than the limit is cut where it must be.
+ */
+export function cutText(text: string, limit: number): string {
+  if (text.length <= limit) {
+    return text;
+  }
+  const head = text.slice(0, limit - 1);
+  const space = head.search(/\s\S*$/);
+  const at = space >= limit * 0.4 ? space : head.length;
+  return `${head.slice(0, at).replace(/[\s,;:(]+$/, '')}…`;
+}
+
+const LOG_LINE = /^[IWEFD]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]{1,300}\].*$/;
+const REPR_NAME = '((?:\\w|\\.|<locals>|<lambda>|<genexpr>){1,100})';
+const FUNCTION_REPR = new RegExp(
+  `<(?:function|built-in function|built-in method|method-wrapper) ${REPR_NAME}(?: of [^<>\\n]{0,300}?)?(?: at 0x[0-9a-fA-F]{1,16})?>`,
+  'g');
+const BOUND_REPR = new RegExp(`<bound method ${REPR_NAME} of (?:<[^<>\\n]{0,300}>|[^<>\\n]{0,300}?)>`, 'g');
+
+/**
+ * torch's text as the views show it (as render.py's plain): `L['x']` -> `x`, `G['SCALE']` -> `SCALE`, a stack
+ * slot -> "a value on the stack", a resume function -> `f (after line 5)`, an installed file from the package
+ * down (never the virtual environment's path), `<function foo at 0x7f..>` -> `foo`, and none of torch's own
+ * log lines (`W1123 12:00:00.123 ...`: they are in the report's torch log, folded).
+ */
+export function plainText(text: string): string {
+  if (!text) {
+    return text ?? '';
+  }
+  let out = text.split('\n').filter(line => !LOG_LINE.test(line.trim())).join('\n');
+  out = out.replace(/<ipython-input-\d+-[0-9a-f]+>:(\d+)/g, 'cell line $1');
+  out = out.replace(/\btorch_dynamo_resume_in_(\w+?)_at_(\d+)\b/g, '$1 (after line $2)');
+  out = out.replace(/\b(?:L\['|)___stack\d+(?:'\]|)/g, 'a value on the stack');
+  out = out.replace(/\b[GL]\['([A-Za-z_]\w*)'\]/g, '$1');
+  out = out.replace(/(?<![^\s"'`([{=,])(?:[A-Za-z]:)?[^\s"'`<>()[\]{},;=]{0,400}[/\\](?:site|dist)-packages[/\\]/g, '');
+  const name = (n: string) => n.split('<locals>.').pop() as string;
+  out = out.replace(FUNCTION_REPR, (_m, n: string) => name(n)).replace(BOUND_REPR, (_m, n: string) => name(n));
+  return out.replace(/<([\w.]{1,300}) object at 0x[0-9a-fA-F]{1,16}>/g, (_m, cls: string) => `a ${cls.split('.').pop()} object`);
+}
+
+/** A guard as the user reads it (as render.py's guard_text). */
+export function guardText(guard: string): string {
+  return plainText(guard)
+    .replace(/___check_obj_id\(([^,()\n]{1,300}(?:\([^()\n]{0,300}\))?[^,()\n]{0,300}), -?\d+\)/g, '$1 is the same object')
+    .replace(/___check_type_id\(([^,()\n]{1,300}(?:\([^()\n]{0,300}\))?[^,()\n]{0,300}), -?\d+\)/g,
+      'type($1) is the same type');
+}
+
+/**
+ * The cell line a cause is marked on (as render.py's cause_line): its own line, else (a break inside installed
+ * code, in torch's optimizer step) the cell line whose call reaches it, as its fix names it (`opt.step()`
+ * (line 20)), only where that line of the cell holds that call.
+ */
+export function causeLine(c: ICause, lines: string[]): number | null {
+  if (c.cell_line !== null && c.cell_line !== undefined) {
+    return c.cell_line;
+  }
+  for (const fix of c.fixes) {
+    for (const m of (fix.why ?? '').matchAll(/`([^`\n]{1,200})` \(line (\d{1,6})\)/g)) {
+      const line = Number(m[2]);
+      const code = m[1].replace(/…$/, '').trim();
+      if (code && line >= 1 && line <= lines.length && lines[line - 1].includes(code)) {
+        return line;
+      }
+    }
+  }
+  return null;
 }
 
 export function isCompileCell(source: string): boolean {
@@ -320,27 +412,34 @@ function safeUrl(url: string | null): string | null {
 export function markers(report: IReport, source: string): IMarker[] {
   const byLine = new Map<number, IMarker>();
   const details = new Map<number, string[]>();
+  const cellLines = source.split('\n');
   for (const c of causesOf(report)) {
-    if (c.cell_line === null || c.cell_line === undefined) {
+    const at = causeLine(c, cellLines);  // a break inside installed code: on the cell line whose call reaches it
+    if (at === null) {
       continue;
     }
-    let m = byLine.get(c.cell_line);
+    let m = byLine.get(at);
     if (!m) {
-      m = { line: c.cell_line, kind: 'break', title: '', lines: [], links: [], causes: 0 };
-      byLine.set(c.cell_line, m);
-      details.set(c.cell_line, []);
+      m = { line: at, kind: 'break', title: '', lines: [], links: [], causes: 0 };
+      byLine.set(at, m);
+      details.set(at, []);
     }
     // the causes first, one line each with its count; their hint and fix after them, so a line with
     // several causes lists them all at the top of a tooltip of bounded height
-    m.lines.push(`x${c.count} ${c.gb_type}${c.gb_id ? ` (${c.gb_id})` : ''}: ${c.explanation || c.reason}`);
+    const inside = c.cell_line === null || c.cell_line === undefined ? ` (in ${shortPath(c.filename)}:${c.lineno})` : '';
+    m.lines.push(`x${c.count} ${c.gb_type}${c.gb_id ? ` (${c.gb_id})` : ''}${inside}: ${plainText(c.explanation || c.reason)}`);
     m.causes = (m.causes ?? 0) + 1;
-    const more = details.get(c.cell_line) as string[];
-    const fix = c.fixes.find(f => f.command && f.verified !== false);
+    const more = details.get(at) as string[];
+    const fix = c.fixes.find(f => f.command && f.verified !== false) ??
+      (inside ? c.fixes.find(f => f.verified !== false) : undefined);  // installed code: what the user can do
     if (fix) {
-      more.push(`fix: ${fixText(fix)}`);
+      more.push(`fix: ${cutText(plainText(fixText(fix)), TIP_HINT_CHARS * 2)}`);
     }
     for (const hint of c.hints.slice(0, 1)) {
-      more.push(`hint: ${cutText(hint, TIP_HINT_CHARS)}`);
+      more.push(`hint: ${cutText(plainText(hint), TIP_HINT_CHARS)}`);
+    }
+    if (c.count > 1) {  // "x2" explained, after what to do: the events, and the compiles they came from
+      more.push(`count: ${c.count_text || countText(c.count, c.compile_ids ?? [])}`);
     }
     const href = safeUrl(c.doc_url);
     if (href && !m.links.some(l => l.href === href)) {
@@ -349,7 +448,7 @@ export function markers(report: IReport, source: string): IMarker[] {
   }
   for (const [line, m] of byLine) {
     m.lines.push(...(details.get(line) ?? []).filter((d, i, all) => all.indexOf(d) === i));
-    m.title = `graph break: ${m.lines[0]}`;
+    m.title = `graph break: ${cutText(m.lines[0], TIP_CAUSE_CHARS)}`;
   }
   // Where a recompile's guarded name comes from (its parameter, its global): a distinct marker whose
   // tooltip says what changed ("x.shape[0]: 3 -> 5, 3 recompiles").

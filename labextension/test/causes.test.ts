@@ -21,7 +21,7 @@ function cause(b: GraphBreak, count: number): Cause {
   return {
     count, cell_line: b.cell_line, filename: b.filename, lineno: b.lineno, gb_type: b.gb_type, reason: b.reason,
     fixes: b.fixes, function: b.function, source_line: b.source_line, explanation: b.explanation, hints: b.hints,
-    gb_id: b.gb_id, doc_url: b.doc_url
+    gb_id: b.gb_id, doc_url: b.doc_url, compile_ids: [b.compile_id], count_text: ''
   };
 }
 

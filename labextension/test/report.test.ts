@@ -51,7 +51,9 @@ test('one marker per break line, with reason, fix, hint and the GB link', () => 
   expect(m.line).toBe(4);
   expect(m.kind).toBe('break');
   expect(m.lines).toEqual([
-    'x2 Failed to trace builtin operator (GB0059): no print', 'fix: %nbcompile set helper disable', 'hint: Avoid print'
+    'x2 Failed to trace builtin operator (GB0059): no print', 'fix: %nbcompile set helper disable', 'hint: Avoid print',
+    // what x2 counts (the report's count_text, else said here from the events' compile ids)
+    'count: x2: 2 break events at this line, from 1 compile (0/0): the line ran more than once in one compile; one cause, one fix'
   ]);
   expect(m.causes).toBe(1);
   expect(m.links).toEqual([{ text: 'GB0059', href: 'https://example.org/gb0059' }]);

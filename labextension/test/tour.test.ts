@@ -7,7 +7,10 @@ import { EditorState } from '@codemirror/state';
 import { EditorView } from '@codemirror/view';
 
 import { TIP_MAX_HEIGHT_PX, markerGutter, openTip, setMarkers, tipDOM } from '../src/gutter';
-import { IReport, SESSION_RUN, graphPlaces, markers, opLabel, statusLines, summary } from '../src/report';
+import {
+  IReport, SESSION_RUN, TIP_CAUSE_CHARS, causeLine, cutText, graphPlaces, guardText, markers, opLabel, plainText,
+  statusLines, summary
+} from '../src/report';
 import { renderReport } from '../src/render';
 import { Frame, GraphBreak } from '../src/report-schema';
 
@@ -64,10 +67,10 @@ function twoCauses(): IReport {
   r.causes = [
     { count: 2, cell_line: 22, filename: CELL, lineno: 22, gb_type: item.gb_type, reason: 'r', fixes: item.fixes,
       function: 'log_loss', source_line: 'print(...)', explanation: 'no item', hints: item.hints, gb_id: 'GB0124',
-      doc_url: 'https://example.org/gb0124' },
+      doc_url: 'https://example.org/gb0124', compile_ids: ['2/0', '2/1'], count_text: 'x2: two compiles' },
     { count: 1, cell_line: 22, filename: '<ipython-input-1-aaa>', lineno: 22, gb_type: 'Unsupported builtin print',
       reason: 'r', fixes: item.fixes, function: 'log_loss', source_line: 'print(...)', explanation: 'no print',
-      hints: [], gb_id: 'GB0059', doc_url: 'https://example.org/gb0059' }
+      hints: [], gb_id: 'GB0059', doc_url: 'https://example.org/gb0059', compile_ids: ['7/0'], count_text: '' }
   ];
   return r;
 }
@@ -141,7 +144,7 @@ test('the gutter tooltip lists its causes first, one line each with its count, a
   expect(tip.style.overflowY).toBe('auto');
   const causes = [...tip.querySelectorAll('.nbcompile-tip-cause')] as HTMLElement[];
   expect(causes.map(c => c.textContent)).toEqual(m.lines.slice(0, 2));
-  expect(causes.every(c => c.title === c.textContent)).toBe(true);  // cut to one line, whole on hover
+  expect(causes.every((c, i) => c.title === m.lines[i])).toBe(true);  // whole on hover
   expect(tip.querySelectorAll('.nbcompile-tip-line')).toHaveLength(m.lines.length - 2);
 });
 
@@ -156,4 +159,71 @@ test('the capped tooltip is what the editor shows', () => {
   const tip = document.querySelector('.cm-tooltip.nbcompile-tip') as HTMLElement;
   expect(tip.style.maxHeight).toBe(`${TIP_MAX_HEIGHT_PX}px`);
   expect(tip.querySelectorAll('.nbcompile-tip-cause')).toHaveLength(2);
+});
+
+// -- the tour's second pass: cut between words, a marker where the user's call reaches installed code, plain names
+
+test('a tooltip cuts a long cause between words with an ellipsis, never inside its GB id', () => {
+  const long = 'x1 Attempted to inline function marked as skipped but the function lives in a module Dynamo always skips ' +
+    '(GB0008): Dynamo developers have intentionally marked that the function should not be traced.';
+  const gb = long.indexOf('GB0008');
+  expect(gb).toBeLessThan(TIP_CAUSE_CHARS);  // a cut by characters lands inside the id
+  expect(gb + 'GB0008'.length).toBeGreaterThan(TIP_CAUSE_CHARS - 1);
+  const said = cutText(long, TIP_CAUSE_CHARS);
+  expect(said.endsWith('…')).toBe(true);
+  expect(said.length).toBeLessThanOrEqual(TIP_CAUSE_CHARS);
+  expect(said).not.toMatch(/GB\d{0,3}…/);
+  expect(long.startsWith(said.slice(0, -1))).toBe(true);
+  expect(long[said.length - 1]).toMatch(/[\s(]/);  // the cut falls where a word ended
+  const r = tour();
+  r.breaks[0].gb_type = long.slice(3, long.indexOf(' (GB0008)'));
+  r.breaks[0].gb_id = 'GB0008';
+  const [m] = markers(r, SOURCE).filter(x => x.line === 25);
+  const row = tipDOM(m).querySelector('.nbcompile-tip-cause') as HTMLElement;
+  expect(row.textContent?.endsWith('…')).toBe(true);
+  expect(row.textContent).not.toMatch(/GB\d{0,3}…/);
+  expect(row.title).toBe(m.lines[0]);  // the whole line on hover
+  expect(m.title).not.toMatch(/GB\d{0,3}…/);
+});
+
+const STEP_CELL = ['%%compile --run "train_step()"', 'import torch', 'def train_step():', '    opt.zero_grad()',
+  '    loss = net(X)', '    loss.backward()', '    opt.step()  # AdamW', '    return loss'].join('\n');
+
+test('a break inside installed code is marked on the cell line whose call reaches it', () => {
+  const inside: GraphBreak = {
+    function: '_use_grad', filename: '/work/.venv/lib/python3.11/site-packages/torch/optim/optimizer.py', lineno: 79,
+    cell_line: null, source_line: 'torch._dynamo.graph_break()', reason: 'r', gb_type: 'Call to `torch._dynamo.graph_break()`',
+    gb_id: 'GB0025', explanation: 'User-inserted graph break. Message: None', hints: [], doc_url: null, compile_id: '2/0',
+    fixes: [{ command: '', why: 'the break is inside AdamW.step (installed code: torch/optim/optimizer.py:79, in its ' +
+      'wrapper _use_grad), which is not yours to edit: call `opt.step()` (line 7) outside train_step', warnings: [],
+    verified: null, effect: '', action: null }]
+  };
+  const r = tour({ breaks: [inside], causes: [] });
+  const found = markers(r, STEP_CELL);
+  expect(found.map(x => x.line)).toEqual([7]);
+  expect(found[0].lines[0]).toContain('(in torch/optim/optimizer.py:79)');
+  expect(found[0].lines.some(l => l.startsWith('fix: the break is inside AdamW.step'))).toBe(true);
+  expect(found[0].lines.join('\n')).not.toContain('site-packages');
+  // a line that does not hold the call named is never marked
+  expect(causeLine({ ...r.breaks[0], count: 1, compile_ids: [], count_text: '' }, STEP_CELL.replace('opt.step()', 'pass').split('\n'))).toBeNull();
+  const node = renderReport(r, STEP_CELL);
+  expect(node.querySelector('.nbcompile-causes')?.textContent).toContain('torch/optim/optimizer.py:79 (reached from cell line 7)');
+});
+
+test('the renderer shows no venv paths, function reprs, log lines or raw guards', () => {
+  const venv = '/work/main/.venv/lib/python3.11/site-packages/torch/optim/adamw.py';
+  expect(plainText(`Graph break in user code at ${venv}:88 calling <function helper at 0x7f3a2b1c0d60>\n` +
+    'W1123 12:00:00.123000 5990 torch/_logging/_internal.py:1345] [2/0] record')).toBe(
+    'Graph break in user code at torch/optim/adamw.py:88 calling helper');
+  expect(guardText("EQUALS_MATCH: G['SCALE'] == 2")).toBe('EQUALS_MATCH: SCALE == 2');
+  expect(guardText("TYPE_MATCH: ___check_type_id(L['___stack0'], 9412)")).toBe(
+    'TYPE_MATCH: type(a value on the stack) is the same type');
+  const r = tour();
+  r.frames[0].guards = ["ID_MATCH: ___check_obj_id(G['helper'].__code__, 1396)", "TENSOR_MATCH: check_tensor(L['x'])"];
+  r.breaks[0].explanation = `see ${venv}:3`;
+  const text = renderReport(r).textContent ?? '';
+  expect(text).toContain('helper.__code__ is the same object');
+  expect(text).toContain('check_tensor(x)');
+  expect(text).toContain('see torch/optim/adamw.py:3');
+  expect(text).not.toMatch(/site-packages|[GL]\['|___check/);
 });

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import torch_compat
-from ..core.text import _e, _table, function_label, plural, short_path, user_function
+from ..core.text import _e, _table, function_label, plain_text, plural, short_path, user_function
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
     from .report import Check, CompileError, Fix, Graph, Report
@@ -24,8 +24,6 @@ MIME_TYPE = "application/vnd.nbcompile.report+json"
 SHOWN_OPS = 12
 #: Characters of a status line's short text; the whole text is folded under it.
 STATUS_CHARS = 140
-#: Lines of torch's own log shown in the plain-text view (the rest is counted).
-TEXT_LOG_LINES = 5
 
 
 #: Why a report with breaks has no splits (``Report.splits``: graphs less one per call of an entry, so 0
@@ -116,6 +114,94 @@ def ops_html(graph: Graph, shown: int = SHOWN_OPS) -> str:
             f"</summary>{_e(', '.join(op_labels(rest)))}</details>")
 
 
+# --- torch's text as the user reads it ------------------------------------------------------------------
+
+#: torch's own log lines (glog's ``W1123 12:00:00.123000 5990 torch/_logging/_internal.py:1345] ...``): they
+#: belong in ``Report.torch_log``, folded, never among a view's lines.
+_LOG_LINE = re.compile(r"^[IWEFD]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]{1,300}\].*$")
+#: An installed package's path inside a text, up to the package (``/work/.venv/lib/python3.11/site-packages/``);
+#: bounded, so a long token costs a bounded scan per start.
+_INSTALLED_IN_TEXT = re.compile(r"(?<![^\s\"'`(\[{=,])(?:[A-Za-z]:)?[^\s\"'`<>()\[\]{},;=]{0,400}"
+                                r"[/\\](?:site|dist)-packages[/\\]")
+#: A Python repr with an address or a binding in it, as the user would name the thing instead.
+_REPR_NAME = r"(?P<name>(?:\w|\.|<locals>|<lambda>|<genexpr>){1,100})"
+_FUNCTION_REPR = re.compile(rf"<(?:function|built-in function|built-in method|method-wrapper) {_REPR_NAME}"
+                            r"(?: of [^<>\n]{0,300}?)?(?: at 0x[0-9a-fA-F]{1,16})?>")
+_BOUND_REPR = re.compile(rf"<bound method {_REPR_NAME} of (?:<[^<>\n]{{0,300}}>|[^<>\n]{{0,300}}?)>")
+_OBJECT_REPR = re.compile(r"<(?P<cls>[\w.]{1,300}) object at 0x[0-9a-fA-F]{1,16}>")
+#: torch's guard helpers, as what they check.
+_OBJ_ID = re.compile(r"___check_obj_id\((?P<expr>[^,()\n]{1,300}(?:\([^()\n]{0,300}\))?[^,()\n]{0,300}), -?\d+\)")
+_TYPE_ID = re.compile(r"___check_type_id\((?P<expr>[^,()\n]{1,300}(?:\([^()\n]{0,300}\))?[^,()\n]{0,300}), -?\d+\)")
+
+
+def _repr_name(name: str) -> str:
+    """``Net.forward.<locals>.inner`` -> ``inner``; ``Net.forward`` as it is."""
+    return name.rsplit("<locals>.", 1)[-1]
+
+
+def is_log_line(line: str) -> bool:
+    """Whether ``line`` is one of torch's own log records (``W1123 12:00:00.123 ...``)."""
+    return bool(_LOG_LINE.match(line.strip()))
+
+
+def plain(text: str, stack: Mapping[str, str] | None = None) -> str:
+    """torch's text as a view shows it: no internal names (``plain_text``: ``L['x']`` -> ``x``, stack slots,
+    resume functions, the cell's temporary file), installed files from the package down
+    (``torch/optim/adamw.py:88``, never the virtual environment's path), ``<function foo at 0x7f..>`` as
+    ``foo``, and none of torch's own log lines (they are in ``Report.torch_log``, folded)."""
+    if not text:
+        return text or ""
+    text = plain_text(text, stack)
+    if "] " in text and "\n" in text or _LOG_LINE.match(text.strip()):
+        text = "\n".join(line for line in text.splitlines() if not is_log_line(line))
+    if "-packages" in text:
+        text = _INSTALLED_IN_TEXT.sub("", text)
+    if "<" in text:
+        text = _FUNCTION_REPR.sub(lambda m: _repr_name(m["name"]), text)
+        text = _BOUND_REPR.sub(lambda m: _repr_name(m["name"]), text)
+        text = _OBJECT_REPR.sub(lambda m: f"a {m['cls'].rsplit('.', 1)[-1]} object", text)
+    return text
+
+
+def guard_text(guard: str, stack: Mapping[str, str] | None = None) -> str:
+    """A guard as the user reads it: ``EQUALS_MATCH: G['SCALE'] == 2`` -> ``EQUALS_MATCH: SCALE == 2``,
+    ``___check_obj_id(G['helper'].__code__, 1396...)`` -> ``helper.__code__ is the same object``."""
+    text = plain(guard, stack)
+    if "___check_" in text:
+        text = _OBJ_ID.sub(lambda m: f"{m['expr']} is the same object", text)
+        text = _TYPE_ID.sub(lambda m: f"type({m['expr']}) is the same type", text)
+    return text
+
+
+def cause_line(cause: Any, source: str | None = None) -> int | None:
+    """The cell line a view marks for ``cause``: its own line, else (a break inside installed code, in
+    torch's optimizer step) the cell line whose call reaches it, as its fix names it (``call `opt.step()`
+    (line 20)``); given the cell's ``source``, only where that line holds that call."""
+    if cause.cell_line is not None:
+        return int(cause.cell_line)
+    lines = source.splitlines() if source is not None else None
+    for fix in cause.fixes:
+        for m in _CALL_AT.finditer(fix.why or ""):
+            line, code = int(m["line"]), m["code"].rstrip("…").strip()
+            if lines is None or (1 <= line <= len(lines) and code and code in lines[line - 1]):
+                return line
+    return None
+
+
+#: Where a fix says the user's call into installed code is: "`opt.step()` (line 20)".
+_CALL_AT = re.compile(r"`(?P<code>[^`\n]{1,200})` \(line (?P<line>\d{1,6})\)")
+
+
+def where_cause(cause: Any) -> str:
+    """``cell line 17``; a break in installed code by its file, and the cell line that reaches it:
+    ``torch/optim/optimizer.py:79 (reached from cell line 20)``."""
+    if cause.cell_line is not None:
+        return f"cell line {cause.cell_line}"
+    said = f"{short_path(cause.filename)}:{cause.lineno}"
+    line = cause_line(cause)
+    return f"{said} (reached from cell line {line})" if line is not None else said
+
+
 def is_cell_file(filename: str) -> bool:
     """True for IPython's (``<ipython-input-N-hash>``) and ipykernel's cell files."""
     return bool(_CELL_FILE.search(filename))
@@ -152,52 +238,46 @@ def _place(graph: Graph, frame: Any, stops: list[tuple[str, int]], spans: Mappin
     return name if resumed else f"{name} (cell line {first})"
 
 
-def where_text(item: Any) -> str:
-    return f"cell line {item.cell_line}" if item.cell_line is not None else f"{short_path(item.filename)}:{item.lineno}"
-
-
 def fix_line(fix: Fix) -> str:
     proof = f" [{fix_proof(fix)}]" if fix_proof(fix) else ""
-    return f"{fix.command}  # {fix.why}{proof}" if fix.command else f"{fix.why}{proof}"
+    return f"{fix.command}  # {plain(fix.why)}{proof}" if fix.command else f"{plain(fix.why)}{proof}"
 
 
 def to_text(report: Report) -> str:
     lines = [f"{report.title or 'nbcompile report'} [{_options(report)}]", summary_line(report)]
     for status in status_lines(report):  # the others have their own lines below
         if status.kind in ("notice", "recompile limit"):
-            lines.append(f"  {status.head}: {status.detail or status.text}")
+            lines.append(f"  {status.head}: {plain(status.detail or status.text)}")
     for i, (g, place) in enumerate(zip(report.graphs, graph_places(report), strict=True)):
         lines.append(f"  graph {i + 1}, {place} [compile id {g.compile_id}]: {g.op_count} ops: {ops_text(g)}")
     for c in report.causes_in_order():
-        lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_text(c)}: {c.source_line}")
-        lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {c.explanation or c.reason}")
+        lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_cause(c)}: {c.source_line}")
+        lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {plain(c.explanation or c.reason)}")
         for hint in c.hints:
-            lines.append(f"    hint: {hint}")
+            lines.append(f"    hint: {plain(hint)}")
         for fix in c.fixes:
             lines.append(f"    fix: {fix_line(fix)}")
     for r in report.recompiles:
-        what = change_text(r) or r.reason
+        what = change_text(r) or plain(r.reason)
         where = f" (line {r.cell_line})" if r.cell_line is not None else ""
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {what}{where}")
         for fix in r.fixes[:3]:
             lines.append(f"    fix: {fix_line(fix)}")
     for fb in report.fallbacks:
-        lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {fb.reason}")
+        lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {plain(fb.reason)}")
         for fix in fb.fixes:
-            lines.append(f"    fix: {fix.command}  # {fix.why}" if fix.command else f"    fix: {fix.why}")
+            lines.append(f"    fix: {fix.command}  # {plain(fix.why)}" if fix.command else f"    fix: {plain(fix.why)}")
     for e in compile_errors(report):
-        lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {e.message}")
+        lines.append(f"  error in {function_label(e.function)} [{e.compile_id}] {e.fail_type}: {plain(e.message)}")
     if report.check is not None:
-        lines.append(f"  {check_head(report.check)} ({check_source(report.check)}): {report.check.message}")
+        lines.append(f"  {check_head(report.check)} ({check_source(report.check)}): {plain(report.check.message)}")
     for w in report.warnings:
         lines.append(f"  allow_in_graph lint, {w.function}: {w.rule} {w.variable}: {w.message}")
     if report.kernels:
         lines.append(f"  {len(report.kernels)} kernels: {', '.join(k.name for k in report.kernels)}")
-    if report.torch_log:
-        lines.append(f"  torch log ({plural(len(report.torch_log), 'record')}, kept out of the cell):")
-        lines += [f"    {line}" for line in report.torch_log[:TEXT_LOG_LINES]]
-        if len(report.torch_log) > TEXT_LOG_LINES:
-            lines.append(f"    ... {len(report.torch_log) - TEXT_LOG_LINES} more")
+    if report.torch_log:  # counted, never printed: torch's log lines are what the cell must not show
+        lines.append(f"  torch log: {plural(len(report.torch_log), 'record')}, kept out of the cell "
+                     "(report.torch_log; folded in the HTML view)")
     dropped = {k: v for k, v in report.dropped.items() if v}
     if dropped:
         lines.append(f"  (not kept, counted: {dropped})")
@@ -243,6 +323,7 @@ def short(text: str, limit: int = STATUS_CHARS) -> str:
 
 
 def _folded(kind: str, severity: str, text: str, detail: str = "", label: str = "") -> StatusLine:
+    text, detail = plain(text), plain(detail)
     brief = short(text)
     whole = detail or text
     return StatusLine(kind, severity, brief, "" if whole.strip() == brief.strip() else whole, label)
@@ -275,14 +356,15 @@ def check_line(check: Check, source: str | None = None) -> StatusLine:
     """The check in one line: ``check ok`` (green), ``Check failed`` (red), ``check not compared`` (grey), each
     with the run its figures come from (``source``: the session's run, a re-run on copies after a toggle)."""
     source = source or check_source(check)
-    detail = f"{check.message}\n{SESSION_RUN_DETAIL}"
+    message = plain(check.message)
+    detail = f"{message}\n{SESSION_RUN_DETAIL}"
     if not check.compared:
         head, severity = "check not compared", "info"
     elif check.ok:
         head, severity = "check ok", "ok"
     else:
         head, severity = "Check failed", "error"
-    return StatusLine("check", severity, short(check.message), detail, label=f"{head} ({source})")
+    return StatusLine("check", severity, short(message), detail, label=f"{head} ({source})")
 
 
 def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
@@ -341,25 +423,25 @@ _PROOF_CLASS = {True: "proven", False: "unhelpful", None: "untried"}
 def fix_proof(fix: Fix) -> str:
     """What trying the fix showed: ``proven: breaks 2 -> 1, graphs 3 -> 2, check ok``."""
     if fix.verified is True:
-        return f"proven: {fix.effect}"
+        return f"proven: {plain(fix.effect)}"
     if fix.verified is False:
-        return f"tried, did not help: {fix.effect}"
-    return fix.effect
+        return f"tried, did not help: {plain(fix.effect)}"
+    return plain(fix.effect)
 
 
 def fixes_html(fixes: list[Fix]) -> str:
     """Fixes as list items, each with its proof, classed by it (proven, unhelpful, untried)."""
     return "".join(
-        f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'><code>{_e(f.command)}</code> {_e(f.why)}"
+        f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'><code>{_e(f.command)}</code> {_e(plain(f.why))}"
         + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
-        if f.command else f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'>{_e(f.why)}"
+        if f.command else f"<li class='nbcompile-fix-{_PROOF_CLASS[f.verified]}'>{_e(plain(f.why))}"
         + (f" <span class='nbcompile-proof'>[{_e(fix_proof(f))}]</span>" if fix_proof(f) else "") + "</li>"
         for f in fixes
     )
 
 
 def _break_detail(b: Any) -> str:
-    hints = "".join(f"<li>{_e(h)}</li>" for h in b.hints)
+    hints = "".join(f"<li>{_e(plain(h))}</li>" for h in b.hints)
     link = (
         f" <a href='{_e(b.doc_url)}' target='_blank' rel='noopener'>{_e(b.gb_id or 'docs')}</a>"
         if b.doc_url and b.doc_url.startswith(("https://", "http://"))
@@ -367,7 +449,7 @@ def _break_detail(b: Any) -> str:
     )
     fixes = fixes_html(b.fixes)
     return (
-        f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(b.explanation or b.reason)}"
+        f"<b>{_e(b.gb_type)}</b>{link}<br>{_e(plain(b.explanation or b.reason))}"
         + (f"<ul>{hints}</ul>" if hints else "")
         + (f"<div class='nbcompile-fixes'>To remove it:<ul>{fixes}</ul></div>" if fixes else "")
     )
@@ -416,7 +498,7 @@ def to_html(report: Report) -> str:
     if compile_errors(report):
         parts.append("<details><summary>Compile errors</summary>")
         parts.append(_table(["function", "compile id", "error", "message"],
-                            [(function_label(e.function), e.compile_id, e.fail_type, e.message)
+                            [(function_label(e.function), e.compile_id, e.fail_type, plain(e.message))
                              for e in compile_errors(report)]))
         parts.append("</details>")
     if report.graphs:
@@ -427,15 +509,15 @@ def to_html(report: Report) -> str:
                      f"{plural(len(report.causes), 'cause')}, {_e(splits_text(report))}</h5>")
         parts.append(_table(["count", "function", "line", "source", "reason"],
                             [(f"x{c.count}", function_label(c.function),
-                              c.cell_line if c.cell_line is not None else f"{short_path(c.filename)}:{c.lineno}",
+                              c.cell_line if c.cell_line is not None else where_cause(c),
                               c.source_line, _break_detail(c)) for c in report.causes_in_order()], raw_cols=(4,)))
     for warning in limit_warnings(report):
         parts.append(f"<p class='nbcompile-limit-warning' style='color:#b60'><b>{_e(warning)}</b></p>")
     if report.fallbacks:
         parts.append("<h5 style='color:#b00'>Running slower than you think</h5>")
         parts.append(_table(["function", "kind", "what happened", "fix"],
-                            [(function_label(f.function), f.kind, f.reason,
-                              "; ".join(x.command or x.why for x in f.fixes)) for f in report.fallbacks]))
+                            [(function_label(f.function), f.kind, plain(f.reason),
+                              "; ".join(x.command or plain(x.why) for x in f.fixes)) for f in report.fallbacks]))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
         parts.append(_table(["function", "compile id", "what changed", "line", "fix", "reason"],
@@ -443,7 +525,7 @@ def to_html(report: Report) -> str:
                               "" if r.cell_line is None else r.cell_line,
                               f"<ul class='nbcompile-recompile-fixes'>{fixes_html(r.fixes[:3])}</ul>"
                               if r.fixes else "",
-                              _e(r.reason)) for r in report.recompiles], raw_cols=(4, 5)))
+                              _e(plain(r.reason))) for r in report.recompiles], raw_cols=(4, 5)))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
         parts.append(_table(["compile id", "function", "guards", "guard cost", "compile s"],
@@ -452,7 +534,7 @@ def to_html(report: Report) -> str:
         for f in report.frames:
             if f.guards:
                 parts.append(f"<p><b>{_e(f.compile_id)} {_e(function_label(f.function))}</b></p>"
-                             f"<pre>{_e(chr(10).join(f.guards))}</pre>")
+                             f"<pre>{_e(chr(10).join(guard_text(g) for g in f.guards))}</pre>")
         parts.append("</details>")
     if report.torch_log:
         count = plural(len(report.torch_log), "record")

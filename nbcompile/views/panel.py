@@ -16,7 +16,6 @@ after each ``set``, ``configure``, ``run`` or ``bench``.
 
 from __future__ import annotations
 
-import ast
 import html
 import importlib.util
 import os
@@ -29,7 +28,7 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from ..capture.guards import subject_of
+from ..capture.guards import stack_expressions, subject_of
 from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES
@@ -41,24 +40,30 @@ from ..model.render import (
     SESSION_RUN,
     SEVERITY_COLORS,
     StatusLine,
+    cause_line,
     change_text,
     compile_errors,
     fixes_html,
     graph_places,
     graphs_table,
     guard_cost_text,
+    guard_text,
+    is_cell_file,
     op_labels,
+    plain,
     set_effect,
     short,
     split_bar,
     splits_text,
     status_html,
     status_lines,
+    where_cause,
 )
 from ..model.render import (
     check_source as run_source,
 )
 from ..model.report import Report, ReportDiff
+from .entries import entry_part, module_class
 from .protocols import PanelSession
 
 #: Most characters of kernel code shown per kernel in the Kernels tab.
@@ -197,9 +202,11 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
     """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
     breaks: dict[int, list[str]] = {}
     for cause in report.causes:
-        if cause.cell_line is not None:
-            breaks.setdefault(cause.cell_line, []).append(
-                f"x{cause.count} {cause.gb_type}: {cause.explanation or cause.reason}")
+        line = cause_line(cause, source)  # a break inside installed code: the cell line whose call reaches it
+        if line is not None:
+            inside = "" if cause.cell_line is not None else f" (in {where_cause(cause).split(' (')[0]})"
+            breaks.setdefault(line, []).append(
+                f"x{cause.count} {cause.gb_type}{inside}: {plain(cause.explanation or cause.reason)}")
     recompiled: dict[int, list[str]] = {}
     for rec in report.recompiles:
         name = function_label(rec.function).split(" ")[0]
@@ -229,6 +236,10 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
 FUNCTION_BUTTON_WIDTH = "150px"
 TORCH_BUTTON_WIDTH = "165px"
 LABEL_WIDTH = "220px"
+#: The narrowest a row's name gets (with its ellipsis) when the panel has no room for its width.
+LABEL_MIN_WIDTH = "120px"
+#: Space ipywidgets puts around each toggle button (its margins).
+BUTTON_MARGIN_PX = 6
 
 
 def _failed(guard: str, subjects: list[str]) -> bool:
@@ -243,21 +254,30 @@ def _failed(guard: str, subjects: list[str]) -> bool:
 
 
 def _label(name: str, note: str = "", shown: str | None = None, title: str | None = None) -> widgets.HTML:
-    """A row's name in a fixed column: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
-    in an ellipsis, with the whole name (or ``title``) on hover, instead of running under the buttons."""
+    """A row's name in a column of its own: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
+    in an ellipsis, with the whole name (or ``title``) on hover, instead of running under the buttons; in a
+    narrow panel the column narrows (down to ``LABEL_MIN_WIDTH``), never past the panel's edge."""
     return widgets.HTML(
         f"<div class='nbcompile-name' title='{_e(title or name)}' style='white-space:nowrap;overflow:hidden;"
-        f"text-overflow:ellipsis;max-width:{LABEL_WIDTH}'><code>{_e(shown or name)}</code>{note}</div>",
-        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_WIDTH, flex="0 0 auto", overflow="hidden"))
+        f"text-overflow:ellipsis;max-width:100%'><code>{_e(shown or name)}</code>{note}</div>",
+        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_MIN_WIDTH, max_width="100%", flex="0 1 auto",
+                              overflow="hidden"))
 
 
-def _one_row(toggle: widgets.ToggleButtons, width: str) -> None:
-    """Keep a row's buttons on one line: the toggle is as wide as its buttons and never shrinks."""
-    px = int(width.removesuffix("px"))
-    toggle.layout = widgets.Layout(min_width=f"{len(toggle.options) * (px + 6)}px", flex="0 0 auto")
+def _fitting(toggle: widgets.ToggleButtons, width: str) -> None:
+    """A row's buttons on one line while the panel has room (the toggle is as wide as all its buttons);
+    in a narrow panel (a long name, a narrow notebook) the row wraps the toggle under the name and the
+    toggle shrinks, down to one button's width, its buttons wrapping among themselves: never past the
+    panel's edge."""
+    px = int(width.removesuffix("px")) + BUTTON_MARGIN_PX
+    every = len(toggle.options) * px
+    toggle.layout = widgets.Layout(width=f"{every}px", min_width=f"{px}px", max_width="100%", flex=f"0 1 {every}px")
 
 
-_ROW = {"flex_flow": "row nowrap", "align_items": "center", "overflow_x": "auto"}
+#: A row: its name, its buttons and its counts side by side while they fit, else wrapped onto more lines.
+_ROW = {"flex_flow": "row wrap", "align_items": "center", "width": "100%", "max_width": "100%"}
+#: A part of a row that holds text (counts, what an entry is): it wraps its words rather than overflow.
+_SHRINKING = {"flex": "0 1 auto", "min_width": "0", "max_width": "100%"}
 
 #: The chosen mode of each toggle, clearly marked (ipywidgets' own is a light grey on grey): white on blue,
 #: bold. Scoped to the panel; in a ``<style>`` of the panel itself, so exported pages show it too.
@@ -272,27 +292,11 @@ PANEL_CSS = (
 )
 
 
-def module_class(source: str, name: str) -> str | None:
-    """The class a cell's top-level ``name = Class(...)`` makes (``net = Net()`` -> ``Net``, ``nn.Linear(4, 1)``
-    -> ``Linear``), from the source alone; None when the cell does not say."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    found = None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                isinstance(target, ast.Name) and target.id == name for target in node.targets):
-            func = node.value.func
-            found = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-    return found
-
-
 class Panel(widgets.VBox):
     """The live panel of one session (``Session.panel()``)."""
 
     def __init__(self, session: PanelSession) -> None:
-        super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
+        super().__init__(layout=widgets.Layout(border="1px solid #ddd", padding="6px", max_width="100%"))
         self.add_class("nbcompile-panel")  # the JupyterLab extension marks it disconnected after a kernel restart
         self._session_ref = weakref.ref(session)
         self._syncing = False
@@ -362,8 +366,10 @@ class Panel(widgets.VBox):
             widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
-            widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop]),
-                          widgets.HBox([self.fix_progress, self.fix_label]), self.fix_output, self.fix_html]),
+            widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop],
+                                       layout=widgets.Layout(**_ROW)),
+                          widgets.HBox([self.fix_progress, self.fix_label], layout=widgets.Layout(**_ROW)),
+                          self.fix_output, self.fix_html]),
         ])
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
@@ -387,8 +393,8 @@ class Panel(widgets.VBox):
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
-        _one_row(toggle, FUNCTION_BUTTON_WIDTH)
-        counts = widgets.HTML(layout=widgets.Layout(flex="0 0 auto"))
+        _fitting(toggle, FUNCTION_BUTTON_WIDTH)
+        counts = widgets.HTML(layout=widgets.Layout(**_SHRINKING))
         self.function_rows[name] = toggle
         self.function_counts[name] = counts
         if ":" in name:  # a library function: its class and name, the module on hover
@@ -400,7 +406,7 @@ class Panel(widgets.VBox):
     def _entry_row(self, name: str) -> widgets.HBox:
         """An entry that is not a function of the cell: an nn.Module instance (``net``), named with the method
         a call of it runs (``net (Net.forward)``), or a function from elsewhere. Counts, no toggle."""
-        counts = widgets.HTML()
+        counts = widgets.HTML(layout=widgets.Layout(**_SHRINKING))
         self.function_counts[name] = counts
         if "." in name:
             label, what = _label(name, " <i>(entry, function)</i>"), "compiled whole"
@@ -411,7 +417,7 @@ class Panel(widgets.VBox):
                            title=f"{name}: the nn.Module you call (an entry); a call of it runs {forward}")
             what = f"the module you call: {forward}, compiled whole"
         return widgets.HBox([label, widgets.HTML(f"<span style='color:#555'>{_e(what)}</span>",
-                                                 layout=widgets.Layout(width="380px")), counts],
+                                                 layout=widgets.Layout(width="380px", **_SHRINKING)), counts],
                             layout=widgets.Layout(**_ROW))
 
     def _op_row(self, name: str) -> widgets.HBox:
@@ -419,7 +425,7 @@ class Panel(widgets.VBox):
                                        style={"button_width": TORCH_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
-        _one_row(toggle, TORCH_BUTTON_WIDTH)
+        _fitting(toggle, TORCH_BUTTON_WIDTH)
         self.op_rows[name] = toggle
         return widgets.HBox([_label(name), toggle], layout=widgets.Layout(**_ROW))
 
@@ -435,7 +441,8 @@ class Panel(widgets.VBox):
         for name, control in (("backend", self.backend), ("mode", self.mode),
                               ("fullgraph", self.fullgraph), ("dynamic", self.dynamic)):
             control.observe(lambda change, n=name: self._on_option(n, change), names="value")
-        return widgets.HBox([self.backend, self.mode, self.fullgraph, self.dynamic])
+        return widgets.HBox([self.backend, self.mode, self.fullgraph, self.dynamic],
+                            layout=widgets.Layout(flex_flow="row wrap", max_width="100%"))
 
     # -- user actions ----------------------------------------------------------------------
     def _on_toggle(self, name: str, change: dict[str, Any]) -> None:
@@ -686,9 +693,9 @@ class Panel(widgets.VBox):
 
     def _draw_counts(self, report: Report) -> None:
         for name, counts in self.function_counts.items():
-            part = self.session.function_report(name)
+            part = entry_part(self.session, name)  # each row its own counts: a module entry, its forward's
             causes = f" ({plural(len(part.causes), 'cause')})" if len(part.causes) < len(part.breaks) else ""
-            counts.value = (f"<span style='color:#555;white-space:nowrap'>{plural(len(part.frames), 'frame')}, "
+            counts.value = (f"<span style='color:#555'>{plural(len(part.frames), 'frame')}, "
                             f"{plural(len(part.breaks), 'break')}{causes}, "
                             f"{plural(len(part.recompiles), 'recompile')}</span>")
 
@@ -711,9 +718,11 @@ class Panel(widgets.VBox):
             lines.append(StatusLine("stale", "error", short(session.stale), session.stale
                                     if short(session.stale) != session.stale else ""))
         errors = compile_errors(report)
-        error = self.last_error or (f"{errors[-1].fail_type}: {errors[-1].message}" if errors else None)
+        error = plain(self.last_error or (f"{errors[-1].fail_type}: {errors[-1].message}" if errors else "")) or None
         if self.last_error:
-            lines.append(StatusLine("errors", "error", short(error or ""), "", label="last error"))
+            said = short(error or "")
+            lines.append(StatusLine("errors", "error", said, error if error and said.rstrip("…") != error else "",
+                                    label="last error"))
         if report.check is None:
             lines.append(StatusLine("check", "info", "", label="check: off" if not session.options.check
                                     else "check: not run yet"))
@@ -721,7 +730,7 @@ class Panel(widgets.VBox):
             if line.kind == "errors" and not self.last_error:
                 line.label = "last error"
                 line.text = short(error or "")
-                line.detail = "\n".join(f"{e.fail_type}: {e.message}" for e in errors)
+                line.detail = "\n".join(f"{e.fail_type}: {plain(e.message)}" for e in errors)
             if line.kind != "errors" or not self.last_error:
                 lines.append(line)
         if not error and self.last_effect:
@@ -729,7 +738,10 @@ class Panel(widgets.VBox):
             detail = ""
             if self.last_diff is not None and self.last_diff.changed:
                 detail = "\n".join(str(self.last_diff).splitlines()[1:41])
-            lines.append(StatusLine("change", "warn" if unhelpful else "info", self.last_effect, detail,
+            said = short(self.last_effect)  # one short line; the whole of it and the diff folded under it
+            whole = "" if said == self.last_effect else self.last_effect
+            lines.append(StatusLine("change", "warn" if unhelpful else "info", said,
+                                    "\n".join(part for part in (whole, detail) if part),
                                     label="what changed" if detail else "last change"))
         self.status.value = (f"<div class='nbcompile-status nbcompile-counts' style='color:{SEVERITY_COLORS['info']}'>"
                              f"{_e(', '.join(counts))}</div>" + status_html(lines))
@@ -739,17 +751,27 @@ class Panel(widgets.VBox):
         failed = [c.subject for r in self.session.report.recompiles for c in r.changes]
         blocks = []
         for frame in self.session.report.frames:
-            guards = [g for g in frame.guards if needle in g.lower()] if needle else frame.guards
+            stack = self._stack_of(frame)
+            # what the user reads (and filters on): the names they wrote, never L['x'], G['SCALE'], ___stack0
+            said = [(g, guard_text(g, stack)) for g in frame.guards]
+            guards = [(g, t) for g, t in said if needle in t.lower() or needle in g.lower()] if needle else said
             if needle and not guards:
                 continue
             cost = guard_cost_text(frame, self._call_s())
             color = "#b00" if "of the call" in cost and "over 10%" in cost else "#555"
-            shown = "\n".join(f"<mark title='this guard failed: a recompile'>{_e(g)}</mark>"
-                              if _failed(g, failed) else _e(g) for g in guards)
+            shown = "\n".join(f"<mark title='this guard failed: a recompile'>{_e(t)}</mark>"
+                              if _failed(g, failed) else _e(t) for g, t in guards)
             blocks.append(f"<p><b>{_e(frame.compile_id)} {_e(function_label(frame.function))}</b> "
                           f"({len(guards)} of {frame.guard_count} guards)"
                           f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{shown}</pre>")
         self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
+
+    def _stack_of(self, frame: Any) -> dict[str, str]:
+        """A resumed frame's stack slots (``___stack0``) named by the expressions of the cell line it resumes at."""
+        resumed = re.match(r"^torch_dynamo_resume_in_\w+?_at_(\d+)$", frame.function)
+        if resumed is None or not is_cell_file(frame.filename):
+            return {}
+        return stack_expressions(self.session.source, int(resumed.group(1)))
 
     def _draw_timeline(self, report: Report) -> None:
         """Set as widget state, like the split figure (exported pages draw its HTML form)."""
@@ -781,7 +803,7 @@ class Panel(widgets.VBox):
         rows = "".join(f"<tr><td>{_e(function_label(r.function))}</td><td>{_e(r.compile_id)}</td>"
                        f"<td><b>{_e(change_text(r))}</b></td>"
                        f"<td>{_fix_list(r.fixes)}</td>"
-                       f"<td><code>{_e(r.reason)}</code></td></tr>"
+                       f"<td><code>{_e(plain(r.reason))}</code></td></tr>"
                        for r in report.recompiles)
         return ("<table><tr><th>function</th><th>compile id</th><th>what changed</th><th>fix (and its proof)</th>"
                 f"<th>failed guard</th></tr>{rows}</table>")
@@ -794,8 +816,9 @@ class Panel(widgets.VBox):
         if report.causes:
             rows = "".join(
                 f"<tr><td><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
-                f"<td>{_e(c.cell_line if c.cell_line is not None else f'{short_path(c.filename)}:{c.lineno}')}</td>"
-                f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: {_e(c.explanation or c.reason)}"
+                f"<td>{_e(c.cell_line if c.cell_line is not None else where_cause(c))}</td>"
+                f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: "
+                f"{_e(plain(c.explanation or c.reason))}"
                 + (f"<ul>{fixes_html(c.fixes)}</ul>" if c.fixes else "") + "</td></tr>"
                 for c in report.causes_in_order())
             parts.append(f"<p><b>Break causes</b>: {plural(report.break_count, 'event')} from "

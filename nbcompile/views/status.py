@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.text import _e, _table, cut, function_label, short_path
-from ..model.render import change_text, check_head, check_source, fix_proof, status_lines
+from ..core.text import _table, cut, function_label, short_path
+from ..model.render import (
+    StatusLine,
+    cause_line,
+    change_text,
+    check_head,
+    check_source,
+    fix_proof,
+    plain,
+    short,
+    status_html,
+    status_lines,
+)
+from .entries import entry_part
 from .protocols import PanelSession
 
 #: The most characters of the check's message the status shows (the report holds the whole of it).
@@ -18,10 +30,14 @@ class StatusTable:
 
     headers = ("function", "toggle", "entry", "frames", "graphs", "breaks", "recompiles")
 
-    def __init__(self, rows: list[tuple[Any, ...]], notes: list[str] | None = None) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], notes: list[str] | None = None,
+                 lines: list[StatusLine] | None = None) -> None:
         self.rows = rows
         #: Lines under the table: the check, allow_in_graph lint warnings, suggested fixes.
         self.notes = notes or []
+        #: The same notes as status lines (one short line per kind, coloured by severity, details folded):
+        #: what the HTML form shows.
+        self.lines = lines if lines is not None else [StatusLine("note", "info", n) for n in self.notes]
 
     def __repr__(self) -> str:
         widths = [max(len(str(r[i])) for r in [self.headers, *self.rows]) for i in range(len(self.headers))]
@@ -29,18 +45,27 @@ class StatusTable:
         return "\n".join([*(fmt.format(*map(str, r)) for r in [self.headers, *self.rows]), *self.notes])
 
     def _repr_html_(self) -> str:
+        return _table(self.headers, self.rows) + status_html(self.lines)
 
-        notes = "".join(f"<li>{_e(n.strip())}</li>" for n in self.notes)
-        return _table(self.headers, self.rows) + (f"<ul>{notes}</ul>" if notes else "")
+
+def _cause_where(c: Any) -> str:
+    if c.cell_line is not None:
+        return f"line {c.cell_line}"
+    if c.filename and short_path(c.filename) != c.filename:  # installed code: its file, torch's wrapper aside
+        reached = cause_line(c)
+        return f"{short_path(c.filename)}:{c.lineno} (in {c.function}" + (
+            f", reached from line {reached})" if reached is not None else ")")
+    return function_label(c.function)
 
 
 def status_table(session: PanelSession) -> StatusTable:
     report = session.report
     rows = []
     for name in session.entries:
-        if name not in session.functions:  # an nn.Module instance or a function from another cell
-            rows.append((name, "-", "yes", len(report.frames), len(report.graphs), len(report.breaks),
-                         len(report.recompiles)))
+        if name not in session.functions:  # an nn.Module instance or a function from another cell: its own counts
+            part = entry_part(session, name)
+            rows.append((name, "-", "yes", len(part.frames), len(part.graphs), len(part.breaks),
+                         len(part.recompiles)))
     for name in session.functions:
         part = session.function_report(name)
         rows.append((
@@ -49,32 +74,43 @@ def status_table(session: PanelSession) -> StatusTable:
             "yes" if name in session.entries else "",
             len(part.frames), len(part.graphs), len(part.breaks), len(part.recompiles),
         ))
-    notes = [f"STALE: {session.stale}"] if session.stale else []
+    notes: list[str] = []
+    lines: list[StatusLine] = []
+
+    def note(text: str, line: StatusLine) -> None:
+        notes.append(text)
+        lines.append(line)
+
+    if session.stale:
+        note(f"STALE: {session.stale}", StatusLine("stale", "error", short(session.stale),
+                                                   session.stale if short(session.stale) != session.stale else "",
+                                                   label="STALE"))
     for line in status_lines(report):  # one short line per kind: the check, errors, notices, lint...
-        if line.kind == "check":  # the whole message, and the run its figures come from
+        if line.kind == "check":  # the message in one short line, and the run its figures come from
             if report.check is not None:
-                notes.append(f"{check_head(report.check)} ({check_source(report.check)}): "
-                             f"{cut(' '.join(report.check.message.split()), STATUS_CHECK_CHARS)}")
+                said = cut(" ".join(plain(report.check.message).split()), STATUS_CHECK_CHARS)
+                note(f"{check_head(report.check)} ({check_source(report.check)}): {said}", line)
         elif line.kind == "lint":
             notes += [f"allow_in_graph lint, {w.function}: {w.message}" for w in report.warnings]
+            lines.append(line)
         else:
-            notes.append(f"{line.head}: {line.text}")
+            note(f"{line.head}: {line.text}", line)
     for c in report.causes_in_order():  # one line per cause, with its count and its best fix (and the proof)
-        if c.cell_line is not None:
-            where = f"line {c.cell_line}"
-        elif c.filename and short_path(c.filename) != c.filename:  # installed code: its file, torch's wrapper aside
-            where = f"{short_path(c.filename)}:{c.lineno} (in {c.function})"
-        else:
-            where = function_label(c.function)
+        where = _cause_where(c)
         fix = next((f for f in c.fixes if f.command and f.verified is not False), None)
         said = f": {fix.command}" + (f" ({fix_proof(fix)})" if fix_proof(fix) else "") if fix else ""
-        notes.append(f"break at {where} ({c.gb_type}){said} [x{c.count}]")
+        text = f"at {where} ({c.gb_type}){said}"
+        detail = "\n".join([plain(c.explanation or c.reason), *(f"fix: {plain(f.why)}" for f in c.fixes)])
+        note(f"break {text} [x{c.count}]", StatusLine("break", "warn", short(text), detail,
+                                                     label=f"break x{c.count}"))
     seen = set()
     for r in report.recompiles:  # the recompiles' fixes, with their proofs, once per function and fix
         for fix in r.fixes:
             if fix.command and fix.verified is not False and (r.function, fix.command) not in seen:
                 seen.add((r.function, fix.command))
-                what = change_text(r) or r.reason
+                what = change_text(r) or plain(r.reason)
                 proof = f" ({fix_proof(fix)})" if fix_proof(fix) else ""
-                notes.append(f"recompile of {function_label(r.function)} ({what}): {fix.command}{proof}")
-    return StatusTable(rows, notes)
+                text = f"of {function_label(r.function)} ({what}): {fix.command}{proof}"
+                note(f"recompile {text}", StatusLine("recompile", "warn" if fix.verified else "info", short(text),
+                                                     plain(fix.why), label="recompile"))
+    return StatusTable(rows, notes, lines)

@@ -1,0 +1,47 @@
+"""What an entry that is not a function of the cell stands for: an ``nn.Module`` instance (``net``) is its
+class's ``forward``; its own counts are that forward's, never the whole session's (issue 22, point 10)."""
+
+from __future__ import annotations
+
+import ast
+
+from ..core import torch_compat
+from ..model.render import is_cell_file
+from ..model.report import Report
+from .protocols import PanelSession
+
+
+def module_class(source: str, name: str) -> str | None:
+    """The class a cell's top-level ``name = Class(...)`` makes (``net = Net()`` -> ``Net``, ``nn.Linear(4, 1)``
+    -> ``Linear``), from the source alone; None when the cell does not say."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                isinstance(target, ast.Name) and target.id == name for target in node.targets):
+            func = node.value.func
+            found = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return found
+
+
+def entry_part(session: PanelSession, name: str) -> Report:
+    """The part of the session's report that is ``name``'s own: a tracked function's (``function_report``);
+    an ``nn.Module`` entry's, its class's ``forward`` (a call of the module runs it, with what it inlines and
+    its resumed parts); a module of a class from elsewhere (``nn.Linear``), the ``forward`` frames outside the
+    cell; a function from elsewhere, its frames by name."""
+    if name in session.functions or name not in session.entries:
+        return session.function_report(name)
+    report = session.report
+    if "." in name:
+        return report.for_function(name)
+    cls = module_class(session.source, name)
+    if cls is not None and f"{cls}.forward" in session.functions:
+        return session.function_report(f"{cls}.forward")
+    # a module of an installed class: torch.compile of it compiles torch's wrapper around its call, and its
+    # forward's frames when a break splits it (from their first line on; the cell's own classes aside)
+    spans = [(f.filename, f.firstlineno, 10**9) for f in report.frames
+             if f.function == "forward" and f.filename and not is_cell_file(f.filename)]
+    return report.for_function("forward", [*spans, torch_compat.WRAPPER_FRAME_SPAN])
