@@ -331,7 +331,7 @@ def test_a_failed_toggle_keeps_the_panel_and_shows_the_error(lab, browser):
     page.wait_for_selector("text=2 graphs, 1 break")
     _wait_for_markers(page, "10")
     _toggle(page, "scale", "allow_in_graph")
-    page.wait_for_selector("text=ValueError: boom")
+    page.wait_for_selector(".nbcompile-status-errors:has-text('ValueError: boom')")  # the short error line
     panel = page.locator(".widget-vbox", has=page.locator("code", has_text="scale")).first
     status = panel.inner_text()
     assert "2 graphs, 1 break" in status and "ValueError: boom" in status  # the last good view, the error beside it
