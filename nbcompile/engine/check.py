@@ -745,6 +745,7 @@ class _ModuleAudit:
             self.budgets.append(budget)
         self.held = held
         self.imports = {name for name in replay.imports if name not in sys.modules}
+        self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
 
     def settle(self) -> str:
         effects: list[str] = []
@@ -764,6 +765,14 @@ class _ModuleAudit:
                     effects.append(f"sets {module.__name__}.{key}")
                 elif after.of(value, module.__name__) != prints[key]:
                     effects.append(f"changes {module.__name__}.{key} in place")
+        now_env = dict(os.environ)
+        for key in sorted(set(now_env) | set(self.environ), key=str):
+            if now_env.get(key) != self.environ.get(key):
+                if key in self.environ:
+                    os.environ[key] = self.environ[key]
+                else:
+                    del os.environ[key]
+                effects.append(f"sets os.environ[{key!r:.60}]")
         for name in sorted(self.imports):
             imported = sys.modules.get(name)
             if imported is not None and _user_file(imported):

@@ -291,7 +291,7 @@ class Workload:
         rng = check_ops.RngState()
         try:
             with contextlib.redirect_stdout(io.StringIO()), check_ops.quiet(), torch_compat.force_eager(), \
-                    replay.swapped(also), check_ops.no_outside_effects(compiler_may=True):
+                    replay.swapped(also), check_ops.no_outside_effects(compiler_may=True, watch=replay):
                 try:
                     self.evaluate(code)
                 except Exception as exc:
