@@ -14,6 +14,8 @@ from IPython.core.error import UsageError
 from torch.compiler._cache import CacheArtifactFactory, CacheArtifactManager, _serialize_single_cache
 from torch.utils._appending_byte_serializer import AppendingByteSerializer
 
+from nbcompile.core.errors import NbcompileError
+
 MAGIC = b"NBCOMPILE-CACHE 1\n"
 
 
@@ -70,12 +72,17 @@ def test_a_crafted_file_with_an_absolute_key_writes_nothing_anywhere(ip, cache, 
     raw.write_bytes(torch_payload(*hostile))
     forged = tmp_path / "forged.bin"
     forged.write_bytes(with_manifest(torch_payload(*hostile), hostile))
-    for line in (f"cache load {raw}", f"cache load {raw} --trust", f"cache load {forged}",
-                 f"cache load {forged} --trust", f"cache list {forged}"):
+    for line in (f"cache load {raw} --trust", f"cache load {forged}", f"cache load {forged} --trust",
+                 f"cache list {forged}"):
         message = load_error(ip, line)
         assert f"entry 2 (autotune {str(target)!r}): its key is an absolute path" in message, message
         assert "nothing was written" in message
         assert not target.exists() and files_under(root) == [], line  # not even the harmless entry 1
+    # without --trust a file with no manifest is refused from its head, before a byte of it is decoded (safer
+    # than decoding it to name the key): the refusal says what is wrong and what would load it
+    message = load_error(ip, f"cache load {raw}")
+    assert "has no nbcompile manifest" in message and "--trust" in message, message
+    assert not target.exists() and files_under(root) == []
     assert "loaded" not in capsys.readouterr().out
 
 
@@ -87,8 +94,8 @@ def test_a_crafted_file_with_a_climbing_key_writes_nothing(ip, cache, tmp_path):
         raw, forged = tmp_path / f"{kind}.bin", tmp_path / f"{kind}-forged.bin"
         raw.write_bytes(torch_payload(*hostile))
         forged.write_bytes(with_manifest(torch_payload(*hostile), hostile))
-        for path in (raw, forged):
-            message = load_error(ip, f"cache load {path}")
+        for line in (f"cache load {raw} --trust", f"cache load {forged}"):  # raw without --trust: refused unread
+            message = load_error(ip, line)
             assert f"entry 1 ({kind} {key!r}): its key climbs out of the cache directory (..)" in message, message
             assert files_under(root) == [] and not list(tmp_path.rglob("escaped*")), kind
 
@@ -344,3 +351,82 @@ def test_a_file_under_the_limit_is_read_once_not_copied_whole(cache, tmp_path):
     peak, message = peak_while(lambda: cachefile.read(str(raw), trust=True))
     assert "is not a torch.compile cache artifact file (its checksum does not match" in message, message
     assert peak < 2.5 * size, f"{peak / size:.1f} times the file held while reading it"
+
+
+# --- issue 21 leftovers (A5): refused before decoding, a bounded entry count, linear key checks -----------
+
+@pytest.mark.parametrize("head", ["torch", MAGIC + b"{not json\n", MAGIC + b'{"format":"nbcompile-compile-cache",'
+                                  b'"version":7}\n', b"", b"not a cache"],
+                         ids=["no-manifest", "damaged-manifest", "other-version", "zeros", "text"])
+def test_a_file_whose_head_fails_is_refused_unread_without_trust(cache, tmp_path, head):
+    """A file whose head already says it has no matching manifest is refused from the head, its payload
+    never read nor decoded (before: read whole and decoded, 82 s for 200,000 tiny entries, then refused);
+    one whose first bytes are not torch's artifact format either is named so (not worth a --trust)."""
+    from nbcompile.engine import cachefile
+
+    if head == "torch":  # torch's own format, as save_cache_artifacts writes it: a cache, without a manifest
+        head = torch_payload(*[("aot_autograd", f"aq{i:05d}", b"x") for i in range(100)])
+    path = sparse_file(tmp_path / "head.bin", head, 32 << 20)
+    peak, message = peak_while(lambda: cachefile.read(str(path)))
+    if head.startswith(MAGIC) or len(head) > 100:
+        assert "manifest" in message and "not loaded" in message and "--trust" in message, message
+        assert "not a torch.compile cache artifact file" not in message, "it was decoded before it was refused"
+    else:
+        assert "is not a torch.compile cache artifact file (" in message and "--trust" not in message, message
+    assert peak < 1 << 20, f"{peak / 2**20:.1f} MB held to refuse a file by its head"
+
+
+def test_a_file_over_the_entry_limit_is_refused_trust_or_not_naming_the_limit(ip, cache, tmp_path):
+    from nbcompile.engine import cachefile
+
+    root, _ = cache
+    limit = getattr(cachefile, "MAX_ENTRIES", 100_000)  # read so, the test also runs (and fails) on code without it
+    assert limit <= 100_000
+    entries = [("aot_autograd", f"aq{i:07d}", b"x") for i in range(limit + 1)]
+    payload = torch_payload(*entries)
+    raw, forged, lying = tmp_path / "raw.bin", tmp_path / "forged.bin", tmp_path / "lying.bin"
+    raw.write_bytes(payload)
+    forged.write_bytes(with_manifest(payload, entries))
+    lying.write_bytes(with_manifest(payload, entries[:1]))  # the hash is right, the list says one entry
+    for line in (f"cache load {raw} --trust", f"cache load {forged}", f"cache list {forged} --trust",
+                 f"cache load {lying}", f"cache load {lying} --trust"):
+        message = load_error(ip, line)
+        assert f"over the {limit:,} entries a cache file may hold" in message, (line, message)
+        assert "--trust or not" in message and "nothing was written" in message
+        assert files_under(root) == [], line
+
+
+def test_keys_are_judged_with_the_cache_directory_resolved_once_per_type(cache, tmp_path, monkeypatch):
+    """Linear key checks: torch's place for a type and its real path are asked once, not per entry (before:
+    two realpath()s and torch's cache_dir() per entry); a symlink in the cache that leads out is still
+    refused, one that stays inside is followed."""
+    import os
+
+    from nbcompile.engine import cachefile
+
+    root, _ = cache
+    entries = [*(("aot_autograd", f"aq{i:05d}", b"a") for i in range(1500)),
+               *(("inductor", f"f{i:05d}xyz", b"i") for i in range(1500)), ("autotune", "ab/cd.best_config", b"t")]
+    path = tmp_path / "file.bin"
+    path.write_bytes(with_manifest(torch_payload(*entries), entries))
+    calls = []
+    realpath = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, *a, **k: calls.append(p) or realpath(p, *a, **k))
+    plan = cachefile.read(str(path))
+    assert len(plan.written) == len(entries)
+    assert len(calls) <= 3, f"{len(calls)} realpath() calls for {len(entries)} entries"
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "aotautograd").symlink_to(outside)
+    (root / "fxgraph").mkdir()
+    (root / "elsewhere").mkdir()
+    (root / "fxgraph" / "00").symlink_to(root / "elsewhere")  # inside the cache: followed, allowed
+    calls.clear()
+    with pytest.raises(NbcompileError) as info:
+        cachefile.read(str(path))
+    message = str(info.value)
+    assert f"entry 1 (aot_autograd 'aq00000'): it would write {root / 'aotautograd' / 'aq00000'} (through the " \
+           f"link {root / 'aotautograd'} to {outside}), outside torch's cache {root}" in message, message
+    assert "(1499 more entries refused)" in message and len(calls) <= 6
+    assert files_under(outside) == [] and files_under(root) == []

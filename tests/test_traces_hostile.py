@@ -675,3 +675,34 @@ def test_kernels_are_found_by_their_heads_in_one_pass():
     assert "inside" in found[2][2]
     hostile = ("w" * 500 + "async_compile." * 40 + "\n") * 2000 + "a = async_compile.triton('k', '''\n" * 2000
     assert parse_kernels(hostile) == [("a", "triton", "a = async_compile.triton('k', ")] * 1000  # closed by the next
+
+
+# --- issue 21 leftovers (A9): a folder of many empty logs costs next to nothing -----------------------------
+
+@pytest.mark.parametrize("suffix", [".log", ".log.gz"])
+def test_a_thousand_empty_logs_of_one_rank_are_each_named_at_no_cost(tmp_path, monkeypatch, suffix):
+    """A restarted job's rank of 1,000 empty logs (10 s to load, before): each empty log is named (the first
+    ``MAX_ERRORS``, then a count); the rank's title and row name its first logs, how many more and its last
+    (before: all 1,000 names, rebuilt at each log added: quadratic); and an empty log never takes torch's
+    loggers over (before: twice per ``.log.gz``, milliseconds each)."""
+    from nbcompile.capture.hub import Hub
+
+    entered = []
+    active = Hub.active
+    monkeypatch.setattr(Hub, "active", lambda hub, recording: entered.append(hub) or active(hub, recording))
+    names = [f"dedicated_log_torch_trace_rank_0_{i:04d}{suffix}" for i in range(1000)]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+        os.utime(tmp_path / name, (1e9, 1e9))  # no times in them, the same mtime: read in the order of their names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = nbcompile.load(tmp_path)
+    assert entered == [], "an empty log took torch's loggers over"
+    assert [pathlib.Path(p).name for p in traces.logs[0]] == names
+    report = traces.ranks[0]
+    assert report.title == (f"rank 0: {names[0]}, then {names[1]}, then 997 more, then {names[-1]} (1,000 logs of one "
+                            "rank, read in order)")
+    assert f"{names[1]}, then 997 more, then {names[-1]}" in traces._repr_html_()
+    assert len(traces._repr_html_()) < 20_000
+    assert traces.errors == [f"{tmp_path / name}: an empty file (0 bytes); this rank shows nothing from it"
+                             for name in names[:MAX_ERRORS]] + [f"... and {1000 - MAX_ERRORS:,} more problems"]

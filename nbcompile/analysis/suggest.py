@@ -586,7 +586,8 @@ _REPORT = re.compile(r"\b(?:file|report|open|submit|raise)\s+(?:an?\s+|the\s+)?(
 #: A sentence that speaks to torch's developers ("This is likely to be a Dynamo bug.").
 _FOR_TORCH = re.compile(r"\bDynamo bug\b|tracing rules|difficult to debug|Dynamo developers", re.I)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_OR_REPORT = re.compile(r",?\s*\bor\s+(?:please\s+)?(?:file|report|open|submit|raise)\b[^.]*", re.I)
+_OR_REPORT = re.compile(r"(?:,\s*|(?<!\s)\s+|(?<![\s,]))\bor\s+(?:please\s+)?(?:file|report|open|submit|raise)\b[^.]*",
+                        re.I)  # starts only at a comma or a run's first space: linear (``,?\s*`` retried every space)
 
 
 #: ``torch._dynamo.trace_autograd_ops=True`` in a hint: the flag's dotted name, then its value.

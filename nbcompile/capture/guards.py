@@ -387,7 +387,32 @@ def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) 
 # --- torch's internal names, as the user wrote them ----------------------------------------------------
 
 _LOCATION = re.compile(r":\d+ in \S+\s*$")
-_MORE = re.compile(r"\s*\(and \d+ earlier cache entr(?:y|ies) failed too\)$")
+#: The count ``parse_recompile_reasons`` appends, matched only from the last ``(and `` (the whitespace before it
+#: is found with ``rstrip``: a regex starting with ``\s*`` and searched tried every start in a run of spaces).
+_MORE = re.compile(r"\(and \d+ earlier cache entr(?:y|ies) failed too\)")
+#: `` in fn`` after torch's ``file:line``: the whitespace run before it is found from its last character, so a
+#: search is linear where ``\s+in \S`` retried the whole run from each of its spaces.
+_IN_FUNCTION = re.compile(r"\sin \S")
+
+
+def _split_more(summary: str) -> tuple[str, str]:
+    """``summary`` without the trailing ``(and N earlier cache entries failed too)`` and the whitespace before
+    it, and that tail ("" when there is none); linear in the summary's length."""
+    end = len(summary) - 1 if summary.endswith("\n") else len(summary)  # as ``$`` matches before a last newline
+    if not summary.endswith("failed too)", 0, end):
+        return summary, ""
+    at = summary.rfind("(and ", 0, end)
+    if at < 0 or _MORE.fullmatch(summary, at, end) is None:
+        return summary, ""
+    start = len(summary[:at].rstrip())
+    return summary[:start], summary[start:end]
+
+
+def _without_function(where: str) -> str:
+    """``file.py:12 in fn`` -> ``file.py:12`` (one line): cut at the whitespace run before the first
+    `` in <name>``."""
+    found = _IN_FUNCTION.search(where)
+    return where if found is None else where[:found.start()].rstrip()
 
 
 def stack_expressions(source: str, lineno: int) -> dict[str, str]:
@@ -470,8 +495,7 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
     """A recompile reason as the user reads it: the failed guard with the names they wrote, where it
     was installed (``cell line 9: z = ...``) and how many earlier entries failed, without torch's
     internal names (``G['SCALE']``, ``___stack0``, resume functions, the cell's temporary file)."""
-    more = _MORE.search(summary)
-    body = summary[: more.start()] if more else summary
+    body, more = _split_more(summary)
     first, *_ = body.splitlines() or [""]
     gone = _DEALLOCATED.match(first.strip())
     if gone is not None:
@@ -479,15 +503,15 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
         return (f"{name} of the previous compile is gone (the compile was guarded on that object): compiled again "
                 f"for the {name} of this call. nbcompile's toggles re-run --run on copies of your objects, so the "
                 "first call after a toggle does this once; so does a new model or optimizer"
-                + (more[0] if more else ""))
+                + more)
     guard, *comments = first.split("  #")
     guard = plain_text(guard.strip(), stack)
     where = ""
     if comments and _LOCATION.search(comments[-1]):  # torch's "# <source line>  # <file>:<line> in <fn>"
         # the function named after the location is the recompile's own
-        where = re.sub(r"\s+in \S.*$", "", plain_text(comments.pop().strip(), stack))
+        where = _without_function(plain_text(comments.pop().strip(), stack))
     code = "  #".join(comments).strip().removeprefix("#").strip()
     said = guard
     if where or code:
         said += f" ({where}{': ' if where and code else ''}{code_text(code, 80) if code else ''})"
-    return cut(said, 400) + (more[0] if more else "")
+    return cut(said, 400) + more

@@ -300,6 +300,19 @@ class LogReader:
         out.append(RawRecord(current.metadata, payload, current.line))
 
 
+#: Logs of one rank named in its title (and the panel's row): the first ones and the last, then a count.
+NAMED_LOGS = 3
+
+
+def log_names(paths: list[str], most: int = NAMED_LOGS) -> str:
+    """``a.log, then b.log``: the file names of a rank's logs in order; past ``most``, the first ``most - 1``,
+    how many more, and the last (a restarted job's rank of 1,000 logs is one short line)."""
+    if len(paths) <= most:
+        return ", then ".join(os.path.basename(p) for p in paths)
+    first = ", then ".join(os.path.basename(p) for p in paths[:most - 1])
+    return f"{first}, then {len(paths) - most:,} more, then {os.path.basename(paths[-1])}"
+
+
 def _one_line(exc: BaseException, most: int = 120) -> str:
     """An exception as one short line: ``ValueError: Exceeds the limit (4300 digits) ...``."""
     text = (str(exc).splitlines() or [""])[0]
@@ -314,7 +327,8 @@ class LogFile:
 
     path: str
     reader: LogReader
-    hub: Hub
+    #: Made at its first record (``RankTrace.hub_of``): an empty log costs no hub.
+    hub: Hub | None = None
     offset: int = 0
     bytes: int = 0
     #: Records read from it.
@@ -333,20 +347,34 @@ class RankTrace:
     def __init__(self, rank: int, path: str) -> None:
         self.rank = rank
         self.logs: list[LogFile] = []
+        #: The paths of ``logs``, in order and as a set (a follower asks at every poll whether a log is new).
+        self._order: list[str] = []
+        self._paths: set[str] = set()
         self.recording = Recording(Report(title=clean_text(f"rank {rank}: {os.path.basename(path)}"),
                                           backend="(from the trace)"))
         self.add_file(path)
 
     def add_file(self, path: str) -> None:
-        """Read ``path`` after the logs this rank already has (a restarted process's log)."""
-        hub = Hub(offline=True)
-        hub.register(self.recording)
+        """Read ``path`` after the logs this rank already has (a restarted process's log). Constant work per
+        log: a rank of 1,000 logs is named by its first and last (``log_names``), not all of them each time."""
         bounded = path.endswith(".gz")  # a small file that may hold gigabytes: read to the bounds
-        self.logs.append(LogFile(path, LogReader(path, max_lines=MAX_RECORD_LINES if bounded else None), hub))
+        self.logs.append(LogFile(path, LogReader(path, max_lines=MAX_RECORD_LINES if bounded else None)))
+        self._order.append(path)
+        self._paths.add(path)
         if len(self.logs) > 1:
-            names = ", then ".join(os.path.basename(log.path) for log in self.logs)
-            self.report.title = clean_text(f"rank {self.rank}: {names} ({len(self.logs)} logs of one rank, "
-                                           "read in order)")
+            self.report.title = clean_text(f"rank {self.rank}: {log_names(self._order)} ({len(self.logs):,} logs "
+                                           "of one rank, read in order)")
+
+    def hub_of(self, log: LogFile) -> Hub:
+        """The log's own offline hub, made at its first record."""
+        if log.hub is None:
+            log.hub = Hub(offline=True)
+            log.hub.register(self.recording)
+        return log.hub
+
+    def has_file(self, path: str) -> bool:
+        """Whether ``path`` is one of this rank's logs already."""
+        return path in self._paths
 
     @property
     def path(self) -> str:
@@ -355,7 +383,7 @@ class RankTrace:
 
     @property
     def paths(self) -> list[str]:
-        return [log.path for log in self.logs]
+        return list(self._order)
 
     @property
     def report(self) -> Report:
@@ -386,10 +414,15 @@ class RankTrace:
     def feed(self, records: Iterable[RawRecord], log: LogFile | None = None) -> None:
         """Type each record and hand it to the hub; a damaged one is named by file and line and skipped.
         Nothing a record holds can raise out of here: what the typed edge misses, the hub's handler
-        raising included, is named the same way."""
+        raising included, is named the same way. No records, no work: the hub is not entered (entering
+        it takes torch's loggers over and back, milliseconds, which 1,000 empty logs paid twice each)."""
+        records = list(records)
+        if not records:
+            return
         log = log if log is not None else self.logs[-1]
         problems = log.reader.problems
-        with log.hub.active(self.recording):
+        hub = self.hub_of(log)
+        with hub.active(self.recording):
             for raw in records:
                 log.events += 1
                 where = f"{log.path}:{raw.line}"
@@ -405,7 +438,7 @@ class RankTrace:
                     problems.append(f"{where}: {problem}")
                 if isinstance(typed, Record):
                     try:
-                        log.hub.dispatch(typed)
+                        hub.dispatch(typed)
                     except Exception as exc:  # a record the hub cannot take must not end the load  # noqa: BLE001
                         problems.append(f"{where}: a record nbcompile could not read ({_one_line(exc)}); "
                                         "read the others")
@@ -649,6 +682,9 @@ def rank_files(path: pathlib.Path) -> LogSet:
     for files in found.ranks.values():
         if len(files) > 1:
             files.sort(key=_written_order)
+    following = max(found.ranks) + 1 if found.ranks else 0  # counted on: never max() again per log (quadratic)
     for log in unranked:  # several unranked logs (one process after another): one "rank" each
-        found.ranks[0 if 0 not in found.ranks else max(found.ranks) + 1] = [log]
+        rank = 0 if 0 not in found.ranks else following
+        found.ranks[rank] = [log]
+        following = max(following, rank + 1)
     return found

@@ -14,7 +14,6 @@ import stat
 from dataclasses import dataclass, field
 
 _BREAK_AT = re.compile(r"Graph break(?: in user code)? at ")
-_LINE_NUMBER = re.compile(r"(?P<file>.+):(?P<line>\d+)")
 _REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
 _DOC_URL = re.compile(r"please visit:\s*(?P<url>\S+)")
 _GB_ID = re.compile(r"\b(gb\d{3,})\b", re.I)

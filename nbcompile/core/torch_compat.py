@@ -9,6 +9,7 @@ crashing somewhere deep inside a capture.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect as _inspect
 import logging
 import sys
@@ -459,18 +460,47 @@ def compile_cache_payload() -> bytes:
     return bytes(artifacts[0])
 
 
-def decode_compile_cache(data: bytes) -> list[CacheEntry]:
+def _artifact_version() -> int:
+    """The version of torch's artifact format this torch reads."""
+    try:
+        from torch.utils import _appending_byte_serializer as serializer
+        return int(serializer._ENCODING_VERSION)
+    except (ImportError, AttributeError):
+        return 1
+
+
+#: Bytes of a file's head that tell whether it can start torch's artifact format (a crc32, then the version).
+ARTIFACT_HEAD = 12
+
+
+def compile_cache_head_problem(head: bytes) -> str | None:
+    """Why a file whose first bytes are ``head`` cannot be torch's artifact format (too short, another
+    format version, not torch's at all), or None: read off its first ``ARTIFACT_HEAD`` bytes, nothing
+    decoded (the checksum covers the whole file: only ``decode_compile_cache`` checks it)."""
+    version = _artifact_version()
+    if len(head) < ARTIFACT_HEAD:
+        return f"{len(head)} bytes, too short for torch's artifact header"
+    found = int.from_bytes(head[4:ARTIFACT_HEAD], "big")
+    if found == version:
+        return None
+    if found < 1 << 16:
+        return f"torch's artifact format version {found}; this torch reads version {version}"
+    return "its first bytes are not torch's artifact header (damaged, or another kind of file)"
+
+
+class TooManyEntries(NbcompileError):
+    """An artifact file holds more entries than the caller's bound (its message says how many were read)."""
+
+
+def decode_compile_cache(data: bytes, max_entries: int | None = None) -> list[CacheEntry]:
     """The entries of torch's artifact bytes, read without applying anything (torch's own reader trusts
-    lengths and writes as it reads). Raises NbcompileError saying how the bytes are damaged."""
+    lengths and writes as it reads). Raises NbcompileError saying how the bytes are damaged, and
+    ``TooManyEntries`` as soon as an entry past ``max_entries`` starts (None: no bound)."""
     import base64
     import binascii
     import zlib
 
-    try:
-        from torch.utils import _appending_byte_serializer as serializer
-        version = int(serializer._ENCODING_VERSION)
-    except (ImportError, AttributeError):
-        version = 1
+    version = _artifact_version()
     if len(data) < 12:
         raise NbcompileError(f"{len(data)} bytes, too short for torch's artifact header")
     if zlib.crc32(memoryview(data)[4:]).to_bytes(4, "big") != data[:4]:
@@ -505,6 +535,9 @@ def decode_compile_cache(data: bytes) -> list[CacheEntry]:
     while pos < len(data):
         kind = text()
         for _ in range(uint()):
+            if max_entries is not None and len(entries) >= max_entries:
+                raise TooManyEntries(f"it holds more than {max_entries:,} entries (read up to byte {pos:,} of "
+                                     f"{len(data):,})")
             key = text()
             entries.append((kind, key, raw()))
     return entries
@@ -519,13 +552,28 @@ def compile_cache_dir() -> str:
     return str(cache_dir())
 
 
-def compile_cache_target(kind: str, key: str) -> tuple[str, str | None]:
-    """Where torch writes an entry of this type and key: (the directory it writes under, the path it
-    writes: a file, or the directory whose file it adds), asking torch's own path functions; the path
-    is None when torch writes nothing for it here (local PGO off). Raises NbcompileError ("not
-    judged, because ...") for a type nbcompile does not know."""
+@dataclasses.dataclass(frozen=True)
+class CacheLayout:
+    """Where torch writes the entries of one type: ``root``, the directory it writes under, and
+    ``place(key)``, the path it writes for a key (a file, or the directory whose file it adds; None when
+    torch writes nothing for it here: local PGO off)."""
+
+    root: str
+    place: Callable[[str], str | None]
+
+
+#: Keys torch's path functions are checked against once per type: a plain one, and one whose ``key[1:3]``
+#: is an absolute part (so the join nbcompile repeats is proved to be torch's, absolute parts included).
+_LAYOUT_PROBES = ("fprobekey0123", "x/t-probe")
+
+
+def compile_cache_layout(kind: str) -> CacheLayout:
+    """Where torch writes entries of type ``kind``, asked of torch's own path functions once (not once per
+    key: a file of 100,000 entries is judged in a blink). Where torch's function for a type is the plain
+    join nbcompile knows (checked on ``_LAYOUT_PROBES``), ``place`` repeats that join; else it asks torch
+    for each key. Raises NbcompileError ("not judged, because ...") for a type nbcompile does not know."""
     with _cache_dir_env_kept():
-        return _compile_cache_target(kind, key)
+        return _compile_cache_layout(kind)
 
 
 def _cache_dir_env_kept() -> Any:
@@ -544,27 +592,47 @@ def _cache_dir_env_kept() -> Any:
     return kept()
 
 
-def _compile_cache_target(kind: str, key: str) -> tuple[str, str | None]:
+def _asked(where: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``where`` asked for each key, torch's cache directory variable left as it was."""
+    def place(key: str) -> str | None:
+        with _cache_dir_env_kept():
+            path = where(key)
+        return None if path is None else str(path)
+    return place
+
+
+def _joined(torch_place: Callable[[str], Any], join: Callable[[str], str]) -> Callable[[str], str | None]:
+    """``join`` when it gives what torch's ``torch_place`` gives on every probe key, else torch's, per key."""
+    if all(str(torch_place(probe)) == join(probe) for probe in _LAYOUT_PROBES):
+        return join
+    return _asked(torch_place)
+
+
+def _compile_cache_layout(kind: str) -> CacheLayout:
     import os
 
     root = compile_cache_dir()
     try:
         if kind == "inductor":
             from torch._inductor.codecache import FxGraphCache
-            return root, str(FxGraphCache._get_tmp_dir_for_key(key))
+            fx_base = str(FxGraphCache._get_tmp_dir())
+            return CacheLayout(root, _joined(FxGraphCache._get_tmp_dir_for_key,
+                                             lambda key: os.path.join(fx_base, key[1:3], key)))
         if kind == "aot_autograd":
             from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-            return root, str(AOTAutogradCache._get_tmp_dir_for_key(key))
+            aot_base = str(AOTAutogradCache._get_tmp_dir())
+            return CacheLayout(root, _joined(AOTAutogradCache._get_tmp_dir_for_key,
+                                             lambda key: os.path.join(aot_base, key)))
         if kind == "autotune":  # torch writes os.path.join(cache_dir(), key): an absolute key goes anywhere
-            return root, os.path.join(root, key)
+            return CacheLayout(root, lambda key: os.path.join(root, key))
         if kind == "pgo":
             from torch._dynamo import pgo
-            path = pgo.code_state_path(pgo.PGOCacheArtifact._rewrite_cache_key_for_mega_cache(key))
-            return root, None if path is None else str(path)
+            rewrite, path_of = pgo.PGOCacheArtifact._rewrite_cache_key_for_mega_cache, pgo.code_state_path
+            return CacheLayout(root, _asked(lambda key: path_of(rewrite(key))))
         if kind == "precompile":
             from torch._dynamo.package import DynamoCache
             prefix = DynamoCache.path_prefix()
-            return prefix or os.getcwd(), os.path.join(prefix, key) if prefix else key
+            return CacheLayout(prefix or os.getcwd(), lambda key: os.path.join(prefix, key) if prefix else key)
     except (ImportError, AttributeError) as exc:
         raise NbcompileError(f"not judged, because this torch ({torch.__version__}) does not say where it writes a "
                              f"{kind!r} entry ({type(exc).__name__}: {exc})") from None

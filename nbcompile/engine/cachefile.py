@@ -7,12 +7,15 @@ entries are pickles that torch unpickles on a cache hit. So loading is safe by d
 - ``save`` writes a header line, a one-line JSON manifest (format version, torch version, the
   payload's size and sha256, the entries: type, key, bytes) and torch's payload after it;
 - ``read`` is bounded before it reads: a regular file of at most ``MAX_FILE_BYTES``, its manifest line
-  read in chunks, a payload whose size is not the manifest's refused unread and one whose sha256 is
-  not refused undecoded (both unless ``trust``); the payload is read once, never copied whole here.
-  It decodes every entry without applying any, checks the manifest (a file without one, or whose
-  hash or entries do not match, is refused unless ``trust``), and checks every entry's key: an
-  absolute key, a ``..`` part, or a path that lands outside the directory torch writes that type
-  under is refused, with or without ``trust``, and then nothing at all is written;
+  read in chunks; without ``trust``, a file whose head already fails (no manifest, a damaged one, another
+  version, a payload whose size is not the manifest's) is refused unread, and one whose sha256 is not
+  the manifest's refused undecoded; the payload is read once, never copied whole here. It decodes at
+  most ``MAX_ENTRIES`` entries (more is refused, ``trust`` or not) without applying any, checks the
+  manifest's list of entries, and checks every entry's key: an absolute key, a ``..`` part, or a path
+  that lands outside the directory torch writes that type under (a symlink in it included) is refused,
+  with or without ``trust``, and then nothing at all is written. The checks are linear: torch's place
+  for each type and its real path are asked once, each key is judged by its string, and each directory
+  a key passes through is looked at once;
 - ``apply`` writes the entries the plan listed, through torch's own writers (bytes only: nothing
   from the file is unpickled while loading).
 
@@ -136,36 +139,83 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def _inside(path: str, root: str) -> bool:
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    return real != real_root and os.path.commonpath([real, real_root]) == real_root
+class _Tree:
+    """The checks below one type's cache directory, asked of the disk once each: its real path (symlinks
+    resolved once, not once per key), and every directory a key passes through, looked at once however
+    many keys pass through it (a key is judged by its string against them: linear in the entries)."""
 
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.real = os.path.realpath(root)
+        self._prefix = os.path.join(self.root, "")
+        #: Paths under ``root`` looked at: True, a directory or file there (or a link that stays inside);
+        #: False, nothing there (so nothing under it); a str, the link there and where it leads outside.
+        self._seen: dict[str, bool | str] = {}
 
-def check_entry(index: int, kind: str, key: str, content: bytes) -> Entry:
-    """The entry with where torch would write it; NbcompileError naming it when that is not safe."""
-    entry = Entry(index, kind, key, content)
-    problem = key_problem(key)
-    if problem is not None:
-        raise NbcompileError(f"{entry.label}: {problem}")
-    try:
-        root, target = torch_compat.compile_cache_target(kind, key)
-    except NbcompileError as exc:
-        raise NbcompileError(f"{entry.label}: {exc}") from None
-    if target is not None and not _inside(target, root):
-        raise NbcompileError(f"{entry.label}: it would write {target}, outside torch's cache {root}")
-    return dataclasses.replace(entry, root=root, target=target)
+    def escape(self, target: str) -> str | None:
+        """Where ``target`` lands when it lands outside this tree (None: inside). Lexically first (a key that
+        torch joins outside, an absolute part included), then each existing part of it below the root: a
+        symlink there must lead inside the root's real path."""
+        path = os.path.abspath(target)
+        if not path.startswith(self._prefix) or path == self.root:
+            return path
+        at = len(self._prefix)
+        while at <= len(path):
+            cut = path.find(os.sep, at)
+            part = path if cut < 0 else path[:cut]
+            state = self._seen.get(part)
+            if state is None:
+                state = self._seen[part] = self._look(part)
+            if state is False:
+                return None  # nothing exists here, so nothing below it: no link to follow
+            if isinstance(state, str):
+                return f"{path} ({state})"
+            if cut < 0:
+                return None
+            at = cut + 1
+        return None
+
+    def _look(self, part: str) -> bool | str:
+        try:
+            info = os.lstat(part)
+        except OSError:
+            return False
+        if not stat.S_ISLNK(info.st_mode):
+            return True
+        real = os.path.realpath(part)
+        inside = real != self.real and os.path.commonpath([real, self.real]) == self.real
+        return True if inside else f"through the link {part} to {real}"
 
 
 def check_entries(path: str, entries: list[torch_compat.CacheEntry]) -> list[Entry]:
-    """Every entry checked; one line naming the first refused (and how many more) when any is."""
+    """Every entry checked: its key by its string (``key_problem``), where torch writes it asked of torch
+    once per type (``torch_compat.compile_cache_layout``), and that place against the type's cache
+    directory, whose real path is resolved once; one line naming the first refused (and how many more)
+    when any is."""
+    layouts: dict[str, tuple[torch_compat.CacheLayout, _Tree] | NbcompileError] = {}
     checked: list[Entry] = []
     refused: list[str] = []
     for index, (kind, key, content) in enumerate(entries, 1):
-        try:
-            checked.append(check_entry(index, kind, key, content))
-        except NbcompileError as exc:
-            refused.append(str(exc))
+        problem = key_problem(key)
+        if problem is None:
+            if kind not in layouts:
+                try:
+                    layout = torch_compat.compile_cache_layout(kind)
+                    layouts[kind] = (layout, _Tree(layout.root))
+                except NbcompileError as exc:
+                    layouts[kind] = exc
+            found = layouts[kind]
+            if isinstance(found, NbcompileError):
+                problem = str(found)
+            else:
+                layout, tree = found
+                target = layout.place(key)
+                outside = None if target is None else tree.escape(target)
+                if outside is None:
+                    checked.append(Entry(index, kind, key, content, layout.root, target))
+                    continue
+                problem = f"it would write {outside}, outside torch's cache {layout.root}"
+        refused.append(f"{Entry(index, kind, key, content).label}: {problem}")
     if refused:
         more = f" ({len(refused) - 1} more entries refused)" if len(refused) > 1 else ""
         raise NbcompileError(f"{path}: {refused[0]}{more}; nothing was written: a cache file may write only inside "
@@ -178,6 +228,10 @@ def check_entries(path: str, entries: list[torch_compat.CacheEntry]) -> list[Ent
 MAX_FILE_BYTES = 512 << 20
 #: Bytes of the header read at a time while looking for the manifest's end of line.
 HEAD_CHUNK = 1 << 16
+#: The most entries a cache file may hold (a large model's compile cache holds hundreds): past it a file is
+#: refused, ``--trust`` or not, as soon as its manifest or its decoding says so (each entry is checked and
+#: listed, and a load writes one file or more per entry).
+MAX_ENTRIES = 100_000
 
 
 def _limit() -> str:
@@ -196,6 +250,8 @@ class _Head:
     problem: str | None
     #: The manifest's ``bytes`` is not the payload's size: refused (without ``trust``) before it is read.
     size_differs: bool = False
+    #: Without a manifest, why its first bytes cannot be torch's artifact format either (None: they can).
+    not_torch: str | None = None
 
 
 def _open_regular(path: str) -> tuple[BinaryIO, int]:
@@ -224,7 +280,8 @@ def _read_head(handle: BinaryIO, size: int) -> _Head:
     before a byte of the payload is read."""
     magic = handle.read(len(MAGIC))
     if magic != MAGIC:
-        return _Head(None, 0, size, "has no nbcompile manifest (not written by %nbcompile cache save)")
+        return _Head(None, 0, size, "has no nbcompile manifest (not written by %nbcompile cache save)",
+                     not_torch=torch_compat.compile_cache_head_problem(magic[:torch_compat.ARTIFACT_HEAD]))
     chunks: list[bytes] = []
     held = 0
     while held < MANIFEST_LIMIT and (chunk := handle.read(min(HEAD_CHUNK, MANIFEST_LIMIT - held))):
@@ -275,13 +332,19 @@ def read(path: str, *, trust: bool = False) -> Plan:
     """Decode and check a cache file, writing nothing: the Plan to show and then ``apply``.
 
     Raises NbcompileError, one line: unreadable, not torch's format, no matching manifest (unless
-    ``trust``), or an entry that would write outside torch's cache (always: ``trust`` is trust in the
-    file's author, never permission to write anywhere)."""
+    ``trust``: refused from the file's head, before its payload is read or decoded), over
+    ``MAX_ENTRIES`` entries, or an entry that would write outside torch's cache (both always: ``trust``
+    is trust in the file's author, never permission to write anywhere or without bound)."""
     handle, size = _open_regular(path)
     with handle:
         head = _read_head(handle, size)
-        if head.size_differs and not trust:  # refused from its head: the payload is never read
+        if head.not_torch is not None and not trust:  # neither nbcompile's nor torch's: not worth a --trust
+            raise NbcompileError(f"{path} is not a torch.compile cache artifact file ({head.not_torch})")
+        if head.problem is not None and not trust:  # refused from its head: the payload is never read
             raise NbcompileError(_refusal(path, head.problem))
+        listed = head.manifest.get("entries") if head.manifest is not None else None
+        if isinstance(listed, list) and len(listed) > MAX_ENTRIES:
+            raise NbcompileError(_too_many(path, f"its manifest lists {len(listed):,} entries"))
         payload = _read_payload(path, handle, head)
     manifest, problem = head.manifest, head.problem
     if problem is None and manifest is not None and manifest.get("sha256") != hashlib.sha256(payload).hexdigest():
@@ -289,7 +352,9 @@ def read(path: str, *, trust: bool = False) -> Plan:
         if not trust:  # not what was saved: refused without decoding it
             raise NbcompileError(_refusal(path, problem))
     try:
-        entries = torch_compat.decode_compile_cache(payload)
+        entries = torch_compat.decode_compile_cache(payload, max_entries=MAX_ENTRIES)
+    except torch_compat.TooManyEntries as exc:
+        raise NbcompileError(_too_many(path, str(exc))) from None
     except NbcompileError as exc:
         raise NbcompileError(f"{path} is not a torch.compile cache artifact file ({exc})") from None
     checked = check_entries(path, entries)  # before the list: a file that writes outside is refused as such
@@ -305,6 +370,11 @@ def read(path: str, *, trust: bool = False) -> Plan:
     return Plan(path, len(payload), checked, manifest, warning)
 
 
+def _too_many(path: str, what: str) -> str:
+    return (f"{path}: {what}, over the {MAX_ENTRIES:,} entries a cache file may hold (a large model's compile "
+            "cache holds hundreds); not loaded, --trust or not, and nothing was written")
+
+
 def _refusal(path: str, problem: str | None) -> str:
     return (f"{path} {problem}; not loaded: {TRUST_WARNING}; if you trust it, "
             "%nbcompile cache load PATH --trust")
@@ -318,8 +388,11 @@ def apply(plan: Plan) -> int:
 def save(path: str) -> tuple[int, str]:
     """This process's cache artifacts written to ``path`` with their manifest: (payload bytes, what)."""
     payload = torch_compat.compile_cache_payload()
-    entries = torch_compat.decode_compile_cache(payload)
-    check_entries("the artifacts", entries)  # never write a file that load would refuse
+    try:
+        entries = torch_compat.decode_compile_cache(payload, max_entries=MAX_ENTRIES)
+    except torch_compat.TooManyEntries as exc:  # never write a file that load would refuse
+        raise NbcompileError(f"not saved: the artifacts hold {str(exc).removeprefix('it holds ')}") from None
+    check_entries("the artifacts", entries)
     head = MAGIC + json.dumps(manifest_of(payload, entries), separators=(",", ":")).encode("utf-8") + b"\n"
     if len(head) + len(payload) > MAX_FILE_BYTES:
         raise NbcompileError(f"not saved: the artifacts are {_size(len(head) + len(payload))}, over the {_limit()} "

@@ -31,6 +31,7 @@ from ..capture.logs import (
     bounded,
     compile_seconds,
     divergences,
+    log_names,
     rank_files,
     time_breakdown,
 )
@@ -88,7 +89,7 @@ class Traces:
         rows = "".join(
             f"<tr><td>{r}</td><td>{rep.graph_count}</td><td>{rep.break_count}</td><td>{rep.recompile_count}</td>"
             f"<td>{compile_seconds(rep):.2f}{_e(time_breakdown(rep))}</td>"
-            f"<td><code>{_e(', then '.join(os.path.basename(p) for p in self.logs.get(r, [])))}</code></td></tr>"
+            f"<td><code>{_e(log_names(self.logs.get(r, [])))}</code></td></tr>"
             for r, rep in sorted(self.ranks.items()))
         notes = "".join(f"<li>{_e(d)}</li>" for d in self.divergences)
         errors = "".join(f"<li style='color:#b00'>{_e(e)}</li>" for e in self.errors)
@@ -245,7 +246,7 @@ class Follower:
             for path in paths:  # a log that appears later (a restart) is read after those read before
                 if trace is None:
                     trace = RankTrace(rank, str(path))
-                elif str(path) not in trace.paths:
+                elif not trace.has_file(str(path)):
                     trace.add_file(str(path))
             if trace is None:
                 continue
