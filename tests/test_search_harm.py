@@ -382,3 +382,95 @@ def test_a_run_that_writes_to_an_open_file_is_not_tried_on_copies(ip, tmp_path):
     result = nbcompile.last().fix(budget_s=30)
     assert "`sink` cannot be copied" in str(result), result
     assert len(out.read_text().splitlines()) == 1
+
+
+# --- adversarial pass 24: custom_op staleness, the whole of Session.fix in its budget, errored starts ---
+
+def test_a_custom_op_whose_shape_follows_a_global_is_proven_stale_and_never_chosen(ip):
+    session = _session(ip, """\
+        import torch
+        N = 3
+        def helper(x):
+            torch._dynamo.graph_break()
+            return x[:N] * 2
+        def f(x):
+            y = helper(x.sin())
+            return y.cos() * y.shape[0]
+        x = torch.ones(6)
+        """, "f(x)")
+    result = session.fix(budget_s=60)
+    custom = [t for t in result.trials if t.toggles.get("helper") == "custom_op"]
+    assert custom and all(t.stale.startswith("stale: with N 3 -> 4") and "custom_op" in t.stale for t in custom)
+    assert all(t.rejected for t in custom)
+    assert session.toggles["helper"] != "custom_op"
+    ns = ip.user_ns
+    ns["N"] = 5  # the user changes the global: the compiled function follows it
+    x = ns["x"]
+    assert torch.allclose(ns["f"](x), (x.sin()[:5] * 2).cos() * 5)
+
+
+SLOW_CELL = """\
+    import torch, time
+    def helper(x):
+        torch._dynamo.graph_break()
+        return x * 2
+    def other(x):
+        torch._dynamo.graph_break()
+        return x + 1
+    def f(x):
+        time.sleep(0.4)
+        return other(helper(x.sin())).cos()
+    x = torch.ones(4)
+    """
+
+
+def test_session_fix_counts_applying_and_proving_in_its_budget(ip):
+    session = _session(ip, SLOW_CELL, "f(x)")
+    budget = 5.0
+    began = time.perf_counter()
+    result = session.fix(budget_s=budget)
+    took = time.perf_counter() - began
+    longest = max(t.seconds for t in result.trials)
+    # everything it did is in elapsed_s (the apply's re-run and the new report's proofs included) ...
+    assert took - result.elapsed_s < 0.5, (took, result.elapsed_s)
+    # ... and it ends within the budget plus one trial (and the apply's difference from the start's trial)
+    assert took < budget + longest + 1.5, (took, [(t.describe(), t.at_s, t.seconds) for t in result.trials])
+    if result.applied:  # the proofs the apply started got what was left: none, here
+        fixes = [f for b in session.report.breaks for f in b.fixes if f.toggles]
+        assert all(f.verified is not None or "budget" in f.effect for f in fixes), [f.effect for f in fixes]
+
+
+def test_proofs_after_applying_a_choice_stop_at_the_searchs_end(ip):
+    from nbcompile.engine import trial
+
+    session = _session(ip, SLOW_CELL.replace("time.sleep(0.4)", "pass"), "f(x)")
+    session._trials.clear()
+    session.apply_config({"helper": "disable"}, prove_by=time.perf_counter())  # the search's end: now
+    fixes = [f for b in session.report.breaks for f in b.fixes if f.toggles]
+    assert fixes and all(f.verified is None and f.effect == trial.OVER_SEARCH_BUDGET for f in fixes)
+    session.apply_config({"helper": "compile"})  # no end given: the proofs get their own budget, as before
+    fixes = [f for b in session.report.breaks for f in b.fixes if f.toggles]
+    assert any(f.verified is not None for f in fixes)
+
+
+def test_a_start_whose_run_raised_reads_failed_never_zero_breaks_or_check_ok(ip):
+    session = _session(ip, """\
+        import torch
+        def helper(x):
+            torch._dynamo.graph_break()
+            return x * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        SEEN = id(x)
+        """, "f(x) if id(x) == SEEN else undefined_name")  # on copies the run raises
+    assert session.report.break_count >= 1
+    result = session.fix(budget_s=20)
+    start = result.start
+    assert start.error.startswith("the run raised NameError")
+    assert start.breaks is None and start.recompiles is None and not start.check_ok and not start.tried
+    assert start.status() == "failed"
+    html = result._repr_html_().replace(" ", "")
+    assert ">ok<" not in html and "<td>allcompile</td><td>failed</td><td>failed</td><td>failed</td>" in html
+    assert "own run failed" in result.summary() and "breaks 0" not in repr(result)
+    assert not result.applied and session.toggles["helper"] == "compile"

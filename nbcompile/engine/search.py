@@ -8,14 +8,16 @@ the fixes its breaks and recompiles suggest, then improves a small beam one chan
 function's mode, a torch callable's mode, ``dynamic``) until nothing improves, the budget is spent or
 it is stopped; it keeps the best configuration found so far. The finalists (the fewest breaks and
 recompiles) are timed side by side on the session's own backend, each on fresh copies of the state
-rewound before every call (``timing.time_search``), within what is left of the budget: every phase,
-timing included, stops at it.
+rewound before every call (``timing.time_search``), within what is left of the budget less the time
+kept for applying the choice (what the start's trial took): every phase, timing included, stops at it,
+and applying the choice and proving the new report's fixes share the same budget (``Searcher.end``).
 
 A configuration is never chosen when it fails to compile, raises, fails the check, leaves nothing
 compiled (or under a quarter of the ops the start compiled), sets ``allow_in_graph`` or
 ``nonstrict_trace`` on a function whose lint warns of a captured tensor, a mutation or a side effect
 (the check cannot see those go wrong), freezes a Python global the user can change (a second run with
-those globals changed goes stale against eager: ``trial.staleness``), or is slower than the start beyond
+those globals changed goes stale against eager: ``trial.staleness``; a custom_op too, whose fake runs the
+function at trace time for its outputs' shapes), or is slower than the start beyond
 the measured spread (its fastest call over 1.5x the start's slowest). The result says when it is bound
 by the budget (``FixSearch.budget_bound``) or by timing noise (``FixSearch.noise_bound``).
 """
@@ -89,6 +91,11 @@ class Searcher:
         self.progress = progress
         self._seen: dict[Any, Trial] = {}
         self._began = 0.0
+        #: When the budget ends (``_began + budget_s``): everything ``Session.fix`` does, the applying of the
+        #: best configuration and the proofs of its report's fixes included, stops starting runs then.
+        self.end = 0.0
+        #: When the search stops starting trials and timing runs: the end less what applying the best
+        #: configuration takes (one run of --run, compiled and eager: about what the start's trial took).
         self._deadline = 0.0
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
@@ -188,9 +195,9 @@ class Searcher:
         except Exception as exc:  # a trial must never cost the search
             outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
         check = outcome.check
-        untried = outcome.error is not None and outcome.error.startswith("not tried")
-        result = Trial(dict(toggles), None if untried else outcome.breaks, None if untried else outcome.recompiles,
-                       check is None or check.ok,
+        ran = outcome.error is None  # counts of a run that was refused, failed to compile or raised: none
+        result = Trial(dict(toggles), outcome.breaks if ran else None, outcome.recompiles if ran else None,
+                       ran and check is not None and check.ok,
                        options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, ops=outcome.ops,
                        label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
@@ -230,7 +237,7 @@ class Searcher:
     # -- the search ------------------------------------------------------------------------------
     def steps(self) -> Iterator[FixSearch]:
         self._began = time.perf_counter()
-        self._deadline = self._began + self.result.budget_s
+        self.end = self._deadline = self._began + self.result.budget_s
         effect = check_ops.effect_seen(self.report.check)
         if effect is not None:  # the session's check saw its run change what no copy holds: each trial would too
             error = f"not tried: {effect}, which a trial will not do again"
@@ -238,6 +245,8 @@ class Searcher:
         else:
             start = self._try(dict(self.workload.toggles), {}, "start")
         self.result.start = start
+        if start is not None and start.tried:  # applying the best re-runs --run: time kept for it
+            self._deadline = self.end - start.seconds
         yield self.result
         if start is None:
             self.result.state = "budget"
@@ -488,7 +497,7 @@ class ConfigTarget(Protocol):
 
     def untrack(self, name: str) -> None: ...
 
-    def apply_config(self, toggles: dict[str, str], **options: Any) -> Report: ...
+    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, **options: Any) -> Report: ...
 
 
 def _low(t: Trial) -> float:
@@ -501,9 +510,11 @@ def _high(t: Trial) -> float:
     return t.max_s if t.max_s is not None else (t.median_s or 0.0)
 
 
-def apply_best(target: ConfigTarget, result: FixSearch) -> None:
+def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | None = None) -> None:
     """Put the chosen configuration on ``target`` (one restart); the search's record says so. The
-    library functions the choice sets are tracked first; if applying fails they are untracked again."""
+    library functions the choice sets are tracked first; if applying fails they are untracked again.
+    ``prove_by``: the ``time.perf_counter()`` time no proof of the new report's fixes starts after (the
+    search's end: the search kept time for the restart, the proofs get what is left)."""
     best = result.best
     if best is None or best is result.start:
         return
@@ -513,7 +524,7 @@ def apply_best(target: ConfigTarget, result: FixSearch) -> None:
         target.track(name)
     try:
         target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
-                            **best.options)
+                            prove_by=prove_by, **best.options)
         result.applied = True
     finally:
         if not result.applied:

@@ -44,6 +44,13 @@ RECOMPILE_CALLS = 3
 #: Function modes that run a function's Python once, at trace time, and put what it computed in the graph:
 #: Dynamo guards nothing it read, so a Python global it reads is frozen at its value then.
 TRACED_ONCE = ("allow_in_graph", "nonstrict_trace")
+#: Function modes whose Python runs at trace time, so a global it reads may be frozen in the graph: the
+#: traced-once ones, and ``custom_op``, whose fake runs the function on fake tensors for its outputs' shapes
+#: (``x[:N]``: the graph keeps N's value then; Dynamo cannot see inside the operator to guard it).
+TRACE_TIME = (*TRACED_ONCE, "custom_op")
+#: A proven fix's effect when the fix search's budget (its trials, applying its choice, these proofs) is spent.
+OVER_SEARCH_BUDGET = ("not tried: over the fix search's budget (its trials, applying its choice and the proofs of "
+                      "the new report's fixes share it)")
 
 
 @dataclasses.dataclass
@@ -163,17 +170,28 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         outcome.check.run = "trial"
         rng.restore()
         if outcome.check.ok:
-            frozen = frozen_globals({n: spec.functions[n] for n, m in modes.items()
-                                     if m in TRACED_ONCE and n in spec.functions})
-            if frozen.unjudged:  # read once at trace time, and nbcompile cannot vary it to prove otherwise
-                traced = " / ".join(sorted(n for n, m in modes.items() if m in TRACED_ONCE))
-                outcome.stale = (f"not judged: {traced} reads {', '.join(frozen.unjudged[:3])}"
-                                 f"{' and more' if len(frozen.unjudged) > 3 else ''}, which nbcompile cannot change "
-                                 "to prove the traced-once code follows a change of it")
-            elif frozen:
-                outcome.stale = staleness(spec, modes, options or {}, frozen)
+            outcome.stale = _stale(spec, modes, options or {})
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def _stale(spec: Spec, modes: dict[str, str], options: dict[str, Any]) -> str:
+    """Whether the globals the trace-time functions of ``modes`` read may be frozen in the graph: "" when
+    none is read or a second run with them changed matched eager (``staleness``). A traced-once function
+    (allow_in_graph, nonstrict_trace) runs only at trace time, so a global it reads that nbcompile cannot
+    vary leaves it "not judged"; a custom_op's function runs at every call too (only its outputs' shapes
+    come from the trace-time run of its fake), so what it reads and cannot vary is left to the run."""
+    once = {n: spec.functions[n] for n, m in modes.items() if m in TRACED_ONCE and n in spec.functions}
+    frozen = frozen_globals(once)
+    if frozen.unjudged:  # read once at trace time, and nbcompile cannot vary it to prove otherwise
+        traced = " / ".join(sorted(once))
+        return (f"not judged: {traced} reads {', '.join(frozen.unjudged[:3])}"
+                f"{' and more' if len(frozen.unjudged) > 3 else ''}, which nbcompile cannot change "
+                "to prove the traced-once code follows a change of it")
+    ops = {n: spec.functions[n] for n, m in modes.items() if m == "custom_op" and n in spec.functions}
+    if ops:
+        frozen = frozen_globals({**once, **ops})
+    return staleness(spec, modes, options, frozen) if frozen else ""
 
 
 def _give_back_set_aside(snapshot: dict[Any, Any], fresh: Collection[CodeKey]) -> None:
@@ -226,7 +244,8 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
     changed = ", ".join(f"{slot.label} {short(value)} -> {short(other)}" for slot, value, other in frozen[:3])
     if len(frozen) > 3:
         changed += f" and {len(frozen) - 3} more"
-    traced = sorted({m for m in modes.values() if m in TRACED_ONCE})
+    traced = sorted({m if m != "custom_op" else "custom_op (its fake runs the function for the shapes)"
+                     for m in modes.values() if m in TRACE_TIME})
     compiled_copy, eager_copy = spec.capture(), spec.capture()
     if compiled_copy.refused is not None:
         return f"not judged with the globals changed ({changed}): {compiled_copy.refused}"
@@ -325,10 +344,11 @@ def effect(base: Outcome, after: Outcome) -> str:
 
 def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
            budget_s: float = VERIFY_BUDGET_S, cache: dict[Any, Outcome] | None = None,
-           why_not: str = "") -> None:
+           why_not: str = "", over: str = "") -> None:
     """Try each toggle the report's breaks suggest on a scratch run; fill ``verified`` and ``effect``,
     and put the proven fixes first (a fix that did not help is never first). Within ``budget_s``; the
-    fixes left over stay ``verified=None`` with the reason. ``spec`` None: nothing can be tried."""
+    fixes left over stay ``verified=None`` with the reason (``over``, else the budget's). ``spec`` None:
+    nothing can be tried."""
     fixes = [(f, f.action.toggles) for b in report.breaks for f in b.fixes
              if f.action is not None and f.action.kind == "toggle" and f.action.toggles]
     if not fixes:
@@ -344,8 +364,8 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
             if spec is None:
                 fix.verified, fix.effect = None, why_not or "not tried"
                 continue
-            if time.perf_counter() > deadline:
-                fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
+            if time.perf_counter() > deadline or budget_s <= 0:
+                fix.verified, fix.effect = None, over or f"not tried: over the {budget_s:g} s budget for trying fixes"
                 continue
             outcome = run(spec, modes)
             if not outcome.error or not outcome.error.startswith("not tried"):
@@ -372,7 +392,7 @@ LATER_CELL = "not tried: it came from a later cell, and fixes are tried on the s
 def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
                       budget_s: float = VERIFY_BUDGET_S, cache: dict[Any, Outcome] | None = None,
                       why_not: str = "", made_by_run: Container[str] | None = None,
-                      calls: int = RECOMPILE_CALLS) -> None:
+                      calls: int = RECOMPILE_CALLS, over: str = "") -> None:
     """Give each recompile its fixes (from its guard changes) and try them on scratch runs: ``effect`` says
     "recompiles 1 -> 0, check ok" when a fix removed them, and a fix that did not help is never first.
 
@@ -381,7 +401,8 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
     the session's first run), and the ``--run`` expression is called again, up to ``calls`` times, until a
     recompile shows; each fix's trial is then run the same way, as many times. ``made_by_run``: the compile
     ids of the recompiles the session's own runs of ``--run`` made (None: not known, every one is tried); a
-    recompile not among them came from a later cell, which a trial cannot repeat, and its fixes say so."""
+    recompile not among them came from a later cell, which a trial cannot repeat, and its fixes say so.
+    ``over``: what a fix left untried when ``budget_s`` is spent says (else the budget's own line)."""
     if not report.recompiles and not report.fallbacks:
         return
     cache = {} if cache is None else cache
@@ -407,6 +428,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
             fix.effect = why_not or "not tried"
         return
     deadline = time.perf_counter() + budget_s
+    over = over or f"not tried: over the {budget_s:g} s budget for trying fixes"
     modes_key = tuple(sorted(base_modes.items()))
     fresh = frozenset((f.filename, f.firstlineno, f.function) for f in report.frames if f.filename)
     bound = max(1, calls)
@@ -418,7 +440,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         key = (modes_key, name) if times == 1 and not anew else (modes_key, name, times, anew)
         if REFUSED in cache:
             return cache[REFUSED]
-        if key not in cache and time.perf_counter() <= deadline:
+        if key not in cache and time.perf_counter() <= deadline and budget_s > 0:
             cache[key] = run(spec, base_modes, options, calls=times, fresh=fresh if anew else (),
                              until=recompiled if name == "base" else None)
             error = cache[key].error or ""
@@ -438,7 +460,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         after = (outcome(name, options, base.calls, anew) if base is not None and base.error is None
                  and (base.recompiles or base.fallbacks) else None)
         if base is None:
-            fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
+            fix.verified, fix.effect = None, over
         elif base.error is not None:
             fix.verified, fix.effect = None, base.error
         elif base.recompiles == 0 and base.fallbacks == 0:
@@ -447,7 +469,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
                 f"not tried: {runs} of the --run expression on copies of your objects did not recompile (the "
                 "copies start from the state your runs left, which may no longer change what the guard checks)")
         elif after is None:
-            fix.verified, fix.effect = None, f"not tried: over the {budget_s:g} s budget for trying fixes"
+            fix.verified, fix.effect = None, over
         else:
             if name.startswith("limit"):
                 fewer = after.fallbacks < base.fallbacks

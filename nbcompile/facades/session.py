@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, NoReturn
 
@@ -206,9 +207,18 @@ class Session:
                 if mine is None:
                     result = eval(code, self.namespace)
                 else:
-                    # what it prints or logs (to a file, too) is the user's cell's to do, not a toggle's
-                    with mine.swapped(override=self.workload.entry_copies(mine)), check_ops.quiet():
+                    # what it prints or logs (to a file, too) is the user's cell's to do, not a toggle's; what it
+                    # would do outside the copies (a file, the environment, a module no copy holds) is stopped
+                    with mine.swapped(override=self.workload.entry_copies(mine)), check_ops.quiet(), \
+                            check_ops.no_outside_effects(compiler_may=True, watch=mine):
                         result = self.workload.evaluate(code)
+            except check_ops.OutsideEffect as exc:
+                rng.restore()
+                cut = " (stopped before it: the report holds what was compiled until then)" if exc.outside else ""
+                self.report.check = Check(True, None, f"not compared: the re-run on copies {exc}{cut}, which a toggle "
+                                          "will not do; your cell's own run does", compared=False, run="copies")
+                self.recording.notify()
+                return None
             except Exception as exc:
                 self.report.add("errors", CompileError("--run", "", type(exc).__name__, str(exc)))
                 self.recording.notify()
@@ -234,13 +244,19 @@ class Session:
         self.recording.notify()
         return result
 
-    def verify_soon(self) -> None:
+    def verify_soon(self, by: float | None = None) -> None:
         """Prove the report's fixes after the views are drawn: in a kernel, once the current request is
-        done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now."""
+        done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now.
+        ``by``: a ``time.perf_counter()`` time no proof starts after (the fix search's budget, which its
+        applying and these proofs share); the fixes left say "not tried: over the fix search's budget"."""
         def prove() -> None:
             if self._closed or self.stale is not None or self.workload.run_code is None:
                 return
-            self.verify_fixes()
+            if by is None:
+                self.verify_fixes()
+            else:
+                left = min(trial.VERIFY_BUDGET_S, by - time.perf_counter())
+                self.verify_fixes(budget_s=max(0.0, left), over=trial.OVER_SEARCH_BUDGET)
             self.recording.notify()
             self._show_proofs()
 
@@ -253,10 +269,11 @@ class Session:
         else:
             prove()
 
-    def verify_fixes(self, budget_s: float = trial.VERIFY_BUDGET_S) -> Report:
+    def verify_fixes(self, budget_s: float = trial.VERIFY_BUDGET_S, *, over: str = "") -> Report:
         """Try each toggle the report's breaks suggest on a scratch run (copies of the state, fresh
         compiled copies of the entries, torch as before) and mark each fix ``verified`` with its
-        ``effect``; proven fixes come first. Trials already run for the same toggles are reused."""
+        ``effect``; proven fixes come first. Trials already run for the same toggles are reused. No trial
+        starts after ``budget_s``; the fixes left say so (``over``, else the budget's own line)."""
         self._check_open()
         spec = self.workload.spec(self.workload.run_code) if self.workload.run_code is not None else None
         why_not = "not tried: the session has no --run expression to try it on"
@@ -264,9 +281,13 @@ class Session:
         if effect is not None:  # each proof would do it again, on objects no copy holds
             spec, why_not = None, f"not tried: {effect}, which a trial will not do again"
         try:
-            trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not)
-            trial.verify_recompiles(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials,
-                                    why_not=why_not, made_by_run=self._made_by_run())
+            began = time.perf_counter()  # a fix search's proofs (``over``) share what is left of its budget;
+            # on their own, the breaks' fixes and the recompiles' fixes each get ``budget_s``, as always
+            trial.verify(self.report, self.toggles, spec, budget_s=budget_s, cache=self._trials, why_not=why_not,
+                         over=over)
+            trial.verify_recompiles(self.report, self.toggles, spec, cache=self._trials, why_not=why_not,
+                                    budget_s=budget_s - (time.perf_counter() - began) if over else budget_s,
+                                    made_by_run=self._made_by_run(), over=over)
         except Exception as exc:  # proving advice must never cost the run
             for brk in self.report.breaks:
                 for fix in brk.fixes:
@@ -497,9 +518,10 @@ class Session:
         self.workload.untrack(name)
         self._lint_cache.pop(name, None)
 
-    def apply_config(self, toggles: dict[str, str], **options: Any) -> Report:
+    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, **options: Any) -> Report:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
-        toggle and option is put back (and the report kept) and the error says why in one line."""
+        toggle and option is put back (and the report kept) and the error says why in one line. The new
+        report's fixes are proven after (``verify_soon``), by ``prove_by`` when given (the fix search's end)."""
         self._check_open()
         for name, mode in toggles.items():
             self.engine.validate(name, mode)
@@ -532,7 +554,7 @@ class Session:
             self._give_up(exc, undo, old_report,
                           lambda cause: f"applying {wanted} failed ({cause}); kept the previous configuration")
         self.redraw()
-        self.verify_soon()
+        self.verify_soon(by=prove_by)
         return self.report
 
     def fix(self, budget_s: float = 60.0, progress: Callable[[FixSearch], None] | None = None) -> FixSearch:
@@ -801,11 +823,12 @@ class FixRun:
             self.result.stop()
             self.result.state = "stopped"
         finally:
-            self.result.elapsed_s = max(self.result.elapsed_s, self._searcher.elapsed())
             try:
-                if not session.closed:
-                    apply_best(session, self.result)
+                if not session.closed:  # within the search's budget: its re-run was kept time for, its proofs
+                    # get what is left (in a kernel they follow on the event loop's next turn, by the same end)
+                    apply_best(session, self.result, prove_by=self._searcher.end or None)
             finally:
+                self.result.elapsed_s = max(self.result.elapsed_s, self._searcher.elapsed())
                 session.last_fix = self.result
                 session.redraw()
 

@@ -12,8 +12,9 @@ from ..core.text import _e, plural
 
 @dataclass
 class Trial:
-    """One configuration the search ran. ``breaks`` and ``recompiles`` are None when it could not be
-    tried (its state could not be copied: ``error`` says why), never a zero nobody counted."""
+    """One configuration the search ran. ``breaks`` and ``recompiles`` are None when it has an ``error``
+    (not tried: its state could not be copied; or failed: it did not compile or its run raised), never a
+    zero nobody counted; ``check_ok`` is then False (a check that did not run is not ok)."""
 
     toggles: dict[str, str]
     breaks: int | None
@@ -52,8 +53,17 @@ class Trial:
 
     @property
     def tried(self) -> bool:
-        """Whether it ran (False: it could not be tried, and its counts are None)."""
-        return self.breaks is not None
+        """Whether it ran to the end (False: it could not be tried or it failed, and its counts are None)."""
+        return self.breaks is not None and self.error is None
+
+    def status(self) -> str:
+        """Its check as one word: "ok", "FAILED" (the check), "not tried" (its state could not be copied,
+        the budget) or "failed" (it did not compile, its run raised)."""
+        if self.error is not None:
+            return "not tried" if self.error.startswith("not tried") else "failed"
+        if self.breaks is None:
+            return "not tried"
+        return "ok" if self.check_ok else "FAILED"
 
     def describe(self) -> str:
         """``"helper -> disable, dynamic=True"``: the configuration, as what differs from compile."""
@@ -118,7 +128,12 @@ class FixSearch:
         if start is None:
             return head
         if not start.tried:
-            return f"{head}; the session's own run was not tried ({start.outcome()})"
+            how = "was not tried" if start.status() == "not tried" else "failed"
+            text = f"{head}; the session's own run {how} ({start.outcome()})"
+            if best is not None and best is not start:
+                text += (f"; chosen: {best.describe()} with {plural(best.breaks or 0, 'break')}, "
+                         f"{plural(best.recompiles or 0, 'recompile')}")
+            return text
         if best is None or best is start:
             return f"{head}; nothing beat the start ({start.outcome()})"
         if not start.admissible:
@@ -150,8 +165,8 @@ class FixSearch:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{_count(t.breaks)}</td><td>{_count(t.recompiles)}</td>"
-            f"<td>{('ok' if t.check_ok else 'FAILED') if t.tried else 'not tried'}</td>"
+            f"<tr><td>{i}</td><td>{_e(t.describe())}</td><td>{_count(t)}</td><td>{_count(t, recompiles=True)}</td>"
+            f"<td>{t.status()}</td>"
             f"<td>{'' if t.median_s is None else f'{t.median_s * 1e3:.3g} ms'}</td>"
             f"<td>{_e(t.rejected or ('chosen' if t is self.best else ''))}</td></tr>"
             for i, t in enumerate(self.trials))
@@ -190,8 +205,12 @@ class FixSearch:
         return go.Figure(self.figure_dict())
 
 
-def _count(n: int | None) -> str:
-    return "not tried" if n is None else str(n)
+def _count(t: Trial, recompiles: bool = False) -> str:
+    """A count in the table: the number, or what stood in its way (never a 0 nobody counted)."""
+    n = t.recompiles if recompiles else t.breaks
+    if t.error is not None or n is None:
+        return t.status() if t.error is not None else "not tried"
+    return str(n)
 
 
 #: Where an untried trial ranks: after every trial that ran.
