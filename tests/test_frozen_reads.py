@@ -155,3 +155,148 @@ def test_a_package_chain_is_never_frozen_by_the_search(ip, modules):
     ip.run_cell("nbfr_pkg.config.SCALE = 5.0")
     ns = ip.user_ns
     assert torch.allclose(ns["f"](ns["x"]), (ns["x"].sin() * 5.0).cos())
+
+
+# -- a global holding a function, a closure number a sibling stores to (issue 21 point 2, adversarial pass 24) --
+
+#: variant -> cells after which `helper` calls a function or class held by a name bound by assignment
+REBOUND = {
+    "torch_fn": ["ACT = torch.relu\ndef helper(x):\n    return ACT(x) * 2"],
+    "def_alias": ["def relu(x):\n    return x.clamp(min=0)\nACT = relu\ndef helper(x):\n    return ACT(x) * 2"],
+    "def_name_reassigned": ["def ACT(x):\n    return x.clamp(min=0)", "ACT = torch.tanh",
+                            "def helper(x):\n    return ACT(x) * 2"],
+    "import_then_assigned": ["from torch import relu as ACT",
+                             "ACT = torch.tanh\ndef helper(x):\n    return ACT(x) * 2"],
+    "global_setter": ["from torch import relu as ACT\ndef use(f):\n    global ACT\n    ACT = f",
+                      "def helper(x):\n    return ACT(x) * 2"],
+    "class_alias": ["ACT = torch.nn.ReLU\ndef helper(x):\n    return ACT()(x) * 2"],
+    "in_cell_magic": ["%%capture\nACT = torch.relu", "def helper(x):\n    return ACT(x) * 2"],
+    "for_target": ["for ACT in (torch.relu,):\n    pass\ndef helper(x):\n    return ACT(x) * 2"],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(REBOUND))
+def test_a_global_function_bound_by_assignment_is_not_judged(ip, variant):
+    ip.run_cell("import torch")
+    for cell in REBOUND[variant]:
+        result = ip.run_cell(cell)
+        assert result.success, result.error_in_exec
+    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    assert "ACT (a function the user may rebind)" in frozen.unjudged, (variant, frozen.unjudged)
+
+
+BOUND_AS_CODE = {  # a def, a class or an import binds the name: code, judged
+    "def": "def act(x):\n    return x.relu()\ndef helper(x):\n    return act(x) * 2",
+    "import_as": "from torch import relu as act\ndef helper(x):\n    return act(x) * 2",
+    "import_module_fn": "from torch.nn import functional\ndef helper(x):\n    return functional.relu(x)",
+    "star": "from torch.nn.functional import *\ndef helper(x):\n    return gelu(x) * 2",
+    "decorated": ("import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(x):\n        return fn(x)\n"
+                  "    return inner\n@deco\ndef act(x):\n    return x.relu()\ndef helper(x):\n    return act(x) * 2"),
+    "class": "class Act(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+             "def helper(x):\n    return Act()(x)",
+    "redefined": "act = torch.relu\ndef act(x):\n    return x.relu()\ndef helper(x):\n    return act(x) * 2",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(BOUND_AS_CODE))
+def test_a_global_function_bound_by_def_or_import_stays_judged(ip, variant):
+    ip.run_cell("import torch")
+    result = ip.run_cell(BOUND_AS_CODE[variant])
+    assert result.success, result.error_in_exec
+    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    assert frozen.unjudged == [] and list(frozen) == [], (frozen.unjudged, [s.label for s, _, _ in frozen])
+
+
+@pytest.mark.parametrize("binding", ["ACT = torch.relu", "from torch import relu as ACT"])
+def test_a_module_file_is_read_for_how_a_name_was_bound(make_module, binding):
+    module = make_module(f"nbfr_act_{'import' if 'import' in binding else 'assign'}",
+                         f"import torch\n{binding}\ndef helper(x):\n    return ACT(x) * 2\n")
+    frozen = state.frozen_globals({"helper": module.helper})
+    assert frozen.unjudged == ([] if "import" in binding else ["ACT (a function the user may rebind)"])
+
+
+CLOSURES = {  # variant -> (cell, the call that changes the number the helper's closure holds)
+    "attribute_setter": ("def make():\n    scale = 2.0\n    def helper(x):\n        return x * scale\n"
+                         "    def set_scale(v):\n        nonlocal scale\n        scale = v\n"
+                         "    helper.set_scale = set_scale\n    return helper\nhelper = make()",
+                         "helper.set_scale(5.0)"),
+    "returned_pair": ("def make():\n    scale = 2.0\n    def helper(x):\n        return x * scale\n"
+                      "    def set_scale(v):\n        nonlocal scale\n        scale = v\n"
+                      "    return helper, set_scale\nhelper, set_scale = make()", "set_scale(5.0)"),
+    "nested_setter": ("def make():\n    scale = 2.0\n    def helper(x):\n        return x * scale\n"
+                      "    def setters():\n        def set_scale(v):\n"
+                      "            nonlocal scale\n            scale = v\n"
+                      "        return set_scale\n    return helper, setters\nhelper, setters = make()",
+                      "setters()(5.0)"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CLOSURES))
+def test_a_closure_number_a_function_stores_to_is_varied(ip, variant):
+    cell, change = CLOSURES[variant]
+    result = ip.run_cell(cell)
+    assert result.success, result.error_in_exec
+    helper = ip.user_ns["helper"]
+    frozen = state.frozen_globals({"helper": helper})
+    assert [slot.label for slot, _, _ in frozen] == ["scale (in helper's closure)"] and not frozen.unjudged
+    x = torch.ones(1)
+    with _changed(frozen):
+        assert helper(x).item() != 2.0
+    assert helper(x).item() == 2.0
+    ip.run_cell(change)
+    assert helper(x).item() == 5.0  # the user's own change: what the proof stands for
+
+
+def test_a_closure_number_nothing_stores_to_stays_judged(ip):
+    ip.run_cell("def make(scale):\n    def helper(x):\n        return x * scale\n    return helper\nhelper = make(2.0)")
+    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    assert list(frozen) == [] and frozen.unjudged == []
+
+
+def test_a_global_function_the_user_rebinds_is_never_frozen_by_the_search(ip):
+    body = textwrap.dedent("""\
+        import torch
+        ACT = torch.relu
+        def helper(x):
+            torch._dynamo.graph_break()
+            return ACT(x) * 2
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.linspace(-3, 3, 8)
+        """)
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
+    result = nbcompile.last().fix(budget_s=30)
+    traced = [t for t in result.trials if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace")]
+    assert traced and all("ACT (a function the user may rebind)" in t.stale for t in traced), [t.stale for t in traced]
+    ns = ip.user_ns
+    ns["ACT"] = torch.tanh
+    assert torch.allclose(ns["f"](ns["x"]), (torch.tanh(ns["x"].sin()) * 2).cos())
+
+
+def test_a_closure_number_a_sibling_stores_to_is_never_frozen_by_the_search(ip):
+    body = textwrap.dedent("""\
+        import torch
+        def make():
+            scale = 2.0
+            def helper(x):
+                torch._dynamo.graph_break()
+                return x * scale
+            def set_scale(v):
+                nonlocal scale
+                scale = v
+            helper.set_scale = set_scale
+            return helper
+        helper = make()
+        set_scale = helper.set_scale  # (a custom_op the search may choose keeps no attribute of helper's)
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """)
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
+    result = nbcompile.last().fix(budget_s=30)
+    traced = [t for t in result.trials if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace")]
+    assert traced and not any(t.admissible for t in traced), [(t.toggles, t.stale) for t in traced]
+    assert any("scale (in helper's closure)" in t.stale for t in traced), [t.stale for t in traced]
+    ns = ip.user_ns
+    ns["set_scale"](5.0)
+    assert torch.allclose(ns["f"](ns["x"]), (ns["x"].sin() * 5.0).cos())

@@ -8,10 +8,12 @@ crashing somewhere deep inside a capture.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect as _inspect
 import logging
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -682,3 +684,28 @@ def disallow_in_graph(obj: Any) -> None:
 def dynamo_config_patch(**changes: Any) -> Any:
     """A context manager setting ``torch._dynamo.config`` values for its duration, restored after."""
     return torch._dynamo.config.patch(**changes)
+
+
+@contextlib.contextmanager
+def torch_saves_reported(report: Callable[[str], None]) -> Iterator[None]:
+    """``torch.save`` to a path writes through torch's C++ file writer, which raises no Python audit event
+    (``open``): for the duration, such a save calls ``report(path)`` first, which may raise to stop it. A
+    save to a buffer is not reported. Put back exactly on the way out; without the writer this torch uses
+    (``torch.serialization._open_zipfile_writer``), nothing is patched and saves are not seen."""
+    module = torch.serialization
+    original = getattr(module, "_open_zipfile_writer", None)
+    if original is None:
+        yield
+        return
+
+    def reported(name_or_buffer: Any) -> Any:
+        if isinstance(name_or_buffer, (str, bytes, os.PathLike)):
+            report(str(os.fsdecode(name_or_buffer)))
+        return original(name_or_buffer)
+
+    module._open_zipfile_writer = reported  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if module._open_zipfile_writer is reported:
+            module._open_zipfile_writer = original  # type: ignore[assignment]

@@ -673,6 +673,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     raise OutsideEffect(what)
 
 
+def _saving(path: str) -> None:
+    """``torch.save`` to ``path``: stopped like any other write to a file."""
+    _audit("open", (path, "wb"))
+
+
 def _compiling() -> bool:
     """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
     not from the user's code running."""
@@ -706,7 +711,8 @@ def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) 
     _GUARD.on, _GUARD.compiler_may = True, compiler_may
     failed = False
     try:
-        yield
+        with torch_compat.torch_saves_reported(_saving):  # torch's C++ writer raises no `open` audit event
+            yield
     except BaseException:
         failed = True
         raise

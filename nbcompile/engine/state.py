@@ -18,11 +18,17 @@ costs nothing.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import dataclasses
 import dis
 import enum
+import functools
+import gc
+import importlib.util
+import inspect
+import linecache
 import logging
 import math
 import numbers
@@ -612,7 +618,11 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
     It fails closed: chains of attributes (``pkg.config.SCALE``, ``Cfg.Inner.scale``) are followed
     through user modules and classes; a user module or class that is stored to a local, held in a
     closure cell, a default or passed on has every attribute the code names read; a function's defaults
-    are read values; a bound method reads its ``__self__``; library state (``os.environ``) is unjudged."""
+    are read values; a bound method reads its ``__self__``; library state (``os.environ``) is unjudged.
+    A global holding a function or a class is code when a ``def``/``class`` of its name or an import
+    bound it; bound by an assignment (``ACT = torch.relu``), it is a value the user may assign again,
+    which no same-kind change can stand for: unjudged. A number in a closure cell is varied when a
+    function holding the cell stores to it (a sibling's ``nonlocal scale; scale = v``)."""
     out: dict[tuple[int, str], tuple[Slot, Any, Any]] = {}
     unjudged: dict[str, None] = {}
     seen: set[int] = set()
@@ -620,6 +630,8 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
     names: set[str] = set()  # every attribute name the visited code mentions
     escaped: dict[int, tuple[Any, str]] = {}  # user modules, classes, instances read by any of those names
     done: dict[int, set[str]] = {}
+    plain_cells: dict[int, tuple[types.CellType, str, str, Any]] = {}  # closure cells holding a number
+    code_names: dict[int, _CodeNames] = {}  # per namespace: which names its code binds to code
 
     def attribute(owner: Any, name: str, label: str) -> None:
         holder = _holder(owner, name)
@@ -739,8 +751,10 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
                 elif isinstance(content, types.ModuleType) or _followable(content) \
                         or _bound_self(content) is not None:
                     held(content, f"{var} (in {fn.__name__}'s closure)")
-                elif not isinstance(content, _PLAIN):  # a number the closure holds cannot be changed from outside
+                elif not isinstance(content, _PLAIN):
                     _add_frozen(out, unjudged, cell, "", f"{var} (in {fn.__name__}'s closure)", content)
+                else:  # a number: varied below if a function holding the cell stores to it (`nonlocal`)
+                    plain_cells.setdefault(id(cell), (cell, var, f"{var} (in {fn.__name__}'s closure)", content))
             for var, default in _defaults(fn):  # `def helper(x, cfg=CFG)`: CFG is read
                 held(default, f"{var} (a default of {fn.__name__})")
             for module in imported_modules(code):  # `import cfg` inside the function: cfg.SCALE is read
@@ -766,6 +780,9 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
                     if name not in space or name.startswith("__") or _HISTORY.match(name):
                         continue
                     value = space[name]
+                    if _rebindable(value) and not code_names.setdefault(id(space), _CodeNames(space)).holds(
+                            name, value):  # `ACT = torch.relu`: a value the user may assign again, not code
+                        unjudged[f"{name} (a function the user may rebind)"] = None
                     if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
                         unjudged[f"{name} (a lambda the user may rebind)"] = None  # a value, written as code
                         pending.append((name, value))
@@ -786,9 +803,187 @@ def frozen_globals(functions: dict[str, Any]) -> Frozen:
                 attribute(owner, name, f"{label}.{name}")
         if not fresh and not pending:
             break
+    written = _stored_cells([(cell, var) for cell, var, _, _ in plain_cells.values()])
+    for cell, _, label, content in plain_cells.values():
+        if id(cell) in written:  # a sibling's `nonlocal scale; scale = v`: the number changes after tracing
+            _add_frozen(out, unjudged, cell, "", label, content)
     frozen = Frozen(out.values())
     frozen.unjudged = list(unjudged)
     return frozen
+
+
+def _rebindable(value: Any) -> bool:
+    """A global the helper calls or builds (a function, a builtin, a class), which Dynamo does not guard
+    under a traced-once toggle; not a lambda (unjudged on its own), a module, or a method bound to an
+    object (which reads its ``__self__``)."""
+    if isinstance(value, types.ModuleType) or not callable(value):
+        return False
+    if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
+        return False
+    return _bound_self(value) is None
+
+
+class _CodeNames:
+    """Which names of a namespace hold code: a ``def``/``class`` of that name made there, or what the latest
+    statement that bound the name (in the cells an IPython shell compiled there, oldest first, or the
+    module's file) imported. A name whose latest binding is an assignment, or that no source shows
+    bound, holds a value the user may assign again."""
+
+    def __init__(self, space: dict[str, Any]) -> None:
+        self.space = space
+        self.latest: dict[str, tuple[int, str, tuple[str, str | None]]] = {}
+        self.stars: list[tuple[int, str]] = []  # (order, module) of each `from m import *`
+        order = 0
+        for source in _sources(space):
+            for name, how, what in _bindings(source):
+                order += 1
+                if name == "*":
+                    self.stars.append((order, what[0]))
+                else:
+                    self.latest[name] = (order, how, what)
+
+    def holds(self, name: str, value: Any) -> bool:
+        """Whether ``space[name]`` (``value``) is code its binding statement names."""
+        original = _original(value)
+        here = (isinstance(original, types.FunctionType) and original.__globals__ is self.space) or (
+            isinstance(original, type) and original.__module__ == self.space.get("__name__"))
+        if here and getattr(original, "__qualname__", None) == name:
+            return True  # `def NAME` / `class NAME` run here (re-defining re-runs a cell, which is tracked)
+        order, how, what = self.latest.get(name, (0, "", ("", None)))
+        for at, module in self.stars:
+            if at > order and _imported(self.space, (module, name)) is value:
+                order, how, what = at, "import", (module, name)
+        if how == "code":
+            return True
+        return how == "import" and any(v is value or _original(v) is original
+                                       for v in (_imported(self.space, what),) if v is not _ABSENT)
+
+
+def _original(value: Any) -> Any:
+    """The function behind ``torch.compile``'s, nbcompile's and ``functools.wraps``' wrappers."""
+    value = torch_compat.unwrap_compiled(value)
+    try:
+        return inspect.unwrap(value)
+    except ValueError:  # a cycle of __wrapped__
+        return value
+
+
+def _imported(space: dict[str, Any], what: tuple[str, str | None]) -> Any:
+    """What ``import MODULE`` (``what`` = (module, None)) or ``from MODULE import NAME`` binds, from the
+    modules loaded now; ``_ABSENT`` when it cannot be told."""
+    module_name, attr = what
+    if module_name.startswith("."):
+        try:
+            module_name = importlib.util.resolve_name(module_name, space.get("__package__"))
+        except (ImportError, ValueError, TypeError):
+            return _ABSENT
+    module = sys.modules.get(module_name)
+    if module is None or attr is None:
+        return _ABSENT if module is None else module
+    found = getattr(module, attr, _ABSENT)
+    return sys.modules.get(f"{module_name}.{attr}", _ABSENT) if found is _ABSENT else found
+
+
+def _sources(space: dict[str, Any]) -> list[str]:
+    """The code that bound ``space``'s names, oldest first: every cell the IPython shell whose namespace
+    it is compiled (IPython keeps each in ``linecache``, stored in the history or not), or the module's
+    file."""
+    shell = None
+    getter = space.get("get_ipython")
+    if callable(getter):
+        try:
+            shell = getter()
+        except Exception:
+            shell = None
+    if shell is not None and space in (getattr(shell, "user_ns", None), getattr(shell, "user_global_ns", None)):
+        names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+        entries = [linecache.cache.get(n) for n in list(names or ())]
+        texts = ["".join(entry[2]) for entry in entries if entry is not None and len(entry) == 4]
+        return texts or [t for t in space.get("_ih", ()) if isinstance(t, str)]
+    filename = space.get("__file__")
+    return ["".join(linecache.getlines(filename))] if isinstance(filename, str) else []
+
+
+_DEFINES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bindings(source: str) -> tuple[tuple[str, str, tuple[str, str | None]], ...]:
+    """Each binding of a global name ``source`` makes, in order: (name, how, what), how being "import"
+    (what: (module, attribute or None); name "*" for ``from m import *``), "code" (a ``def`` or ``class``)
+    or "value" (an assignment, a ``for``/``with``/``except``/``match`` target, a walrus, ``del``, and a
+    ``global NAME`` in a function, which may assign it). A cell magic's body (``%%time``) is read too."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    out: list[tuple[str, str, tuple[str, str | None]]] = []
+    nothing: tuple[str, str | None] = ("", None)
+
+    def visit(node: ast.AST, top: bool) -> None:
+        if isinstance(node, ast.Global):
+            out.extend((name, "value", nothing) for name in node.names)
+        elif top and isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    out.append((alias.asname, "import", (alias.name, None)))
+                else:
+                    head = alias.name.split(".", 1)[0]
+                    out.append((head, "import", (head, None)))
+        elif top and isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                out.append((alias.asname or alias.name, "import", (module, alias.name if alias.name != "*" else None)))
+        elif top and isinstance(node, _DEFINES):
+            out.append((node.name, "code", nothing))
+        elif top and isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.append((node.id, "value", nothing))
+        elif top and isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            out.append((node.name, "value", nothing))
+        elif top and isinstance(node, ast.MatchMapping) and node.rest:
+            out.append((node.rest, "value", nothing))
+        elif top and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "run_cell_magic" and len(node.args) == 3 \
+                and isinstance(node.args[2], ast.Constant) and isinstance(node.args[2].value, str):
+            out.extend(_bindings(node.args[2].value))
+        inner = top and not isinstance(node, (*_DEFINES, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                              ast.GeneratorExp))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, True)
+    return tuple(out)
+
+
+def _stored_cells(cells: list[tuple[types.CellType, str]]) -> set[int]:
+    """The ids of the closure cells among ``cells`` ((cell, variable)) that some function holding them
+    stores to (``nonlocal scale; scale = v`` in the reader's sibling, or in the reader), or that a suspended
+    generator's frame may store to. Two scans of the objects the garbage collector tracks, only when
+    there are such cells."""
+    if not cells:
+        return set()
+    variables = {id(cell): var for cell, var in cells}
+    written: set[int] = set()
+    referrers = gc.get_referrers(*[cell for cell, _ in cells])
+    closures = {id(r): r for r in referrers if type(r) is tuple}
+    for frame in referrers:
+        code = getattr(frame, "gi_code", None) or getattr(frame, "cr_code", None) or getattr(frame, "ag_code", None)
+        if isinstance(code, types.CodeType):
+            written |= {ident for ident, var in variables.items() if _stores(code, var)}
+    holders = gc.get_referrers(*closures.values()) if closures else []
+    for fn in holders:
+        if not isinstance(fn, types.FunctionType) or id(fn.__closure__) not in closures:
+            continue
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+            if id(cell) in variables and _stores(fn.__code__, var):
+                written.add(id(cell))
+    return written
+
+
+def _stores(code: types.CodeType, var: str) -> bool:
+    """Whether ``code`` or a function nested in it stores to (or deletes) the closure variable ``var``."""
+    return any(ins.opname in ("STORE_DEREF", "DELETE_DEREF") and ins.argval == var
+               for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each))
 
 
 def _followable(value: Any) -> bool:
