@@ -703,9 +703,9 @@ def torch_saves_reported(report: Callable[[str], None]) -> Iterator[None]:
             report(str(os.fsdecode(name_or_buffer)))
         return original(name_or_buffer)
 
-    module._open_zipfile_writer = reported  # type: ignore[assignment]
+    module._open_zipfile_writer = reported
     try:
         yield
     finally:
         if module._open_zipfile_writer is reported:
-            module._open_zipfile_writer = original  # type: ignore[assignment]
+            module._open_zipfile_writer = original
