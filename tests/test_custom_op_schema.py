@@ -200,3 +200,27 @@ def test_the_export_keeps_defaults_and_keywords_in_a_fresh_interpreter(ip, tmp_p
         done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (style, done.stderr[-2000:])
         assert json.loads(done.stdout.strip().splitlines()[-1]) == [True] * 9, style
+
+
+def test_what_the_cell_hung_on_a_function_survives_its_custom_op(ip):
+    """``helper.set_scale = ...`` in the cell: after the toggle, ``helper`` is the operator and the cell's
+    ``helper.set_scale(5.0)`` still works (before: AttributeError on torch's CustomOpDef)."""
+    session = _session(ip, """\
+        import torch
+        def make():
+            scale = 2.0
+            def helper(x):
+                return x * scale
+            def set_scale(value):
+                nonlocal scale
+                scale = value
+            helper.set_scale = set_scale
+            return helper
+        helper = make()
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    _set_ok(session, "helper")
+    ip.run_cell("helper.set_scale(5.0)")
+    assert torch.allclose(ip.user_ns["f"](torch.ones(4)), (torch.ones(4).sin() * 5.0).cos())

@@ -388,6 +388,10 @@ class Toggles:
                 raise NbcompileError(f"custom_op({name}) needs a sample call to read its argument types from: use it "
                                      "in a %%compile session with --run")
             op, release = self.custom_op(name, plain)
+            for key, value in vars(plain).items() if isinstance(plain, types.FunctionType) else ():
+                if not key.startswith(("__", "_torchdynamo", "_dynamo", "_nbcompile")) and not hasattr(op, key):
+                    with contextlib.suppress(AttributeError, TypeError):  # what the cell hung on it: `helper.set_x`
+                        setattr(op, key, value)
             self._registrations[f"held:{name}"] = Registration(op, "custom_op", release=release)
             return op
         if isinstance(plain, types.FunctionType):
