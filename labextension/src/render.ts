@@ -1,6 +1,6 @@
 /** The report as DOM: built with textContent and attributes only, so no report text is HTML. */
 import {
-  IReport, IStatusLine, causeLine, causesOf, fixProof, functionLabel, graphPlaces, guardText, opsShown, plainText,
+  IReport, IStatusLine, causeLine, causesOf, countText, fixProof, functionLabel, graphPlaces, guardText, opsShown, plainText,
   plural, shortPath, splitsText, statusLines, summary
 } from './report';
 
@@ -135,7 +135,9 @@ export function renderReport(report: IReport, source = ''): HTMLElement {
         const reached = b.cell_line === null ? causeLine(b, source.split('\n')) : null;
         const line = b.cell_line !== null ? String(b.cell_line) :
           `${shortPath(b.filename)}:${b.lineno}${reached !== null ? ` (reached from cell line ${reached})` : ''}`;
-        return [`x${b.count}`, line, b.source_line, reason];
+        const count = el('span', `x${b.count}`);
+        count.title = b.count_text || countText(b.count, b.compile_ids ?? []);  // what xN counts, on hover
+        return [count, line, b.source_line, reason];
       })
     ), true, 'nbcompile-causes'));
   }

@@ -252,6 +252,8 @@ def to_text(report: Report) -> str:
         lines.append(f"  graph {i + 1}, {place} [compile id {g.compile_id}]: {g.op_count} ops: {ops_text(g)}")
     for c in report.causes_in_order():
         lines.append(f"  break x{c.count} in {function_label(c.function)} at {where_cause(c)}: {c.source_line}")
+        if c.count > 1 and c.count_text:
+            lines.append(f"    {c.count_text}")
         lines.append(f"    {c.gb_type}{f' ({c.gb_id})' if c.gb_id else ''}: {plain(c.explanation or c.reason)}")
         for hint in c.hints:
             lines.append(f"    hint: {plain(hint)}")
@@ -508,9 +510,9 @@ def to_html(report: Report) -> str:
         parts.append(f"<h5>Graph breaks: {plural(report.break_count, 'event')} from "
                      f"{plural(len(report.causes), 'cause')}, {_e(splits_text(report))}</h5>")
         parts.append(_table(["count", "function", "line", "source", "reason"],
-                            [(f"x{c.count}", function_label(c.function),
+                            [(f"<span title=\"{_e(c.count_text)}\">x{c.count}</span>", function_label(c.function),
                               c.cell_line if c.cell_line is not None else where_cause(c),
-                              c.source_line, _break_detail(c)) for c in report.causes_in_order()], raw_cols=(4,)))
+                              c.source_line, _break_detail(c)) for c in report.causes_in_order()], raw_cols=(0, 4)))
     for warning in limit_warnings(report):
         parts.append(f"<p class='nbcompile-limit-warning' style='color:#b60'><b>{_e(warning)}</b></p>")
     if report.fallbacks:
@@ -521,11 +523,11 @@ def to_html(report: Report) -> str:
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
         parts.append(_table(["function", "compile id", "what changed", "line", "fix", "reason"],
-                            [(function_label(r.function), r.compile_id, change_text(r),
+                            [(function_label(r.function), _compile_id_html(r.compile_id, report), change_text(r),
                               "" if r.cell_line is None else r.cell_line,
                               f"<ul class='nbcompile-recompile-fixes'>{fixes_html(r.fixes[:3])}</ul>"
                               if r.fixes else "",
-                              _e(plain(r.reason))) for r in report.recompiles], raw_cols=(4, 5)))
+                              _e(plain(r.reason))) for r in report.recompiles], raw_cols=(1, 4, 5)))
     if report.frames:
         parts.append("<details><summary>Frames and guards</summary>")
         parts.append(_table(["compile id", "function", "guards", "guard cost", "compile s"],
@@ -552,14 +554,24 @@ def to_html(report: Report) -> str:
 _TOP = "text-align:left;vertical-align:top"
 
 
+def _compile_id_html(compile_id: str, report: Report) -> str:
+    """torch's compile id, with what its numbers count on hover ("4/6" beside "0 recompiles")."""
+    from .report import compile_id_text  # the report imports this module to show itself
+
+    return f"<span title=\"{_e(compile_id_text(compile_id, report))}\">{_e(compile_id)}</span>"
+
+
 def graphs_table(report: Report, spans: Mapping[str, tuple[int, int]] | None = None) -> str:
     """The graphs, each led by where its code is (function and lines) and its ops; torch's compile id in a
     small last column, for TORCH_TRACE and tlparse."""
+    from .report import compile_id_text  # the report imports this module to show itself
+
     rows = "".join(
         f"<tr><td style='{_TOP}'>{i + 1}</td><td style='{_TOP}' class='nbcompile-graph-place'>{_e(place)}</td>"
         f"<td style='{_TOP}'>{g.op_count}</td><td style='{_TOP}'>{ops_html(g)}</td>"
-        f"<td style='{_TOP};color:#888;font-size:smaller' class='nbcompile-compile-id' title=\"torch's compile id "
-        f"(frame/compile of that frame), as TORCH_TRACE and tlparse name it\">{_e(g.compile_id)}</td></tr>"
+        f"<td style='{_TOP};color:#888;font-size:smaller' class='nbcompile-compile-id' title=\""
+        f"{_e(compile_id_text(g.compile_id, report))} (TORCH_TRACE and tlparse name it so)\">"
+        f"{_e(g.compile_id)}</td></tr>"
         for i, (g, place) in enumerate(zip(report.graphs, graph_places(report, spans), strict=True)))
     head = "".join(f"<th style='{_TOP}'>{h}</th>" for h in ("#", "where", "ops", "op names", "id"))
     return (f"<table class='nbcompile-table nbcompile-graphs'><thead><tr>{head}</tr></thead>"

@@ -815,7 +815,7 @@ class Panel(widgets.VBox):
         parts = []
         if report.causes:
             rows = "".join(
-                f"<tr><td><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
+                f"<tr><td title=\"{_e(c.count_text)}\"><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
                 f"<td>{_e(c.cell_line if c.cell_line is not None else where_cause(c))}</td>"
                 f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: "
                 f"{_e(plain(c.explanation or c.reason))}"

@@ -100,7 +100,8 @@ def status_table(session: PanelSession) -> StatusTable:
         fix = next((f for f in c.fixes if f.command and f.verified is not False), None)
         said = f": {fix.command}" + (f" ({fix_proof(fix)})" if fix_proof(fix) else "") if fix else ""
         text = f"at {where} ({c.gb_type}){said}"
-        detail = "\n".join([plain(c.explanation or c.reason), *(f"fix: {plain(f.why)}" for f in c.fixes)])
+        detail = "\n".join([plain(c.explanation or c.reason), *(f"fix: {plain(f.why)}" for f in c.fixes),
+                            *([c.count_text] if c.count > 1 and c.count_text else [])])
         note(f"break {text} [x{c.count}]", StatusLine("break", "warn", short(text), detail,
                                                      label=f"break x{c.count}"))
     seen = set()
