@@ -171,3 +171,17 @@ def test_inspect_lints_its_allow_in_graph_toggles():
 
     report = nbcompile.inspect(top, torch.ones(3), backend="eager", toggles={data_dependent: "allow_in_graph"})
     assert {w.rule for w in report.warnings} == {"data-dependent"}
+
+
+def test_a_nonlocal_rebinding_is_named_as_the_enclosing_functions_not_a_global():
+    def make():
+        scale = 2.0
+
+        def bump(x):
+            nonlocal scale
+            scale = scale + 1.0
+            return x * scale
+        return bump
+
+    (warning,) = [w for w in lint_allow_in_graph(make()) if w.rule == "mutation"]
+    assert "rebinds the enclosing function's scale" in warning.message, warning.message

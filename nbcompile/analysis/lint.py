@@ -113,6 +113,7 @@ class _Linter:
         self.self_name = self.params[0] if owner is not None and self.params else None
         self.locals = set(self.params) | {a.arg for a in (args.vararg, args.kwarg) if a is not None}
         self.global_decls: set[str] = set()
+        self.nonlocal_decls: set[str] = set()  # among global_decls: those the enclosing function holds
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                 self.locals.add(sub.id)
@@ -120,6 +121,8 @@ class _Linter:
                 self.locals.update((a.asname or a.name).split(".")[0] for a in sub.names)
             elif isinstance(sub, (ast.Global, ast.Nonlocal)):
                 self.global_decls.update(sub.names)
+                if isinstance(sub, ast.Nonlocal):
+                    self.nonlocal_decls.update(sub.names)
             elif isinstance(sub, ast.arg):
                 self.locals.add(sub.arg)
         self.locals -= self.global_decls
@@ -283,7 +286,8 @@ class _Linter:
                     operator = ast.unparse(sub)[len(target.id):].split()[0]
                     targets.append((target, f"applies {operator} (in place on a tensor) to"))
                 elif isinstance(target, ast.Name) and target.id in self.global_decls:
-                    self.warn("mutation", target.id, target, f"rebinds the global {target.id}")
+                    scope = "the enclosing function's" if target.id in self.nonlocal_decls else "the global"
+                    self.warn("mutation", target.id, target, f"rebinds {scope} {target.id}")
         elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             attr = sub.func.attr
             if attr.endswith("_") and not attr.startswith("_"):

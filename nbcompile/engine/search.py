@@ -412,9 +412,15 @@ class Searcher:
             else gap <= spread
         if overlap or gap <= MIN_GAIN * (second.median_s or 0.0):
             first_ms, second_ms = (fastest.median_s or 0.0) * 1e3, (second.median_s or 0.0) * 1e3
+            if gap <= MIN_GAIN * (second.median_s or 0.0):
+                why = f"differ by {gap * 1e3:.2g} ms, under {MIN_GAIN:.0%}"
+            elif fastest.max_s is not None and second.min_s is not None:
+                why = (f"overlap: the first's slow calls ({_high(fastest) * 1e3:.3g} ms) reach the second's fast ones "
+                       f"({_low(second) * 1e3:.3g} ms)")
+            else:
+                why = f"differ by {gap * 1e3:.2g} ms, within their spread ({spread * 1e3:.2g} ms)"
             self.result.noisy = (f"too noisy to rank: {fastest.describe()} {first_ms:.3g} ms and "
-                                 f"{second.describe()} {second_ms:.3g} ms differ by less than "
-                                 f"their spread ({spread * 1e3:.2g} ms) or {MIN_GAIN:.0%}; kept the one with the "
+                                 f"{second.describe()} {second_ms:.3g} ms {why}; kept the one with the "
                                  "fewest changes")
             if fastest is not self.result.best:
                 self.result.noise_bound = self.result.noise_bound or (
