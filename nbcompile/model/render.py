@@ -554,18 +554,32 @@ def to_html(report: Report) -> str:
 _TOP = "text-align:left;vertical-align:top"
 
 
+def compile_id_text(compile_id: str, report: Report | None = None) -> str:
+    """What torch's compile id ``"4/6"`` counts, for a tooltip beside it: frame 4 (one code), its 7th compile
+    in this Python process. Earlier ones (a trial's scratch copy, a report before a toggle, another session)
+    share the code's numbering, so they are not recompiles of this report, which counts its own."""
+    parts = compile_id.split("/")
+    frame, nth = (parts[-2], parts[-1]) if len(parts) >= 2 else ("?", "?")
+    nth = nth.split("_")[0]
+    ordinal = f"compile {int(nth) + 1}" if nth.isdigit() else "a compile"
+    text = (f"compile id {compile_id}: torch's number for this compile: frame {frame} (one code), its {ordinal} "
+            "in this Python process")
+    if nth.isdigit() and int(nth) > 0:
+        text += (f"; the {int(nth)} before it (trials on scratch copies, reports before a toggle, other sessions, "
+                 "or this report) share the code's numbering, so they are not recompiles of this report")
+    if report is not None:
+        text += f"; {plural(report.recompile_count, 'recompile')} in this report"
+    return text
+
+
 def _compile_id_html(compile_id: str, report: Report) -> str:
     """torch's compile id, with what its numbers count on hover ("4/6" beside "0 recompiles")."""
-    from .report import compile_id_text  # the report imports this module to show itself
-
     return f"<span title=\"{_e(compile_id_text(compile_id, report))}\">{_e(compile_id)}</span>"
 
 
 def graphs_table(report: Report, spans: Mapping[str, tuple[int, int]] | None = None) -> str:
     """The graphs, each led by where its code is (function and lines) and its ops; torch's compile id in a
     small last column, for TORCH_TRACE and tlparse."""
-    from .report import compile_id_text  # the report imports this module to show itself
-
     rows = "".join(
         f"<tr><td style='{_TOP}'>{i + 1}</td><td style='{_TOP}' class='nbcompile-graph-place'>{_e(place)}</td>"
         f"<td style='{_TOP}'>{g.op_count}</td><td style='{_TOP}'>{ops_html(g)}</td>"

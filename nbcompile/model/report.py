@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.text import function_label as label
-from ..core.text import plural
 from .render import MIME_TYPE as MIME_TYPE
+from .render import compile_id_text as compile_id_text
 from .render import mimebundle, summary_line, to_text
 
 SCHEMA_VERSION = 1
@@ -131,24 +131,6 @@ def count_text(count: int, compile_ids: list[str]) -> str:
     return (f"{events}, from {len(compile_ids)} compile{'s' if len(compile_ids) != 1 else ''} ({ids}): the line "
             "ran more than once in one compile (a loop, or a helper called from more than one place); one cause, "
             "one fix")
-
-
-def compile_id_text(compile_id: str, report: Report | None = None) -> str:
-    """What torch's compile id ``"4/6"`` counts, for a tooltip beside it: frame 4 (one code), its 7th compile
-    in this Python process. Earlier ones (a trial's scratch copy, a report before a toggle, another session)
-    share the code's numbering, so they are not recompiles of this report, which counts its own."""
-    parts = compile_id.split("/")
-    frame, nth = (parts[-2], parts[-1]) if len(parts) >= 2 else ("?", "?")
-    nth = nth.split("_")[0]
-    ordinal = f"compile {int(nth) + 1}" if nth.isdigit() else "a compile"
-    text = (f"compile id {compile_id}: torch's number for this compile: frame {frame} (one code), its {ordinal} "
-            "in this Python process")
-    if nth.isdigit() and int(nth) > 0:
-        text += (f"; the {int(nth)} before it (trials on scratch copies, reports before a toggle, other sessions, "
-                 "or this report) share the code's numbering, so they are not recompiles of this report")
-    if report is not None:
-        text += f"; {plural(report.recompile_count, 'recompile')} in this report"
-    return text
 
 
 def cause_key(brk: GraphBreak | Cause) -> tuple[Any, ...]:
