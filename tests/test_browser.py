@@ -190,8 +190,17 @@ def _wait_for_kernel(page) -> None:
 
 
 def _save(page) -> None:
-    _command(page, "docmanager:save")
-    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    """Save until the notebook stays clean: a report redrawn after a toggle (its fixes' proofs land on the
+    event loop's next turn) may dirty it again right after a save."""
+    for attempt in range(6):
+        _command(page, "docmanager:save")
+        try:
+            page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                                   timeout=20_000)
+            return
+        except playwright_api.TimeoutError:
+            if attempt == 5:
+                raise
 
 
 def _kernels(base: str) -> list:
