@@ -28,11 +28,8 @@ parameters, so the original calls run unchanged.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import inspect as _inspect
-import io
 import itertools
-import logging
 import types
 import typing
 from collections.abc import Callable
@@ -44,6 +41,7 @@ from torch.utils import _pytree as pytree
 
 from ..core import torch_compat
 from ..core.errors import NbcompileError
+from . import check as check_ops
 
 _COUNTER = itertools.count()
 #: The library name the exported code registers its operators under.
@@ -483,7 +481,7 @@ def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None) ->
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         if spec.fake == "itself":
-            with _silent():  # it runs at every trace: what it prints or logs is the real call's to say, once
+            with check_ops.quiet():  # it runs at every trace: what it prints or logs is the real call's to say, once
                 out = fn(*args, **kwargs)
             return tuple(torch.empty_like(o) for o in out) if isinstance(out, tuple) else torch.empty_like(out)
         values = dict(zip(params, args, strict=False)) | kwargs
@@ -552,15 +550,3 @@ def export_code(spec: OpSpec) -> str:
                 for p, dtype in spec.like]
         lines.append(f"    return ({', '.join(outs)},)" if spec.tuple_out else f"    return {outs[0]}")
     return "\n".join(lines) + "\n"
-
-
-@contextlib.contextmanager
-def _silent() -> Any:
-    """Nothing printed or logged while a fake runs the function on fake tensors."""
-    before = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logging.disable(before)
