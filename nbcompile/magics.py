@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .core import torch_compat
+from .core import dynconfig, torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.names import is_torch_name
 from .core.options import MODES, CellOptions
@@ -70,6 +70,9 @@ def _named(name: str) -> Any:
 @argument("--no-check", dest="no_check", action="store_true",
           help="do not compare each run of EXPR with an eager run of the original functions")
 @argument("--no-panel", dest="no_panel", action="store_true", help="show the static report, not the widget panel")
+@argument("--dynamo-config", dest="dynamo_config", action="append", default=[], metavar="NAME=VALUE",
+          help="a torch._dynamo.config value set around this session's compiles only (repeatable): "
+               "capture_scalar_outputs=True, reorderable_logging_functions=print,warnings.warn")
 def _compile_signature(line: str, cell: str) -> None:
     """Compile the functions this cell defines with torch.compile, and show what it did.
 
@@ -80,8 +83,9 @@ def _compile_signature(line: str, cell: str) -> None:
     """
 
 
-def parse_cell_line(line: str) -> CellOptions:
-    """Parse a `%%compile` line into options. Raises UsageError with one line on bad input."""
+def parse_cell_line(line: str, namespace: dict[str, Any] | None = None) -> CellOptions:
+    """Parse a `%%compile` line into options. Raises UsageError with one line on bad input. ``namespace``:
+    where a ``--dynamo-config`` set of functions looks its names up first (the notebook's)."""
     try:
         ns = _compile_signature.parser.parse_args(shlex.split(line))
     except UsageError as exc:
@@ -94,6 +98,13 @@ def parse_cell_line(line: str) -> CellOptions:
         raise UsageError(f"%%compile: {exc}") from None
     if ns.dynamic_on and ns.dynamic_off:
         raise UsageError("%%compile: --dynamic and --no-dynamic are mutually exclusive; give one")
+    config: dict[str, Any] = {}
+    for text in ns.dynamo_config:
+        try:
+            name, value = dynconfig.parse(text, namespace)
+        except NbcompileError as exc:
+            raise UsageError(f"%%compile: {exc}") from None
+        config[name] = value
     return CellOptions(
         backend=ns.backend,
         mode=ns.mode,
@@ -108,6 +119,7 @@ def parse_cell_line(line: str) -> CellOptions:
         bench=ns.bench,
         check=not ns.no_check,
         panel=not ns.no_panel,
+        dynamo_config=config,
     )
 
 
@@ -136,9 +148,9 @@ class NbcompileMagics(Magics):
     @cell_magic("compile")  # type: ignore[arg-type]  # IPython types only the bare @cell_magic form
     def compile_cell(self, line: str, cell: str) -> Any:
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
-        options = parse_cell_line(line)
         shell = self.shell
         assert shell is not None  # a registered Magics has its shell
+        options = parse_cell_line(line, shell.user_ns)
         count = _cell_number(shell)
 
         def cache_source(source: str) -> str:

@@ -260,11 +260,14 @@ def fakelib(tmp_path, monkeypatch):
 
 def test_the_search_reaches_breaks_in_library_code(ip, fakelib):
     original = fakelib.noisy
-    run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(x)"', LIB_CELL)
+    # the configs the session pins are not searched: toggles of the library function must do it here
+    run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(x)" --dynamo-config '
+                         'capture_scalar_outputs=False --dynamo-config nested_graph_breaks=False', LIB_CELL)
     session = nbcompile.last()
     before = session.report.break_count
     assert before >= 2
     result = session.fix(budget_s=60)
+    assert not any("_config" in t.options for t in result.trials)
     assert result.tracked == ["nbfakelib:noisy"]
     assert result.best.toggles.get("nbfakelib:noisy") == "disable" and result.best.breaks < before
     assert session.report.break_count == result.best.breaks and session.report.check.ok
@@ -273,6 +276,17 @@ def test_the_search_reaches_breaks_in_library_code(ip, fakelib):
     assert "import nbfakelib" in code and "nbfakelib.noisy = torch.compiler.disable(nbfakelib.noisy)" in code
     ip.run_line_magic("nbcompile", "reset")
     assert fakelib.noisy is original
+
+
+def test_a_config_fix_reaches_every_item_break_in_library_code_at_once(ip, fakelib):
+    run_compile_cell(ip, '--backend eager --no-panel --entry model --run "model(x)"', LIB_CELL)
+    session = nbcompile.last()
+    assert session.report.break_count >= 2
+    result = session.fix(budget_s=60)
+    assert result.best.breaks == 0 and result.best.options["_config"] == {"capture_scalar_outputs": True}
+    assert result.best.toggles.get("nbfakelib:noisy", "compile") == "compile"  # the fewest changes won
+    assert session.report.break_count == 0 and session.report.check.ok
+    assert torch._dynamo.config.capture_scalar_outputs is False
 
 
 def test_track_names_a_library_function_and_gives_it_back(ip, fakelib):

@@ -9,6 +9,9 @@ export interface NbcompileReport {
   mode: string | null;
   fullgraph: boolean;
   dynamic: boolean | null;
+  dynamo_config: {
+    [k: string]: string;
+  };
   graphs: Graph[];
   breaks: GraphBreak[];
   frames: Frame[];

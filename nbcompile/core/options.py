@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import torch_compat
+from . import dynconfig, torch_compat
 from .errors import NbcompileError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -17,6 +17,8 @@ class CompileOptions:
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    #: ``torch._dynamo.config`` values set around this session's compiles and calls only (``dynconfig``).
+    dynamo_config: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> CompileOptions:
         valid = torch_compat.list_backends()
@@ -30,6 +32,7 @@ class CompileOptions:
             raise NbcompileError(f"fullgraph must be True or False, not {self.fullgraph!r}")
         if self.dynamic not in (None, True, False) or not isinstance(self.dynamic, (bool, type(None))):
             raise NbcompileError(f"dynamic must be None (automatic), True or False, not {self.dynamic!r}")
+        self.dynamo_config = dynconfig.check_all(self.dynamo_config)
         return self
 
     def torch_compile_kwargs(self) -> dict[str, Any]:
@@ -59,4 +62,4 @@ class CellOptions(CompileOptions):
         )
 
     def compile_options(self) -> CompileOptions:
-        return CompileOptions(self.backend, self.mode, self.fullgraph, self.dynamic)
+        return CompileOptions(self.backend, self.mode, self.fullgraph, self.dynamic, dict(self.dynamo_config))

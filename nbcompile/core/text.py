@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import re
+import sys
 import tokenize
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -109,3 +110,19 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tupl
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table class='nbcompile-table'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def callable_name(fn: Any) -> str:
+    """``print``, ``warnings.warn``, ``logging.Logger.info``: how code names ``fn``."""
+    module = getattr(fn, "__module__", None) or ""
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    if module.startswith("_") and getattr(sys.modules.get(module[1:]), str(qualname), None) is fn:
+        module = module[1:]  # warnings.warn is _warnings.warn
+    return str(qualname) if module in ("builtins", "") else f"{module}.{qualname}"
+
+
+def config_value_text(value: Any) -> str:
+    """A ``torch._dynamo.config`` value as code: ``True``, ``{print, warnings.warn}``."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(callable_name(v) for v in value)) + "}"
+    return repr(value)

@@ -27,6 +27,8 @@ from .errors import NbcompileError
 MISSING: dict[str, str] = {}
 
 TRACE_LOGGER_NAME = "torch.__trace"
+#: The installed torch's version ("2.13.0+cpu").
+TORCH_VERSION: str = str(torch.__version__)
 
 
 def trace_logger() -> logging.Logger:
@@ -679,6 +681,11 @@ def _nothing() -> Any:
 def disallow_in_graph(obj: Any) -> None:
     """``torch._dynamo.disallow_in_graph`` (public in spirit, private by path)."""
     torch._dynamo.disallow_in_graph(obj)
+
+
+def dynamo_config() -> Any:
+    """``torch._dynamo.config`` (a ConfigModule: ``patch``, ``_config``)."""
+    return torch._dynamo.config
 
 
 def dynamo_config_patch(**changes: Any) -> Any:

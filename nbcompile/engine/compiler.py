@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..capture.hub import Recording, RecordingBackend
-from ..core import torch_compat
+from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import copy_function, is_torch_name, torch_name
 from ..core.options import CompileOptions
@@ -31,18 +31,20 @@ def compiled_copy(obj: Any, options: CompileOptions, *, recording: Recording | N
     """``torch.compile(obj)`` with ``options`` (``overrides`` win: ``dynamic=True``), in a cache region of
     its own: frames of library code it calls get entries in that region only, so a re-run or a toggle,
     which compiles anew, neither recompiles against an older copy's entries nor fills their recompile
-    limit. ``copy``: compile a fresh copy of ``obj``'s code (its own Dynamo cache); ``recording``: behind
-    a backend that reports each graph to it (``backend``, default the options' backend, is the one it
-    hands the graph on to)."""
+    limit. The options' ``dynamo_config`` is applied around each call (and nowhere else). ``copy``: compile
+    a fresh copy of ``obj``'s code (its own Dynamo cache); ``recording``: behind a backend that reports each
+    graph to it (``backend``, default the options' backend, is the one it hands the graph on to)."""
     name = backend or options.backend
     kwargs: dict[str, Any] = {**options.torch_compile_kwargs(), **overrides}
     if torch_compat.ISOLATE_RECOMPILES:
         kwargs["isolate_recompiles"] = True
     target = fresh_copy(obj) if copy else obj
     if recording is not None:
-        return torch.compile(target, backend=RecordingBackend(name, options.mode, kwargs.get("dynamic"), recording),
-                             **kwargs)
-    return torch.compile(target, backend=name, mode=options.mode, **kwargs)
+        compiled = torch.compile(target, backend=RecordingBackend(name, options.mode, kwargs.get("dynamic"), recording),
+                                 **kwargs)
+    else:
+        compiled = torch.compile(target, backend=name, mode=options.mode, **kwargs)
+    return dynconfig.around(compiled, options.dynamo_config)  # Dynamo reads its config when it traces: at the call
 
 
 #: Codes whose drop waits for the other threads that were running them (tried again at every drop).

@@ -17,17 +17,27 @@ toggle works after it:
   on a tensor) each output shaped like the input it matched, checked on every recorded call and on
   probes with other tensor values and other int and bool arguments: an output whose shape follows
   the values or an int argument is refused, not guessed;
-- then ``torch.library.opcheck`` on the first call; a failure refuses the mode with its first line.
+- the backward: torch.func.vjp of the function (run again, eagerly, by a second operator: opaque
+  like the first, so a function that reads values still differentiates), registered with
+  ``register_autograd``. It is tried on the first call: when vjp fails (``.numpy()``, an op functorch
+  does not support), the operator is refused if a call of the run took a gradient through the
+  function, else made without one (its backward raises, saying why);
+- then ``torch.library.opcheck`` on the first call, its floating inputs requiring grad when the
+  operator has a backward (a copy of them when the call took no gradient), and the gradient of that
+  call (a seeded random gradient of each output) held against eager autograd's through the original
+  function; a failure refuses the mode with its first line.
 
 Outputs that share memory with an input are copied (an operator returns new tensors); a function
 that changes an argument in place is refused. The operator is taken out of the dispatcher when the
 toggle changes or the session resets. The exported code keeps the function's defaults and keyword-only
-parameters, so the original calls run unchanged.
+parameters, so the original calls run unchanged, and registers the same backward, so it trains too.
 """
 
 from __future__ import annotations
 
+import ast
 import collections.abc
+import dataclasses
 import inspect as _inspect
 import itertools
 import types
@@ -62,8 +72,21 @@ class Call:
 
     @classmethod
     def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Call:
-        meta_args, meta_kwargs = meta_tree((args, kwargs))
+        """The call as meta tensors; an argument that required grad (with grad enabled: the call was part
+        of a backward) still requires it."""
+        grad = torch.is_grad_enabled()
+
+        def meta(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t
+            return t.detach().to("meta").requires_grad_(grad and t.requires_grad)
+        meta_args, meta_kwargs = pytree.tree_map(meta, (args, kwargs))
         return cls(meta_args, meta_kwargs, meta_tree(result))
+
+    def needs_grad(self) -> bool:
+        """Whether an argument of the call required grad (its gradient was wanted)."""
+        leaves = pytree.tree_leaves((self.args, self.kwargs))
+        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
 
 
 def meta_tree(value: Any) -> Any:
@@ -122,6 +145,8 @@ class OpSpec:
     kwonly: tuple[str, ...] = ()
     #: param -> its default as Python source (numbers, bools, None), for the exported ``def``.
     defaults: tuple[tuple[str, str], ...] = ()
+    #: Why torch.func.vjp of the function fails (then its backward raises); empty: the backward works.
+    no_backward: str = ""
 
 
 def clone_tree(value: Any) -> Any:
@@ -285,6 +310,40 @@ def _out_words(outputs: list[torch.Tensor], tuple_out: bool) -> str:
 
 
 def spec_of(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
+    """The operator's schema, fake implementation and backward for ``fn``, from the calls of its sample
+    run. The backward is torch.func.vjp of ``fn``, tried on the first call: when it fails, the operator
+    is refused if a call of the run needed its gradient, else made without one (``no_backward``)."""
+    spec = _forward_spec(name, fn, sample)
+    try:
+        positional, kwonly = _op_call(spec, fn, clone_tree(sample.args), clone_tree(sample.kwargs))
+        outputs, _ = _outputs(sample.result, name)
+        with check_ops.quiet():
+            _op_vjp(fn, [torch.ones_like(o) for o in outputs], positional, kwonly)
+        error = ""
+    except Exception as exc:  # the refusal is raised outside: its cause is not the error the user reads
+        error = f"{type(exc).__name__}: {check_ops.one_line(str(exc))[:160]}" if str(exc) else type(exc).__name__
+    if error:
+        if any(call.needs_grad() for call in sample.all_calls()):
+            raise NbcompileError(f"custom_op({name}): a call of the --run takes a gradient through it, and its "
+                                 f"backward cannot be derived: torch.func.vjp of {name} raises {error}; use "
+                                 "allow_in_graph or disable") from None
+        return dataclasses.replace(spec, no_backward=error, how=f"{spec.how}; no backward (torch.func.vjp of it "
+                                   f"raises {error}): the --run takes no gradient through it")
+    return dataclasses.replace(spec, how=f"{spec.how}; the backward is torch.func.vjp of the function, checked "
+                                         "against eager autograd on the first call")
+
+
+def _op_call(spec: OpSpec, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A call of ``fn`` as the operator receives it: every positional parameter in order (defaults
+    filled in), and the keyword-only ones."""
+    bound = _inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return ([bound.arguments[p] for p in spec.params if p not in spec.kwonly],
+            {p: bound.arguments[p] for p in spec.kwonly})
+
+
+def _forward_spec(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
     """The operator's schema and fake implementation for ``fn``, from the calls of its sample run."""
     if sample.mutated:
         raise NbcompileError(f"custom_op({name}): it changes {', '.join(sample.mutated)} in place; an operator that "
@@ -468,10 +527,95 @@ def _fresh(out: Any, inputs: tuple[Any, ...]) -> Any:
     return out
 
 
-def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None) -> tuple[Any, Callable[[], None]]:
-    """The operator for ``spec`` under a fresh library name (each one its own), and its release; with
-    ``sample``: checked by ``torch.library.opcheck`` first (a failure: refused, nothing left behind)."""
-    qualname = f"nbcompile{next(_COUNTER)}::{spec.name.replace('.', '_')}"
+# -- the backward ------------------------------------------------------------------------------------
+# The operator's gradient is torch.func.vjp of the original function, run by a second operator (opaque
+# like the first: the function may read values, which no trace can follow). These three functions use
+# torch only: the exported code carries them as they are, so the pasted operator trains too.
+
+
+def _op_tensors(args: tuple[Any, ...] | list[Any]) -> list[torch.Tensor]:
+    """The tensors among an operator's positional arguments (in lists too), in order."""
+    return [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+
+
+def _op_vjp(eager: Callable[..., Any], grads: list[torch.Tensor], args: tuple[Any, ...] | list[Any],
+            kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The gradient of each tensor ``_op_tensors(args)`` lists (zeros for the integer ones), given the
+    gradient of each output: torch.func.vjp of ``eager`` (the function runs again, eagerly)."""
+    tensors = _op_tensors(args)
+    wrt = [i for i, t in enumerate(tensors) if t.is_floating_point() or t.is_complex()]
+    kept: list[bool] = []
+
+    def run(*diff: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        swap = dict(zip(wrt, diff, strict=True))
+        count = iter(range(len(tensors)))
+
+        def put(v: Any) -> Any:
+            return swap.get(next(count), v) if isinstance(v, torch.Tensor) else v
+        values = [[put(t) for t in a] if isinstance(a, (list, tuple)) else put(a) for a in args]
+        out = eager(*values, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        kept[:] = [o.is_floating_point() or o.is_complex() for o in outs]
+        return tuple(o for o, keep in zip(outs, kept, strict=True) if keep)
+    result = [torch.zeros_like(t) for t in tensors]
+    if wrt:
+        pullback = torch.func.vjp(run, *(tensors[i] for i in wrt))[1]
+        if any(kept):
+            got = pullback(tuple(g for g, keep in zip(grads, kept, strict=True) if keep))
+            for i, g in zip(wrt, got, strict=True):
+                if g is not None:
+                    result[i] = g
+    seen = {t.untyped_storage().data_ptr() for t in (*tensors, *grads)}
+    fresh = []
+    for r in result:  # an operator returns new tensors
+        fresh.append(r.clone() if r.untyped_storage().data_ptr() in seen else r)
+        seen.add(fresh[-1].untyped_storage().data_ptr())
+    return fresh
+
+
+def _op_register_autograd(op: Any, backward_op: Any) -> None:
+    """``op``'s backward: ``backward_op(grads, *args, **kwonly)`` (the gradient of each of its input tensors,
+    by _op_vjp), handed to autograd as one gradient per argument (None where none is wanted)."""
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any,
+                      keyword_only_inputs: dict[str, Any] | None = None) -> None:
+        ctx.save_for_backward(*_op_tensors(inputs))
+        ctx.layout = [("t", None) if isinstance(a, torch.Tensor) else
+                      ("l", len(a)) if isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in a)
+                      else ("v", a) for a in inputs]
+        ctx.kwonly = dict(keyword_only_inputs or {})
+        ctx.outs = [(o.shape, o.dtype, o.device) for o in (output if isinstance(output, tuple) else (output,))]
+
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        saved = iter(ctx.saved_tensors)
+        args = [next(saved) if kind == "t" else [next(saved) for _ in range(v)] if kind == "l" else v
+                for kind, v in ctx.layout]
+        full = [torch.zeros(shape, dtype=dtype, device=device) if g is None else g
+                for g, (shape, dtype, device) in zip(grads, ctx.outs, strict=True)]
+        flat = iter(backward_op(full, *args, **ctx.kwonly))
+        result: list[Any] = []
+        for (kind, v), need in zip(ctx.layout, ctx.needs_input_grad, strict=False):
+            if kind == "t":
+                g = next(flat)
+                result.append(g if need else None)
+            elif kind == "l":
+                gs = [next(flat) for _ in range(v)]
+                needs = need if isinstance(need, (list, tuple)) else [need] * v
+                result.append([g if n else None for g, n in zip(gs, needs, strict=True)])
+            else:
+                result.append(None)
+        return tuple(result)
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None, *,
+          vjp_of: Callable[..., Any] | None = None) -> tuple[Any, Callable[[], None]]:
+    """The operator for ``spec`` under a fresh library name (each one its own), with its backward (an
+    operator of its own running torch.func.vjp of ``vjp_of``, by default ``fn``), and its release; with
+    ``sample``: checked first (a failure: refused, nothing left behind) by ``torch.library.opcheck`` on
+    the first call (its inputs requiring grad, when the operator has a backward) and by the gradient of
+    that call held against eager autograd's."""
+    namespace = f"nbcompile{next(_COUNTER)}"
+    qualname = f"{namespace}::{spec.name.replace('.', '_')}"
 
     def impl(*args: Any, **kwargs: Any) -> Any:
         return _fresh(fn(*args, **kwargs), args + tuple(kwargs.values()))
@@ -491,18 +635,119 @@ def build(spec: OpSpec, fn: Callable[..., Any], sample: Sample | None = None) ->
 
     op.register_fake(fake)
     setattr(op, "_nbcompile_original", fn)  # noqa: B010  # the function behind it, for nbcompile's views and check
+    differentiate = fn if vjp_of is None else vjp_of
+
+    def backward_impl(grads: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        try:
+            with check_ops.quiet():  # the function runs again: the user saw its forward say what it says
+                return _op_vjp(differentiate, list(grads), args, kwargs)
+        except Exception as exc:
+            raise RuntimeError(f"custom_op({spec.name}): its backward, torch.func.vjp of the original function, "
+                               f"raised {type(exc).__name__}: {check_ops.one_line(str(exc))}") from None
+
+    backward_op = torch.library.custom_op(f"{qualname}_backward", backward_impl, mutates_args=(),
+                                          schema=backward_schema(spec))
+    backward_op.register_fake(lambda grads, *args, **kwargs: [torch.empty_like(t) for t in _op_tensors(args)])
+    _op_register_autograd(op, backward_op)
 
     def release() -> None:
         torch_compat.destroy_custom_op(op)
+        torch_compat.destroy_custom_op(backward_op)
 
     if sample is not None:
         try:
-            torch.library.opcheck(op, clone_tree(sample.args), clone_tree(sample.kwargs))
-        except Exception as exc:
+            _check(spec, op, fn, sample)
+        except BaseException:
             release()
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise NbcompileError(f"custom_op({spec.name}): torch.library.opcheck refused it: {first}") from None
+            raise
     return op, release
+
+
+def backward_schema(spec: OpSpec) -> str:
+    """The backward operator's schema: the gradient of each output, then the operator's own parameters;
+    it returns the gradient of each input tensor."""
+    declared = spec.schema[1:spec.schema.rindex(") -> ")]
+    grads = next(n for n in ("grads", "grads_", "output_grads") if n not in spec.params)
+    return f"(Tensor[] {grads}{', ' + declared if declared else ''}) -> Tensor[]"
+
+
+def _check(spec: OpSpec, op: Any, fn: Callable[..., Any], sample: Sample) -> None:
+    """opcheck on the first call, and its gradient against eager autograd's (NbcompileError: refused)."""
+    args, kwargs = clone_tree(sample.args), clone_tree(sample.kwargs)
+    leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if spec.no_backward:  # the run takes no gradient through it: the backward is not checked
+        for t in leaves:
+            t.requires_grad_(False)
+    elif not any(t.requires_grad for t in leaves):  # the call took no gradient: check the backward on a copy that does
+        for t in leaves:
+            t.requires_grad_(t.is_floating_point() or t.is_complex())
+    try:
+        torch.library.opcheck(op, args, kwargs)
+        first = ""
+    except Exception as exc:  # the refusal is raised outside: its cause is not the error the user reads
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    if first:
+        raise NbcompileError(f"custom_op({spec.name}): torch.library.opcheck refused it: {first}")
+    if not spec.no_backward:
+        _check_gradient(spec, op, fn, sample)
+
+
+def _check_gradient(spec: OpSpec, op: Any, fn: Callable[..., Any], sample: Sample) -> None:
+    """The operator's gradient on the first call (every floating input requiring grad, a seeded random
+    gradient of each output) held against eager autograd's through the original function: a difference
+    beyond the dtype's tolerance refuses the operator. Where eager autograd itself fails, nothing is
+    compared (there is no eager gradient to keep)."""
+    generator = torch.Generator().manual_seed(0)
+    runs = []
+    for call in (op, fn):
+        args, kwargs = clone_tree(sample.args), clone_tree(sample.kwargs)
+        positional, kwonly = _op_call(spec, fn, args, kwargs)
+        names = [p for p, a in zip([p for p in spec.params if p not in spec.kwonly], positional, strict=True)
+                 for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+        swap: dict[int, torch.Tensor] = {}
+        wrt: list[tuple[str, torch.Tensor]] = []
+        for name, t in zip(names, _op_tensors(positional), strict=True):
+            if t.is_floating_point() or t.is_complex():
+                swap[id(t)] = t.detach().requires_grad_()
+                wrt.append((name, swap[id(t)]))
+        values = [[swap.get(id(t), t) for t in a] if isinstance(a, (list, tuple)) else swap.get(id(a), a)
+                  for a in positional]
+        runs.append((call, values, kwonly, wrt))
+    if not runs[0][3]:
+        return
+    grads: list[list[torch.Tensor | None]] = []
+    cotangents: list[torch.Tensor] = []
+    for index, (call, values, kwonly, wrt) in enumerate(runs):
+        failed = ""
+        try:
+            with torch.enable_grad():
+                out = call(*values, **kwonly)
+            outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.is_floating_point() or o.is_complex()]
+            if index == 0:
+                cotangents = [torch.randn(o.shape, generator=generator, dtype=o.dtype).to(o.device) for o in outs]
+            pairs = [(o, c) for o, c in zip(outs, cotangents, strict=True) if o.requires_grad]
+            got = torch.autograd.grad([o for o, _ in pairs], [w for _, w in wrt], [c for _, c in pairs],
+                                      allow_unused=True) if pairs else (None,) * len(wrt)
+        except Exception as exc:
+            failed = f"{type(exc).__name__}: {check_ops.one_line(str(exc))[:160]}"
+        if failed and index == 1:
+            return  # eager autograd fails: no gradient to hold the operator's against
+        if failed:
+            raise NbcompileError(f"custom_op({spec.name}): its backward fails on the first call of the --run: "
+                                 f"{failed}")
+        grads.append(list(got))
+    for (name, w), mine, eager in zip(runs[0][3], grads[0], grads[1], strict=True):
+        mine = torch.zeros_like(w) if mine is None else mine.detach()
+        eager = torch.zeros_like(w) if eager is None else eager.detach()
+        rtol, atol = check_ops.tolerance(w.dtype)
+        close = mine.shape == eager.shape and bool(torch.isclose(mine, eager, rtol=rtol, atol=atol,
+                                                                 equal_nan=True).all())
+        if not close:
+            worst = (mine - eager).abs().max().item() if mine.shape == eager.shape else float("nan")
+            raise NbcompileError(
+                f"custom_op({spec.name}): its backward (torch.func.vjp of {spec.name}, run again) gives a gradient "
+                f"of {name} that differs from eager autograd's on the first call of the --run (max difference "
+                f"{worst:.3g}; does it draw random numbers?); use allow_in_graph or disable")
 
 
 def export_namespace(spec: OpSpec) -> str:
@@ -549,4 +794,64 @@ def export_code(spec: OpSpec) -> str:
         outs = [f"torch.empty_like({p}, dtype={dtype})" if dtype else f"torch.empty_like({p})"
                 for p, dtype in spec.like]
         lines.append(f"    return ({', '.join(outs)},)" if spec.tuple_out else f"    return {outs[0]}")
+    if not spec.no_backward:
+        lines += ["", ""] + _backward_code(spec, params, positional)
     return "\n".join(lines) + "\n"
+
+
+def _backward_code(spec: OpSpec, params: str, positional: list[str]) -> list[str]:
+    """The exported operator's backward: torch.func.vjp of the eager function, run by an operator of its
+    own (the helpers are nbcompile's, as they run in the session)."""
+    name = spec.name
+    schema = backward_schema(spec)
+    grads = schema[len("(Tensor[] "):].split(",", 1)[0].split(")", 1)[0]
+    listed = f"[{', '.join(positional)}]"
+    kwonly = "{" + ", ".join(f"{p!r}: {p}" for p in spec.kwonly) + "}"
+    return [
+        f"# {name}'s backward: torch.func.vjp of the eager function, an operator of its own (it may read values)",
+        *_kit_source().splitlines(),
+        "",
+        "",
+        f"@torch.library.custom_op({export_namespace(spec) + '::' + name + '_backward'!r}, mutates_args=(), "
+        f"schema={schema!r})",
+        f"def _{name}_backward({grads}, {params}):" if params else f"def _{name}_backward({grads}):",
+        f"    return _op_vjp(_{name}_eager, {grads}, {listed}, {kwonly})",
+        "",
+        "",
+        f"@_{name}_backward.register_fake",
+        f"def _({grads}, {params}):" if params else f"def _({grads}):",
+        f"    return [torch.empty_like(t) for t in _op_tensors({listed})]",
+        "",
+        "",
+        f"_op_register_autograd({name}, _{name}_backward)",
+    ]
+
+
+def _kit_source() -> str:
+    """The source of the backward's helpers, without annotations (the pasted code imports torch only)."""
+    import textwrap
+
+    texts = []
+    for helper in (_op_tensors, _op_vjp, _op_register_autograd):
+        tree = _Unannotate().visit(ast.parse(textwrap.dedent(_inspect.getsource(helper))))
+        texts.append(ast.unparse(tree))
+    return "\n\n\n".join(texts)
+
+
+class _Unannotate(ast.NodeTransformer):
+    """A function without its annotations: ``x: T = v`` becomes ``x = v``, ``def f(a: T) -> R`` ``def f(a)``
+    (an annotation would need the names it uses)."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        node.returns = None
+        arguments = node.args
+        for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+            if arg is not None:
+                arg.annotation = None
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        if node.value is None:
+            return None
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno), node)

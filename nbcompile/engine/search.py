@@ -31,9 +31,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from ..core import torch_compat
+from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
+from ..core.options import CellOptions
 from ..core.text import function_label, plural
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
@@ -155,6 +156,8 @@ class Searcher:
         start = self.workload.toggles
         seeds: list[tuple[dict[str, str], dict[str, Any], str]] = []
         report = self.report
+        for config in self._configs():  # one config change reaches every break of its kind at once: tried first
+            seeds.append((dict(start), {"_config": config}, f"config {dynconfig.describe(config)}"))
         for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
             if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
                 seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
@@ -175,12 +178,26 @@ class Searcher:
             yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
         if self.workload.options.dynamic is not True and "dynamic" not in base.options:
             yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
+        have = base.options.get("_config", {})
+        for config in self._configs():
+            if not set(config) & set(have):
+                label = f"config {dynconfig.describe(config)}"
+                yield dict(base.toggles), {**base.options, "_config": {**have, **config}}, label
+
+    def _configs(self) -> list[dict[str, Any]]:
+        """The ``torch._dynamo.config`` changes that may remove the report's breaks (``dynconfig``), less
+        those the session already sets."""
+        reasons = [" ".join([b.gb_type, b.reason, b.explanation, b.source_line, *b.hints]) for b in self.report.breaks]
+        if not reasons:
+            return []
+        own = self.workload.options.dynamo_config
+        return [c for c in dynconfig.search_candidates(reasons) if not set(c) & set(own)]
 
     # -- one trial -----------------------------------------------------------------------------
     @staticmethod
     def _key(toggles: dict[str, str], options: dict[str, Any]) -> Any:
         return (tuple(sorted((n, m) for n, m in toggles.items() if m != "compile")),
-                tuple(sorted(options.items())))
+                tuple(sorted((k, _frozen(v)) for k, v in options.items())))
 
     def _try(self, toggles: dict[str, str], options: dict[str, Any], label: str) -> Trial | None:
         """Run one configuration (once: repeats are looked up); None when over the budget or stopped."""
@@ -499,11 +516,23 @@ class ConfigTarget(Protocol):
     @property
     def functions(self) -> list[str]: ...
 
+    @property
+    def options(self) -> CellOptions: ...
+
     def track(self, name: str) -> None: ...
 
     def untrack(self, name: str) -> None: ...
 
     def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, **options: Any) -> Report: ...
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` hashable (a trial's ``_config`` dict, a set of functions), for the trials' memo."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(value)
+    return value
 
 
 def _low(t: Trial) -> float:
@@ -528,9 +557,12 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
              and library.is_library_name(n)]
     for name in added:
         target.track(name)
+    options = {k: v for k, v in best.options.items() if not k.startswith("_")}
+    if best.options.get("_config"):
+        options["dynamo_config"] = {**target.options.dynamo_config, **best.options["_config"]}
     try:
         target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
-                            prove_by=prove_by, **best.options)
+                            prove_by=prove_by, **options)
         result.applied = True
     finally:
         if not result.applied:

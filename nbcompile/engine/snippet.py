@@ -22,6 +22,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core import dynconfig
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name, torch_name
 from ..core.options import CompileOptions
@@ -122,12 +123,15 @@ def export(
     if source is not None:
         entries = unnested_entries(entries, source, namespace)
     compiles = [compile_call(entry, opts) for entry in entries]
+    config = dynconfig.code(opts.dynamo_config)  # read when Dynamo traces (the first call): before it
+    config_imports = [line for line in config if line.startswith("import ")]
+    compiles = [*(line for line in config if line not in config_imports), *compiles]
 
     library = {n: m for n, m in functions.items() if is_library_name(n)}
     functions = {n: m for n, m in functions.items() if n not in library}
     library_lines = _library_lines(library, export_target)
     if style == "calls":
-        lines = ["import torch", *library_lines[0], ""] + library_lines[1]
+        lines = ["import torch", *config_imports, *library_lines[0], ""] + library_lines[1]
         for name, mode in functions.items():
             if mode == "disable":
                 lines.append(f"{name} = torch.compiler.disable({name})")
@@ -142,7 +146,7 @@ def export(
         return "\n".join(lines) + "\n"
     if source is None:
         raise NbcompileError("style='decorators' rewrites the cell source: pass source=")
-    return _rewrite(source, functions, disallow, compiles, custom_ops, library_lines, namespace)
+    return _rewrite(source, functions, disallow, [*config_imports, *compiles], custom_ops, library_lines, namespace)
 
 
 def _library_lines(library: Mapping[str, str], target: Any) -> tuple[list[str], list[str]]:

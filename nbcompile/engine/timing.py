@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..capture.hub import HUB, Recording
-from ..core import torch_compat
+from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES, CompileOptions
 from ..model.plots import bench_figure
@@ -623,7 +623,7 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
             stack.enter_context(HUB.active(recording))
             stack.enter_context(_forgetting(code_state, recording))
             _, bind = stack.enter_context(workload.scratch(modes, fresh_compile, also_track))
-            stack.enter_context(torch_compat.dynamo_config_patch(**overrides.get("_config", {})))
+            stack.enter_context(dynconfig.applied(overrides.get("_config", {})))
         stack.enter_context(check_ops.quiet())  # what it prints or logs, thousands of times, is not the user's
         stack.enter_context(check_ops.no_outside_effects(compiler_may=True, watch=replay))
         stack.callback(rng.restore)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..capture.hub import HUB, Recording
-from ..core import torch_compat
+from ..core import dynconfig, torch_compat
 from ..core.errors import describe_failure
 from ..core.torch_compat import CodeKey
 from ..model.report import Check, Fix, Report
@@ -140,7 +140,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     HUB.acquire()
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
-                torch_compat.dynamo_config_patch(**(options or {}).get("_config", {})), \
+                dynconfig.applied((options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), \
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             for made in range(1, max(calls, 1) + 1):
@@ -257,7 +257,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
     HUB.acquire()
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options) as call, \
-                torch_compat.dynamo_config_patch(**options.get("_config", {})), \
+                dynconfig.applied(options.get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), \
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             call(extra)  # compiled as the globals are now

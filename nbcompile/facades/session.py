@@ -28,7 +28,7 @@ from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
 from ..capture.hub import HUB, Recording
-from ..core import torch_compat
+from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name, torch_name
 from ..core.options import CellOptions
@@ -367,14 +367,16 @@ class Session:
         self.recording.notify()
 
     def configure(self, **changes: Any) -> Report:
-        """Change backend, mode, fullgraph or dynamic: recompile the entries, start a fresh report, re-run.
+        """Change backend, mode, fullgraph, dynamic or dynamo_config (a dict of ``torch._dynamo.config`` values
+        set around the session's own compiles, replacing the ones it had): recompile the entries, start a fresh
+        report, re-run.
 
         Bad values are refused before anything changes; if the re-run fails
         (or is interrupted), the previous options (and report) are put back
         and the error is raised with one line.
         """
         self._check_open()
-        valid = ("backend", "mode", "fullgraph", "dynamic")
+        valid = ("backend", "mode", "fullgraph", "dynamic", "dynamo_config")
         unknown = sorted(set(changes) - set(valid))
         if unknown:
             raise NbcompileError(f"unknown option {unknown[0]!r}; valid: {', '.join(valid)}")
@@ -525,7 +527,7 @@ class Session:
         self._check_open()
         for name, mode in toggles.items():
             self.engine.validate(name, mode)
-        valid = ("backend", "mode", "fullgraph", "dynamic")
+        valid = ("backend", "mode", "fullgraph", "dynamic", "dynamo_config")
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise NbcompileError(f"unknown option {unknown[0]!r}; valid: {', '.join(valid)}")
@@ -695,6 +697,7 @@ class Session:
             mode=opts.mode,
             fullgraph=opts.fullgraph,
             dynamic=opts.dynamic,
+            dynamo_config={n: dynconfig.value_text(v) for n, v in opts.dynamo_config.items()},
         )
         if options is None:
             report.warnings = self._current_warnings()

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.text import _e, plural
+from ..core.text import _e, config_value_text, plural
 
 
 @dataclass
@@ -68,7 +68,8 @@ class Trial:
     def describe(self) -> str:
         """``"helper -> disable, dynamic=True"``: the configuration, as what differs from compile."""
         parts = [f"{n} -> {m}" for n, m in sorted(self.toggles.items()) if m != "compile"]
-        parts += [f"{k}={v!r}" for k, v in sorted(self.options.items())]
+        parts += [f"{k}={v!r}" for k, v in sorted(self.options.items()) if not k.startswith("_")]
+        parts += [f"{n}={config_value_text(v)}" for n, v in sorted(self.options.get("_config", {}).items())]
         return ", ".join(parts) or "all compile"
 
     def outcome(self) -> str:

@@ -77,6 +77,7 @@ def _options(report: Report) -> str:
         opts.append("fullgraph")
     if report.dynamic is not None:
         opts.append(f"dynamic={report.dynamic}")
+    opts += [f"{name}={value}" for name, value in sorted(report.dynamo_config.items())]
     return ", ".join(opts)
 
 

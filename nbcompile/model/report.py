@@ -290,6 +290,35 @@ ActionKind = Literal["toggle", "config", "dynamic", "mark", "as_tensor", "rewrit
 MarkKind = Literal["maybe_mark_dynamic", "mark_static", "mark_unbacked"]
 
 
+#: What a ``Rewrite`` does: ``where`` (a tensor-valued if/else assignment to ``torch.where``), ``check``
+#: (``if cond: raise ...`` to ``torch._check``), ``defer`` (a print or logger call moved out of the traced
+#: code), ``item`` (``.item()`` kept as a tensor where it only feeds tensor math).
+RewriteRule = Literal["where", "check", "defer", "item"]
+
+
+@dataclass
+class Rewrite:
+    """A source rewrite of the cell: lines ``cell_line`` .. ``cell_line + before.count("\\n")`` (1-based,
+    in the cell as run) read ``before`` and would read ``after``. Never applied to a cell until the
+    user accepts it (``Session.accept``)."""
+
+    cell_line: int
+    before: str
+    after: str
+    rule: RewriteRule
+    #: The function of the cell it changes (its name in the cell), or "".
+    function: str = ""
+
+    def diff(self) -> str:
+        """The rewrite as a unified diff of the lines it changes."""
+        import difflib
+
+        old, new = self.before.splitlines(keepends=True), self.after.splitlines(keepends=True)
+        lines = difflib.unified_diff(old, new, f"cell line {self.cell_line}", f"cell line {self.cell_line}",
+                                     lineterm="", n=0)
+        return "\n".join(line.rstrip("\n") for line in lines)
+
+
 @dataclass
 class FixAction:
     """The change a fix makes, as data: what a trial runs (``Fix.command`` is only how it is shown).
@@ -353,6 +382,8 @@ class Report:
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    #: The ``torch._dynamo.config`` values the session sets around its compiles (name -> value as code).
+    dynamo_config: dict[str, str] = field(default_factory=dict)
     graphs: list[Graph] = field(default_factory=list)
     breaks: list[GraphBreak] = field(default_factory=list)
     frames: list[Frame] = field(default_factory=list)

@@ -1,0 +1,254 @@
+"""``torch._dynamo.config`` values a session carries (``%%compile --dynamo-config NAME=VALUE``,
+``Session.configure(dynamo_config=...)``) and the fix search tries: parsed, checked against the
+installed torch's config (a name it lacks is refused with the valid ones, not ignored), applied only
+around the session's own compiles and calls (``applied``), and written back as code for the export.
+
+A set-valued config (``reorderable_logging_functions``) is given as callables (or, on the magic's
+line, dotted names: ``print,warnings.warn``) and is *added to* torch's current set while applied, so a
+user's own registrations keep working. Every value is restored exactly on the way out (torch's
+``config.patch``), also on an interrupt.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import importlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from . import torch_compat
+from .errors import NbcompileError
+from .text import callable_name, config_value_text
+
+#: Configs that remove graph breaks, by what they do; the search tries those the installed torch has.
+#: ``reorderable_logging_functions``: print / warnings.warn / logging's module functions run after the
+#: graph (same output, same order among themselves); ``capture_scalar_outputs``: ``.item()`` stays in
+#: the graph as an unbacked symbol; ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``,
+#: boolean masks stay in the graph; ``nested_graph_breaks``: a break in a called function splits only
+#: that function's graph, its callers stay whole.
+BREAK_CONFIGS = ("reorderable_logging_functions", "capture_scalar_outputs", "capture_dynamic_output_shape_ops",
+                 "nested_graph_breaks")
+#: What ``reorderable_logging_functions`` gets from the search: the functions Dynamo can reorder
+#: (plain functions and builtins; a bound ``logger.info`` is neither, and is not reordered by torch).
+LOGGING_FUNCTIONS = ("builtins.print", "warnings.warn", "logging.debug", "logging.info", "logging.warning",
+                     "logging.error", "logging.critical", "logging.log", "logging.exception")
+
+
+def _config() -> Any:
+    return torch_compat.dynamo_config()
+
+
+def available(name: str) -> bool:
+    """Whether the installed torch has ``torch._dynamo.config.<name>`` (a public-looking name)."""
+    return not name.startswith("_") and name in _names()
+
+
+def _names() -> set[str]:
+    config = _config()
+    try:
+        return {n for n in config._config if not n.startswith("_")}  # noqa: SLF001  # ConfigModule's own table
+    except AttributeError:  # pragma: no cover - an older ConfigModule
+        return {n for n in dir(config) if not n.startswith("_")}
+
+
+def break_configs() -> list[str]:
+    """The configs of ``BREAK_CONFIGS`` the installed torch has."""
+    return [n for n in BREAK_CONFIGS if available(n)]
+
+
+def resolve(dotted: str, namespace: Mapping[str, Any] | None = None) -> Any:
+    """The callable ``dotted`` names: a name of ``namespace`` (the notebook's), a builtin, or an
+    importable ``module.attr`` (``warnings.warn``, ``logging.Logger.info``)."""
+    dotted = dotted.strip()
+    head, _, rest = dotted.partition(".")
+    if namespace is not None and head in namespace:
+        value = namespace[head]
+    elif hasattr(builtins, head) and head != "builtins":
+        value = getattr(builtins, head)
+    else:
+        value, rest = None, dotted
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                value = importlib.import_module(".".join(parts[:i]))
+            except Exception:  # noqa: BLE001  # not a module: try the shorter prefix
+                continue
+            rest = ".".join(parts[i:])
+            break
+        if value is None:
+            raise NbcompileError(f"{dotted!r} is not a name of the notebook, a builtin or an importable module.attr")
+    for attr in filter(None, rest.split(".")):
+        try:
+            value = getattr(value, attr)
+        except AttributeError:
+            raise NbcompileError(f"{dotted!r}: no attribute {attr!r}") from None
+    if not callable(value):
+        raise NbcompileError(f"{dotted!r} is not callable")
+    return value
+
+
+def parse(text: str, namespace: Mapping[str, Any] | None = None) -> tuple[str, Any]:
+    """``NAME=VALUE`` from a ``%%compile`` line: VALUE a Python literal (``True``, ``64``), or for a
+    set-valued config, comma-separated callables (``print,warnings.warn``)."""
+    name, eq, raw = text.partition("=")
+    name = name.strip().removeprefix("torch._dynamo.config.")
+    if not eq or not name:
+        raise NbcompileError(f"--dynamo-config {text!r}: give NAME=VALUE (capture_scalar_outputs=True)")
+    current = _current(name)
+    if isinstance(current, (set, frozenset)):
+        names = [n for n in raw.strip().strip("{}").split(",") if n.strip()]
+        return name, check(name, {resolve(n, namespace) for n in names})
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        raise NbcompileError(f"--dynamo-config {name}: {raw.strip()!r} is not a Python literal (True, 64, 'x')") \
+            from None
+    return name, check(name, value)
+
+
+def _current(name: str) -> Any:
+    if not available(name):
+        known = ", ".join(break_configs())
+        raise NbcompileError(f"torch._dynamo.config has no {name!r} in torch {torch_compat.TORCH_VERSION}; the ones "
+                             f"that remove graph breaks here: {known} (any torch._dynamo.config name is valid)")
+    return getattr(_config(), name)
+
+
+def check(name: str, value: Any) -> Any:
+    """``value`` for ``torch._dynamo.config.<name>``, of the type torch's default has (a set of callables
+    made a frozenset); a one-line error naming the valid type otherwise."""
+    current = _current(name)
+    if isinstance(current, (set, frozenset)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
+            raise NbcompileError(f"dynamo config {name} takes a set of functions, not {value!r}")
+        if not all(callable(v) for v in value):
+            raise NbcompileError(f"dynamo config {name} takes a set of functions; {value!r} holds something else")
+        return frozenset(value)
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise NbcompileError(f"dynamo config {name} is True or False, not {value!r}")
+        return value
+    if isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise NbcompileError(f"dynamo config {name} is an int, not {value!r}")
+        return value
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise NbcompileError(f"dynamo config {name} is a number, not {value!r}")
+        return float(value)
+    if isinstance(current, str) or current is None:
+        if not isinstance(value, (str, type(None))):
+            raise NbcompileError(f"dynamo config {name} is a string, not {value!r}")
+        return value
+    raise NbcompileError(f"dynamo config {name} holds a {type(current).__name__}; nbcompile sets bool, int, float, "
+                         "str and set-of-functions configs only")
+
+
+def check_all(changes: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(changes, Mapping):
+        raise NbcompileError(f"dynamo_config must be a dict of name -> value, not {type(changes).__name__}")
+    return {name: check(name, value) for name, value in changes.items()}
+
+
+def effective(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """What to patch for ``changes``: a set-valued config becomes torch's current set plus the new members."""
+    out: dict[str, Any] = {}
+    for name, value in changes.items():
+        current = getattr(_config(), name)
+        out[name] = set(current) | set(value) if isinstance(value, frozenset) else value
+    return out
+
+
+@contextlib.contextmanager
+def applied(changes: Mapping[str, Any]) -> Iterator[None]:
+    """``changes`` set for the duration, every value restored exactly after."""
+    if not changes:
+        yield
+        return
+    with torch_compat.dynamo_config_patch(**effective(changes)):
+        yield
+
+
+def around(compiled: Any, changes: Mapping[str, Any]) -> Any:
+    """``compiled`` called with ``changes`` applied (Dynamo reads its config when it traces, at the call):
+    ``compiled`` itself when there are none. Keeps what ``torch_compat.unwrap_compiled`` reads."""
+    if not changes:
+        return compiled
+    frozen = dict(changes)
+    import functools
+
+    import torch
+
+    if isinstance(compiled, torch.nn.Module):
+        base = type(compiled)
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with applied(frozen):
+                return base.__call__(self, *args, **kwargs)
+
+        compiled.__class__ = type(base.__name__, (base,), {"__call__": __call__})
+        return compiled
+
+    @functools.wraps(compiled)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with applied(frozen):
+            return compiled(*args, **kwargs)
+
+    return call
+
+
+def value_text(value: Any) -> str:
+    return config_value_text(value)
+
+
+def describe(changes: Mapping[str, Any]) -> str:
+    """``capture_scalar_outputs=True, reorderable_logging_functions={print}``."""
+    return ", ".join(f"{n}={value_text(v)}" for n, v in sorted(changes.items()))
+
+
+def code(changes: Mapping[str, Any]) -> list[str]:
+    """The lines that set ``changes`` in the user's own code (imports first)."""
+    imports: list[str] = []
+    lines: list[str] = []
+    for name, value in sorted(changes.items()):
+        if isinstance(value, frozenset):
+            names = sorted(callable_name(v) for v in value)
+            imports += [f"import {n.split('.')[0]}" for n in names if "." in n]
+            lines.append(f"torch._dynamo.config.{name} |= {{{', '.join(names)}}}")
+        else:
+            lines.append(f"torch._dynamo.config.{name} = {value!r}")
+    return [*dict.fromkeys(imports), *lines]
+
+
+def _named_in(dotted: str, text: str) -> bool:
+    """Whether a break's text calls the logging function ``dotted`` (``print(``, ``warnings.warn(``,
+    ``logging.info(``)."""
+    name = dotted.rsplit(".", 1)[-1]
+    if dotted.startswith("logging."):
+        return re.search(rf"\blogging\.{name}\(", text) is not None
+    return re.search(rf"(?<![\w.]){name}\(|\bwarnings\.{name}\(", text) is not None
+
+
+def search_candidates(reasons: list[str]) -> list[dict[str, Any]]:
+    """The config changes the fix search tries, one at a time, for breaks whose reasons are ``reasons``
+    (all of them when a reason may need it; each is a trial, so one that does not help is just rejected)."""
+    text = " ".join(reasons).lower()
+    out: list[dict[str, Any]] = []
+    for name in break_configs():
+        if name == "reorderable_logging_functions":
+            wanted = [d for d in LOGGING_FUNCTIONS if _named_in(d, text)]
+            if wanted:
+                out.append({name: frozenset(resolve(d) for d in wanted)})
+        elif name == "capture_scalar_outputs":
+            if any(w in text for w in ("item", "scalar", "data-dependent", "data dependent", "tolist", "unbacked")):
+                out.append({name: True})
+        elif name == "capture_dynamic_output_shape_ops":
+            if any(w in text for w in ("dynamic shape", "output shape", "nonzero", "unique", "mask", "data-dependent",
+                                       "data dependent", "dynamic_output")):
+                out.append({name: True})
+        else:
+            out.append({name: True})
+    return out
