@@ -157,6 +157,10 @@ class NbcompileMagics(Magics):
             return shell.compile.cache(source, count, raw_code=source)
 
         body = shell.transform_cell(cell) if cell.strip() else cell  # type: ignore[no-untyped-call]  # IPython
+        lead = len(cell) - len(cell.lstrip(" \t\n"))
+        lead_lines = cell[:lead].count("\n")
+        if lead_lines and body.count("\n") < cell.count("\n") and not body.startswith("\n" * lead_lines):
+            body = "\n" * lead_lines + body  # IPython drops leading blank lines: keep them (and the line numbers)
         if body.count("\n") < cell.count("\n"):  # keep the cell's line numbers
             body += "\n" * (cell.count("\n") - body.count("\n"))
         try:
@@ -167,6 +171,7 @@ class NbcompileMagics(Magics):
         if session is None:
             return None
         session.source = "\n" + cell  # shown and exported as the user wrote it
+        session.line = line
         try:
             result = session.run() if options.run is not None else None
         except torch_compat.DYNAMO_ERRORS as exc:  # the user's code did not compile: one line, the report above

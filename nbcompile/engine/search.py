@@ -39,7 +39,7 @@ from ..core.text import function_label, plural
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
-from ..model.report import Report
+from ..model.report import Report, Rewrite
 from . import check as check_ops
 from . import library, timing, trial
 from .toggles import available_function_modes
@@ -70,9 +70,13 @@ class Searcher:
     event-loop turn, so its stop button is heard), ``run()`` runs it to the end."""
 
     def __init__(self, source: Workload | SearchSource, budget_s: float,
-                 progress: Callable[[FixSearch], None] | None = None, *, report: Report | None = None) -> None:
+                 progress: Callable[[FixSearch], None] | None = None, *, report: Report | None = None,
+                 rewrites: RewriteSource | None = None) -> None:
         """``source``: the workload to search (with the ``report`` whose breaks and recompiles seed the
-        search), or what holds both (a ``Session``: only its ``workload`` and ``report`` are read, here)."""
+        search), or what holds both (a ``Session``: only its ``workload`` and ``report`` are read, here).
+        ``rewrites``: the source rewrites of the cell's break lines to try (the analysis layer proposes and
+        builds them; the session hands them in), each a trial like a toggle."""
+        self.rewrites = rewrites
         if isinstance(source, Workload):
             workload = source
         else:
@@ -158,6 +162,9 @@ class Searcher:
         report = self.report
         for config in self._configs():  # one config change reaches every break of its kind at once: tried first
             seeds.append((dict(start), {"_config": config}, f"config {dynconfig.describe(config)}"))
+        for proposal in self._proposals():
+            seeds.append((dict(start), {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line "
+                                                                    f"{proposal.cell_line}"))
         for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
             if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
                 seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
@@ -178,11 +185,27 @@ class Searcher:
             yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
         if self.workload.options.dynamic is not True and "dynamic" not in base.options:
             yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
+        done = base.options.get("_rewrites", ())
+        for proposal in self._proposals():
+            if proposal not in done:
+                yield dict(base.toggles), {**base.options, "_rewrites": (*done, proposal)}, \
+                    f"rewrite {proposal.rule} at cell line {proposal.cell_line}"
         have = base.options.get("_config", {})
         for config in self._configs():
             if not set(config) & set(have):
                 label = f"config {dynconfig.describe(config)}"
                 yield dict(base.toggles), {**base.options, "_config": {**have, **config}}, label
+
+    def _proposals(self) -> list[Rewrite]:
+        return list(self.rewrites.proposals) if self.rewrites is not None else []
+
+    def run_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """A trial's options as a run takes them: its rewrites built into the functions bound in place of
+        the originals (``_replace``). Raises ValueError when a rewrite cannot be built."""
+        rewrites = options.get("_rewrites", ())
+        if not rewrites or self.rewrites is None:
+            return options
+        return {**options, "_replace": self.rewrites.functions(list(rewrites))}
 
     def _configs(self) -> list[dict[str, Any]]:
         """The ``torch._dynamo.config`` changes that may remove the report's breaks (``dynconfig``), less
@@ -208,7 +231,9 @@ class Searcher:
             return None
         began = time.perf_counter()
         try:
-            outcome = trial.run(self.spec, toggles, options)
+            outcome = trial.run(self.spec, toggles, self.run_options(options))
+        except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
+            outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
         except Exception as exc:  # a trial must never cost the search
             outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
         check = outcome.check
@@ -357,7 +382,8 @@ class Searcher:
                 return
             if timed:
                 try:
-                    rows = timing.time_search(self.workload, [(t.describe(), t.toggles, t.options) for t in timed],
+                    rows = timing.time_search(self.workload,
+                                              [(t.describe(), t.toggles, self.run_options(t.options)) for t in timed],
                                               deadline=self._deadline, min_run_time=0.2,
                                               also_track=tuple(self.result.tracked))
                 except Exception as exc:
@@ -497,7 +523,49 @@ class Searcher:
                 why = (f"no mode of {who} removed it with the check ok (disable moves the break to the call; "
                        "allow_in_graph, nonstrict_trace or custom_op failed to compile, failed the check or was "
                        "ruled out)")
+            if not in_cell and self.rewrites is not None:
+                needed = self.rewrites.elsewhere(brk.filename, brk.lineno)
+                if needed is not None:
+                    why += (f"; the library's code would need a rewrite ({needed.rule}): "
+                            f"{' '.join(needed.before.split())[:80]} -> {' '.join(needed.after.split())[:100]}")
             self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
+        self._explain_moved(best, seen)
+
+    def _explain_moved(self, best: Trial, seen: set[tuple[str, int]]) -> None:
+        """The breaks the best configuration has where the start had none: the call of a function it runs
+        eagerly (``disable``), where the breaks inside that function moved to; with the rewrite the
+        function's own breaks would need to compile (information: nbcompile never edits a library)."""
+        disabled = [n for n, m in best.toggles.items() if m == "disable"]
+        for filename, lineno, gb_type in best.sites:
+            if (filename, lineno) in seen or len(seen) >= 20:
+                continue
+            seen.add((filename, lineno))
+            place = (f"cell line {lineno}" if filename == self.workload.filename
+                     else f"{filename.rsplit('/', 1)[-1]} line {lineno}")
+            if disabled:
+                names = ", ".join(library.short(n) if ":" in n else n for n in disabled)
+                why = (f"the call of {names}, which this configuration runs eagerly (disable): the breaks inside "
+                       "moved here, one per call, and the rest of the caller compiles")
+                needed = self._needed_inside(disabled)
+                if needed:
+                    why += f"; to compile it instead, its code would need {needed}"
+            else:
+                why = "a break this configuration has where the session's run had none (it still has the fewest)"
+            self.result.unremovable.append(f"{place} ({gb_type}): {why}")
+
+    def _needed_inside(self, disabled: list[str]) -> str:
+        """The rewrite the first break inside the disabled functions would need, as text, or ""."""
+        if self.rewrites is None:
+            return ""
+        for brk in self.report.breaks:
+            holder = library.holder_of(brk.filename, brk.lineno) if brk.filename != self.workload.filename else \
+                cell_holder(self.workload.tracked, brk.filename, brk.lineno)[0]
+            if holder in disabled:
+                needed = self.rewrites.elsewhere(brk.filename, brk.lineno)
+                if needed is not None:
+                    before, after = " ".join(needed.before.split())[:80], " ".join(needed.after.split())[:100]
+                    return f"a rewrite ({needed.rule}) of line {brk.lineno}: {before} -> {after}"
+        return ""
 
 
 class SearchSource(Protocol):
@@ -508,6 +576,18 @@ class SearchSource(Protocol):
 
     @property
     def report(self) -> Report: ...
+
+
+class RewriteSource(Protocol):
+    """The source rewrites a search tries (``analysis.rewrite``, handed in by the session): the proposals,
+    and the functions a set of them makes (name -> the rewritten function; ValueError when it cannot)."""
+
+    @property
+    def proposals(self) -> list[Rewrite]: ...
+
+    def functions(self, rewrites: list[Rewrite]) -> dict[str, Any]: ...
+
+    def elsewhere(self, filename: str, lineno: int) -> Rewrite | None: ...
 
 
 class ConfigTarget(Protocol):
@@ -532,6 +612,10 @@ def _frozen(value: Any) -> Any:
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
     if isinstance(value, (set, frozenset)):
         return frozenset(value)
+    if isinstance(value, Rewrite):
+        return (value.cell_line, value.rule, value.after)
+    if isinstance(value, tuple):
+        return tuple(sorted((_frozen(v) for v in value), key=repr))
     return value
 
 

@@ -622,7 +622,8 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
             stack.enter_context(replay.swapped())
             stack.enter_context(HUB.active(recording))
             stack.enter_context(_forgetting(code_state, recording))
-            _, bind = stack.enter_context(workload.scratch(modes, fresh_compile, also_track))
+            _, bind = stack.enter_context(workload.scratch(modes, fresh_compile, also_track,
+                                                           overrides.get("_replace")))
             stack.enter_context(dynconfig.applied(overrides.get("_config", {})))
         stack.enter_context(check_ops.quiet())  # what it prints or logs, thousands of times, is not the user's
         stack.enter_context(check_ops.no_outside_effects(compiler_may=True, watch=replay))

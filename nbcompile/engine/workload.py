@@ -312,18 +312,22 @@ class Workload:
     # -- scratch runs ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def scratch(self, modes: dict[str, str], compile_entry: Callable[[str, Any], Any],
-                also_track: tuple[str, ...] = ()) -> Iterator[tuple[Toggles, Callable[[], None]]]:
+                also_track: tuple[str, ...] = (), replace: dict[str, Any] | None = None
+                ) -> Iterator[tuple[Toggles, Callable[[], None]]]:
         """The workload's names bound, for the duration, to what ``modes`` makes of their originals on a
         scratch engine (entries through ``compile_entry``: fresh compiled copies). Yields the engine and
         ``bind()``, which puts the scratch values in the user's slots (again, after a rebind). Torch
         callables are registered as ``modes`` says on the scratch engine; the live engine's registrations
         are lent (suspended) for the duration and its modes are never changed. ``also_track``: library
-        functions the scratch run tracks besides the workload's own (the fix search's holders)."""
+        functions the scratch run tracks besides the workload's own (the fix search's holders). ``replace``:
+        name -> the function bound in place of its original (a source rewrite the search tries), toggled
+        like it."""
         bindings = dict(self.bindings)
         for name in also_track:
             if name not in bindings:
                 bindings[name] = library.resolve(name)[0]
         scratch = {name: b.original for name, b in bindings.items()}
+        scratch.update({n: fn for n, fn in (replace or {}).items() if n in scratch})
         functions = [*self.functions, *(n for n in also_track if n not in self.tracked)]
         engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=functions,
                          custom_op=self.custom_op)
@@ -366,7 +370,7 @@ class Workload:
                                        backend=backend, **overrides)
                 return marking(result, target, options)
 
-            with self.scratch(modes, compile_entry, also_track) as (_, bind):
+            with self.scratch(modes, compile_entry, also_track, options.get("_replace")) as (_, bind):
                 def call(_extra: Any) -> Any:
                     bind()
                     return self.evaluate(code)

@@ -43,7 +43,8 @@ from ..engine.search import FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
 from ..engine.workload import Workload, code_of, unwrap
 from ..model.render import MIME_TYPE
-from ..model.report import Check, CompileError, LintWarning, Report
+from ..model.report import Check, CompileError, LintWarning, Report, Rewrite
+from .rewrites import CellRewrites, accepted_cell
 
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
@@ -107,6 +108,10 @@ class Session:
         self._run_made: set[str] = set()
         #: The latest ``fix()`` search (shown in the panel's Fix tab).
         self.last_fix: Any = None
+        #: The ``%%compile`` line's arguments (what an accepted rewrite's new cell starts with).
+        self.line = ""
+        #: The source rewrites the user accepted (``accept``), in order.
+        self.accepted: list[Rewrite] = []
         #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
         self._deferred = 0
 
@@ -579,7 +584,28 @@ class Session:
             if progress is not None:
                 progress(result)
 
-        return FixRun(self, Searcher(self.workload, budget_s, both, report=self.report))
+        return FixRun(self, Searcher(self.workload, budget_s, both, report=self.report,
+                                     rewrites=CellRewrites(self.workload, self.report)))
+
+    def accept(self, rewrite: Rewrite) -> str:
+        """Accept a source rewrite (one of ``last_fix.best.rewrites``): the cell, rewritten, becomes the next
+        input (in a notebook, a new cell below; in a terminal, the next prompt), to run when the user wants;
+        nothing runs and no object changes now. Returns the new cell text. A rewrite whose lines the cell no
+        longer has (it was edited since) is refused in one line."""
+        self._check_open()
+        if not isinstance(rewrite, Rewrite):
+            raise NbcompileError(f"accept takes a Rewrite (from session.last_fix.best.rewrites), not "
+                                 f"{type(rewrite).__name__}")
+        try:
+            body = accepted_cell(self.source[1:], [rewrite])
+        except ValueError as exc:
+            raise NbcompileError(f"cannot accept the rewrite at cell line {rewrite.cell_line}: {exc}") from None
+        text = f"%%compile {self.line}".rstrip() + "\n" + body
+        shell = _shell()
+        if shell is not None:
+            shell.set_next_input(text, replace=False)
+        self.accepted.append(rewrite)
+        return text
 
     def function_report(self, name: str) -> Report:
         """The part of the report about one tracked function, joined by its code (not its short name);
@@ -839,3 +865,12 @@ class FixRun:
         for _ in self.steps():
             pass
         return self.result
+
+
+def _shell() -> Any:
+    """The running IPython shell, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return None
+    return get_ipython()

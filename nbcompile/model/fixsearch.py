@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.text import _e, config_value_text, plural
+from .report import Rewrite
 
 
 @dataclass
@@ -52,6 +53,12 @@ class Trial:
         return not self.rejected
 
     @property
+    def rewrites(self) -> list[Rewrite]:
+        """The source rewrites of the cell this configuration needs (none is applied until the user
+        accepts it: ``Session.accept``)."""
+        return list(self.options.get("_rewrites", ()))
+
+    @property
     def tried(self) -> bool:
         """Whether it ran to the end (False: it could not be tried or it failed, and its counts are None)."""
         return self.breaks is not None and self.error is None
@@ -70,6 +77,7 @@ class Trial:
         parts = [f"{n} -> {m}" for n, m in sorted(self.toggles.items()) if m != "compile"]
         parts += [f"{k}={v!r}" for k, v in sorted(self.options.items()) if not k.startswith("_")]
         parts += [f"{n}={config_value_text(v)}" for n, v in sorted(self.options.get("_config", {}).items())]
+        parts += [f"rewrite {r.rule} at cell line {r.cell_line}" for r in self.rewrites]
         return ", ".join(parts) or "all compile"
 
     def outcome(self) -> str:
@@ -148,6 +156,10 @@ class FixSearch:
         if self.best is not None and self.start is not None and self.best is not self.start:
             out.append(f"  chosen: {self.best.describe()}: {self.best.outcome()}"
                        + (" (applied to the session)" if self.applied else ""))
+        if self.best is not None and self.best.rewrites:
+            out.append(f"  to accept ({plural(len(self.best.rewrites), 'source rewrite')}, not applied: "
+                       "Session.accept(rewrite) puts the rewritten cell in the next input):")
+            out.extend("    " + line for r in self.best.rewrites for line in r.diff().splitlines())
         if self.noisy:
             out.append(f"  times: {self.noisy}")
         if self.budget_bound:

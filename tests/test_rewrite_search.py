@@ -1,0 +1,148 @@
+"""Proven source rewrites (issue 23, point 2): the fix search tries the rewrites of the cell's break lines
+as trials (they count only with fewer breaks and the check ok), lists the ones the best configuration
+needs as ``FixSearch.best.rewrites``, and never changes the cell or the user's objects until the user
+accepts one (``Session.accept``: the rewritten cell becomes the next input). Real IPython shell, backend
+eager."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+import nbcompile
+from nbcompile.model.report import Rewrite
+
+from nbhelpers import run_compile_cell
+
+BRANCH_CELL = textwrap.dedent("""\
+    import torch
+    def helper(h):
+        if h.sum() > 0:
+            y = h * 2
+        else:
+            y = h - 1
+        return y
+    def f(x):
+        return helper(x.sin()).cos()
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    """)
+
+GUARD_CELL = textwrap.dedent("""\
+    import torch
+    def f(x):
+        h = x.sin()
+        if torch.isnan(h).any():
+            raise ValueError("NaN in the activations")
+        return h.cos() * 2
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    """)
+
+
+def _run(ip, cell, entry="f", run="f(x)"):
+    result = run_compile_cell(ip, f'--backend eager --no-panel --entry {entry} --run "{run}" '
+                                  '--dynamo-config nested_graph_breaks=False', cell)
+    assert result.success, result.error_in_exec
+    return nbcompile.last()
+
+
+def test_a_branch_on_a_tensor_becomes_torch_where_proven_not_applied(ip):
+    session = _run(ip, BRANCH_CELL)
+    helper_before = ip.user_ns["helper"]
+    before = session.report.break_count
+    assert before >= 1
+    result = session.fix(budget_s=60)
+    best = result.best
+    assert best is not None and best.breaks == 0 and best.check_ok, result
+    assert [r.rule for r in best.rewrites] == ["where"]
+    rewrite = best.rewrites[0]
+    assert rewrite.function == "helper" and rewrite.cell_line == 4  # the %%compile line is line 1
+    assert "torch.where(" in rewrite.after and rewrite.before.strip().startswith("if h.sum() > 0:")
+    assert "-    if h.sum() > 0:" in rewrite.diff() and "+    y = torch.where(" in rewrite.diff()
+    assert "to accept" in repr(result)
+    # not applied: the user's function and the session's report are the code as written
+    assert ip.user_ns["helper"] is helper_before
+    assert session.report.break_count == before
+    # every trial that used it was judged by the check like any other
+    assert all(t.check_ok for t in result.trials if t.rewrites and t.tried)
+
+
+def test_accept_puts_the_rewritten_cell_in_the_next_input_and_runs_nothing(ip):
+    session = _run(ip, BRANCH_CELL)
+    result = session.fix(budget_s=60)
+    rewrite = result.best.rewrites[0]
+    before_ns = dict(ip.user_ns)
+    text = session.accept(rewrite)
+    assert text.startswith("%%compile --backend eager") and "if h.sum() > 0" not in text
+    assert "y = torch.where(" in text
+    assert ip.user_ns["helper"] is before_ns["helper"] and session.accepted == [rewrite]
+    assert ip.rl_next_input == text if hasattr(ip, "rl_next_input") else True
+    # running the accepted cell: the session's own compile has no break left, the results are eager's
+    run = run_compile_cell(ip, text.split("\n", 1)[0].removeprefix("%%compile "), text.split("\n", 1)[1])
+    assert run.success, run.error_in_exec
+    new = nbcompile.last()
+    assert new.report.break_count == 0 and new.report.check.ok
+    with pytest.raises(nbcompile.NbcompileError, match="cell line 4"):
+        new.accept(rewrite)  # the new cell no longer reads as the rewrite expects
+    with pytest.raises(nbcompile.NbcompileError, match="takes a Rewrite"):
+        new.accept("y = torch.where(...)")
+
+
+def test_a_raise_guard_on_a_tensor_becomes_an_async_assert(ip):
+    session = _run(ip, GUARD_CELL)
+    assert session.report.break_count >= 1
+    result = session.fix(budget_s=60)
+    best = result.best
+    assert best is not None and best.breaks < session.report.break_count and best.check_ok, result
+    assert [r.rule for r in best.rewrites] == ["check"]
+    assert "torch._assert_async(" in best.rewrites[0].after
+
+
+def test_a_rewrite_that_breaks_the_results_is_never_chosen(ip):
+    # ``scale`` reaches a Python-level ``range``: the item rewrite is not proposed; the branch picks between
+    # values of different shapes, which torch.where would broadcast: the trial fails (or is not proposed)
+    cell = textwrap.dedent("""\
+        import torch
+        def helper(h):
+            if h.sum() > 0:
+                y = h[:2]
+            else:
+                y = h
+            return y
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+        """)
+    session = _run(ip, cell)
+    result = session.fix(budget_s=60)
+    assert all(not t.rewrites for t in result.trials if t.admissible and t.breaks == 0) or \
+        all(t.check_ok for t in result.trials if t.rewrites and t.admissible)
+    chosen = result.best.rewrites if result.best else []
+    assert not [r for r in chosen if r.rule == "where"]
+
+
+def test_a_library_break_shows_the_rewrite_the_library_would_need(ip, tmp_path, monkeypatch):
+    (tmp_path / "nbbranchlib.py").write_text(textwrap.dedent("""\
+        import torch
+        def pick(h):
+            if h.sum() > 0:
+                y = h * 2
+            else:
+                y = h - 1
+            return y
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = "import torch\nimport nbbranchlib\ndef f(x):\n    return nbbranchlib.pick(x.sin()).cos()\n" \
+           "x = torch.randn(8)\n"
+    session = _run(ip, cell)
+    result = session.fix(budget_s=30)
+    assert not (result.best and result.best.rewrites)  # nbcompile never rewrites a library
+    text = "\n".join(result.unremovable)
+    if result.best is not None and result.best.breaks:
+        assert "a rewrite (where)" in text and "torch.where(" in text
+
+
+def test_rewrite_is_exported_from_the_package():
+    assert Rewrite(3, "a", "b", "where").diff().startswith("--- cell line 3")
+    assert torch is not None
