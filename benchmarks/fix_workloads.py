@@ -1,12 +1,16 @@
-"""Graph-breaking workloads from real models (tiny random configs), for benchmarking break fixes.
+"""Graph-breaking workloads from real models (tiny random configs) and plain user code, for benchmarking
+break fixes.
 
 Each ``Workload`` is a notebook cell that builds a Hugging Face transformers model from a tiny config
-(seeded, random weights, nothing downloaded), the names it compiles (``entry``) and the expression
-that runs them (``run``). They are data, in ``benchmarks/workloads/``: the cell of each in
+(seeded, random weights, nothing downloaded) or (``needs="torch"``, the ``user_*`` ones) a small model
+with one kind of break, written as notebook code is; the names it compiles (``entry``) and the
+expression that runs them (``run``). They are data, in ``benchmarks/workloads/``: the cell of each in
 ``<name>.ipy``, exactly as it runs, and ``index.json`` with their order, ``needs``, ``entry``,
 ``run``, ``grad`` and ``note``; ``WORKLOADS`` is what ``load_workloads()`` reads there. Every one
-graph-breaks under ``torch.compile(..., backend="eager")`` on torch 2.13 / transformers 5.23; the
-last two break in the cell's own helper around a real model.
+graph-breaks under ``torch.compile(..., backend="eager")`` on torch 2.13 / transformers 5.23-5.24;
+llama_decode_item and bart_eval_log break in the cell's own helper around a real model. Issue 23 added
+the families GraphMend reports on that transformers has (phi3_train_adamw, qwen2_audio_merge,
+florence2_caption_loss, grounding_dino_detect) and four ``user_*`` cells with one break type each.
 
 ``python benchmarks/fix_workloads.py [names...]`` runs each in this process (Dynamo reset between
 them, as if fresh) with a counting backend and prints one JSON line per workload: ``graphs``,
@@ -25,8 +29,9 @@ Measured on this machine (2 CPU cores; compile+run with the eager counting backe
 first workload of a process pays about 2 s more): wav2vec2_ctc_train 3.4, gpt2_generate 6.6,
 bert_output_attentions 3.1, llama_grad_checkpointing 1.6, longformer_global 5.4, bigbird_block_sparse
 3.6, reformer_lsh 2.3, switch_moe 4.7, jetmoe 5.5, mixtral_router_logits 3.1, prophetnet_loss 2.5,
-llama_decode_item 2.0, bart_eval_log 1.6; the whole script about 65 s with the imports. Every
-compiled output equals eager.
+llama_decode_item 2.0, bart_eval_log 1.6, phi3_train_adamw 3.7, qwen2_audio_merge 3.3,
+florence2_caption_loss 5.7-7.1, grounding_dino_detect 8.8 (16 graphs), each user_* under 0.6; the whole
+script about 75 s with the imports. Every compiled output equals eager.
 
 Toggling the holders (breaks before -> after each marking; every output stayed equal to eager):
 
@@ -63,6 +68,19 @@ Toggling the holders (breaks before -> after each marking; every output stayed e
     prophetnet_loss                2  prophetnet:ProphetNetPreTrainedModel._shift_right     1     2     2
     llama_decode_item              2  (cell):is_eos                                         1     2     2
     bart_eval_log                  2  (cell):log                                            1     2     2
+    phi3_train_adamw               4  (cell):step, the compiled entry: skipped
+    qwen2_audio_merge              7  qwen2_audio:Qwen2AudioModel.forward                   3     7     7
+    florence2_caption_loss         8  utils.import_utils:torch_compilable_check             8     8     8
+    grounding_dino_detect         11  utils.import_utils:torch_compilable_check            11    11    11
+    user_item_rescale              2  (cell):rescale                                        1     2     2
+    user_logger_forward            2  (cell):Block.forward                                  1     2     2
+    user_nan_guard                 1  (cell):Classifier.forward                             1     1     2
+    user_sum_branch                1  (cell):Gate.forward                                   1     1     2
+
+The first 13 rows were measured on transformers 5.23; on 5.24 (issue 23's run, same cells) the breaks
+before are wav2vec2_ctc_train 15, gpt2_generate 12, bert_output_attentions 21, llama_grad_checkpointing
+6, longformer_global 17, bigbird_block_sparse 17, reformer_lsh 7, switch_moe 13, jetmoe 17,
+mixtral_router_logits 11, prophetnet_loss 3, llama_decode_item 2, bart_eval_log 2 (toggles not re-run).
 
 What the toggles show (torch 2.13):
 
@@ -79,11 +97,25 @@ What the toggles show (torch 2.13):
   reports "Unsupported output type for nonstrict_trace-ed function".
 * Replacing the module attribute misses other references: ``sdpa_attention_forward`` is called via
   ``ALL_ATTENTION_FUNCTIONS["sdpa"]`` and ``ForCTCLoss`` via ``LOSS_MAPPING["ForCTC"]``, so marking
-  those changed nothing (``--toggles`` lists such references as ``also_referenced_from``).
+  those changed nothing (``--toggles`` lists such references as ``also_referenced_from``). The same for
+  ``torch_compilable_check`` (Florence-2, Grounding DINO): each modeling module imports it by name, so
+  only ``modeling_florence2.torch_compilable_check`` (the name the caller looks up) can be marked; it
+  breaks on ``torch._check_tensor_all`` of a tensor condition (an ``.item()``) and returns early when
+  ``TRANSFORMERS_DISABLE_TORCH_CHECK=1``.
+* Disabling a cell's ``Block.forward``/``Classifier.forward``/``Gate.forward`` (the user_* cells) runs
+  the whole forward eagerly (0 graphs), so "1 break" there is the call of the disabled function.
 * ``torch.compile`` unwraps ``torch.compiler.disable`` on the object it is given (innermost_fn), so a
   break in the compiled entry itself cannot be toggled; ``--toggles`` skips such holders.
 * Breaks inside decorators (``merge_with_config_defaults``, ``capture_outputs``) are in closures: the
   decorator is the importable holder, but only the decorated method (``via``) can be marked.
+
+GraphMend's families in transformers 5.24: Phi-3's forward does not break (longrope included: it picks
+short or long factors with ``torch.where``), so phi3_train_adamw's breaks are its training step's
+(``loss.backward()``, ``opt.step()``, ``opt.zero_grad()``); Phi-4 (microsoft/phi-4, Phi-4-mini) is the
+Phi-3 architecture, so not added again (Phi-4-multimodal, a different model, is not here); MoLFormer is
+not in transformers (remote code only), so not here. Cells read globals of ``__name__``'s module when
+Dynamo inlines them from library code (a cell's ``nn.Module`` in ``nn.Sequential``), so ``cell_namespace``
+registers ``workload_<name>`` in ``sys.modules``, as a notebook's ``__main__`` is.
 
 Checked and not breaking on torch 2.13 / transformers 5.23 (so not here): forward of T5, BART,
 Mixtral, Qwen2-MoE, OLMoE, Jamba, Mamba, GPT-OSS, DeepSeek-V3, GraniteMoE, Qwen3-Next, Hubert,
@@ -155,10 +187,15 @@ def import_torchvision() -> Any:
 
 
 def cell_namespace(w: Workload) -> dict[str, Any]:
-    """A fresh namespace with the cell executed in it (its functions get source lines)."""
+    """A fresh namespace with the cell executed in it (its functions get source lines): the dict of a new
+    module ``workload_<name>``, registered in ``sys.modules`` as a notebook's ``__main__`` is. Dynamo needs
+    that: when it inlines a function of the cell called from library code (a cell's ``nn.Module`` inside
+    ``nn.Sequential``) and that function reads a global, it imports the module named by ``__name__``."""
     filename = f"<workload {w.name}>"
     linecache.cache[filename] = (len(w.cell), None, w.cell.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": f"workload_{w.name}"}
+    module = types.ModuleType(f"workload_{w.name}")
+    sys.modules[module.__name__] = module  # replaces the previous run's
+    namespace: dict[str, Any] = vars(module)
     exec(compile(w.cell, filename, "exec"), namespace)
     return namespace
 
@@ -307,7 +344,7 @@ def holder_of(filename: str, lineno: int, namespace: dict[str, Any] | None = Non
     module_name, module = found
     best: tuple[int, str, Any] | None = None
     own = module_name if not isinstance(module, types.SimpleNamespace) else None
-    for qual, fn in _functions_of(module, "", own or "", set()):
+    for qual, fn in _functions_of(module, "", module_name, set()):  # the cell's classes too
         code = fn.__code__
         if code.co_filename != filename or (own is not None and fn.__module__ != own):
             continue
@@ -456,8 +493,13 @@ def _resolve(holder: str, namespace: dict[str, Any]) -> tuple[Any, str]:
     module_name, qual = holder.split(":", 1)
     parts = qual.split(".")
     if module_name == namespace.get("__name__"):
-        return namespace, parts[0]  # a function of the cell (parts has one name)
-    owner: Any = sys.modules[module_name]
+        if len(parts) == 1:
+            return namespace, parts[0]  # a function of the cell
+        owner: Any = namespace[parts[0]]  # a method of a class of the cell
+        for part in parts[1:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    owner = sys.modules[module_name]
     for part in parts[:-1]:
         owner = getattr(owner, part)
     return owner, parts[-1]

@@ -1,7 +1,7 @@
 """The fix search's workloads are data: ``benchmarks/workloads/`` holds one cell a file (``<name>.ipy``)
 and ``index.json`` (order, needs, entry, run, grad, note); ``benchmarks/fix_workloads.py`` reads them for
 the benchmark. The folder and its index agree, every cell is plain Python that defines what it compiles
-and runs, and (with transformers installed) every workload graph-breaks in a real ``%%compile`` cell
+and runs, and (where its ``needs`` is installed) every workload graph-breaks in a real ``%%compile`` cell
 made the way ``benchmarks/fix_search.py`` makes it."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_the_index_and_the_cell_files_agree():
     index = json.loads((WORKLOADS_DIR / "index.json").read_text(encoding="utf-8"))
     assert all(set(item) == FIELDS for item in index), "every workload names all its fields"
     names = [item["name"] for item in index]
-    assert len(names) == len(set(names)) == 13
+    assert len(names) == len(set(names)) == 21
     assert sorted(path.stem for path in WORKLOADS_DIR.glob("*.ipy")) == sorted(names)  # no cell left out
     assert [w.name for w in WORKLOADS] == names and load_workloads() == WORKLOADS
     for w in WORKLOADS:
