@@ -8,9 +8,17 @@ time and trial count, what was chosen, the breaks left with why, and the steady-
 eager / before / after, measured side by side in one run by the bench's timer
 (``timing.bench_configs``) on the session's backend.
 
-The share of breaks removed is given next to GraphMend's 73% (107 of 147 breaks on Hugging Face
-models, arXiv 2509.16248), which rewrites source code; nbcompile only sets toggles, and the breaks
-it cannot reach are listed with the reason.
+The share of splits and breaks removed is given next to GraphMend's 73% (107 of 147 splits on Hugging
+Face models, arXiv 2509.16248), which rewrites source code with three rules; nbcompile sets toggles and
+``torch._dynamo.config`` values, and proves source rewrites of the cell's own code for the user to accept
+(it never edits a library: a library break's rewrite is shown as information, with the breaks left).
+
+Splits are also counted as GraphMend and the PT2 corpora count them (``Report.splits``: graphs - 1 per
+call of an entry, from the session's recording backend), beside the break events and the break sites
+(``causes``); a workload is fully fixed with no break and no split left. The rules the chosen
+configuration uses (a toggle, a ``torch._dynamo.config`` value, a source rewrite of the cell) are
+given per workload and summed per rule; a proven rewrite is not applied until the user accepts it, so
+the breaks after accepting are the search's own count of the chosen trial.
 
 Usage: python benchmarks/fix_search.py [--budget S] [--backend aot_eager] [names...]
 Writes benchmarks/results/fix_search.json and fix_search.html (the plot).
@@ -81,6 +89,7 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
     if session is None:
         return {"name": workload.name, "error": "the cell did not make a session"}
     before = session.report
+    options_before = session.workload.options  # replaced whole when the search applies a config
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         result = session.fix(budget_s=budget)
@@ -99,11 +108,33 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
         "chosen": best.describe() if best is not None else None, "applied": result.applied,
         "tracked_library_functions": result.tracked, "left": result.unremovable,
         "noisy": result.noisy,
+        # GraphMend's count: graphs - 1 per call of an entry (Report.splits), beside break events and sites
+        "splits_before": before.splits, "splits_after": after.splits,
+        "causes_before": len(before.causes), "causes_after": len(after.causes),
+        "fully_fixed": after.break_count == 0 and after.splits == 0,
+        "trials_run": sum(1 for t in result.trials if t.seconds > 0),
+        "trials_per_min": round(60 * sum(1 for t in result.trials if t.seconds > 0) / max(result.elapsed_s, 1e-9), 1),
+        "rules": rules_of(best) if best is not None and best is not result.start else [],
+        "rewrites": [{"cell_line": r.cell_line, "rule": r.rule, "diff": r.diff()} for r in
+                     (best.rewrites if best is not None else [])],
+        "alone": {t.label: (result.start.breaks or 0) - t.breaks for t in result.trials
+                  if "(from" not in t.label and t.label != "start" and t.tried and t.admissible
+                  and result.start is not None and result.start.breaks is not None},
     }
+    if best is not None and best.rewrites and best.breaks is not None:  # proven, to be accepted: count them
+        out["breaks_after_accepting"] = best.breaks
+        out["splits_after_accepting"] = best.splits
+        out["graphs_after_accepting"] = best.graphs
     configs = [("before", result.start.toggles if result.start else {}, {})]
     if best is not None and result.applied:
-        configs.append(("after", best.toggles, best.options))
+        options = dict(best.options)
+        if best.rewrites:  # timed as the user runs it after accepting them: the rewritten functions
+            from nbcompile.facades.rewrites import CellRewrites
+            options["_replace"] = CellRewrites(session.workload, before).functions(best.rewrites)
+        configs.append(("after", best.toggles, options))
+    applied_options = session.workload.options
     try:
+        session.workload.options = options_before  # "before" as it was; "after" adds the chosen config itself
         with contextlib.redirect_stdout(io.StringIO()):
             bench = timing.bench_configs(session.workload, configs, min_run_time=0.3)
         rows = {row.config: row for row in bench.rows}
@@ -114,8 +145,20 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
         out["timing_noisy"] = "; ".join(sorted({r.noisy for r in bench.rows if r.noisy}))
     except Exception as exc:
         out["timing_error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        session.workload.options = applied_options
     session.reset()
     return out
+
+
+def rules_of(trial) -> list[str]:
+    """What a chosen configuration changes, by kind: ``config:capture_scalar_outputs``, ``rewrite:where``,
+    ``toggle:disable``, ``dynamic``."""
+    kinds = [f"toggle:{m}" for m in sorted(set(trial.toggles.values())) if m != "compile"]
+    kinds += [f"config:{n}" for n in sorted(trial.options.get("_config", {}))]
+    kinds += [f"rewrite:{r.rule}" for r in trial.rewrites]
+    kinds += ["dynamic"] if trial.options.get("dynamic") else []
+    return kinds
 
 
 def _figure(rows: list[dict]):
@@ -164,7 +207,8 @@ def main() -> None:
 
         speed = (f"eager {ms('eager_s')}, before {ms('before_s')}, after {ms('after_s')}"
                  if "timing_error" not in row else row["timing_error"])
-        print(f"{name}: breaks {row['breaks_before']} -> {row['breaks_after']}, recompiles "
+        print(f"{name}: splits {row['splits_before']} -> {row['splits_after']}, causes {row['causes_before']} -> "
+              f"{row['causes_after']}, breaks {row['breaks_before']} -> {row['breaks_after']}, recompiles "
               f"{row['recompiles_before']} -> {row['recompiles_after']}, check {row['check_after']}, "
               f"{row['trials']} trials in {row['search_s']} s ({row['state']}); {speed}; chosen: {row['chosen']}",
               flush=True)
@@ -178,8 +222,33 @@ def main() -> None:
     library = [r for r in ok if r["needs"] == "transformers"]
     lib_before = sum(r["breaks_before"] for r in library)
     lib_after = sum(r["breaks_after"] for r in library)
+    splits_before = sum(r["splits_before"] for r in ok)
+    splits_after = sum(r["splits_after"] for r in ok)
+    # a proven rewrite is not applied until the user accepts it: after accepting, the search's own count
+    accepted = sum(r.get("breaks_after_accepting", r["breaks_after"]) for r in ok)
+    splits_accepted = sum(r.get("splits_after_accepting", r["splits_after"]) or 0 for r in ok)
+    by_rule: dict[str, int] = {}
+    for r in ok:
+        removed = r["breaks_before"] - r.get("breaks_after_accepting", r["breaks_after"])
+        if removed > 0 and r["rules"]:
+            key = " + ".join(r["rules"])
+            by_rule[key] = by_rule.get(key, 0) + removed
     summary = {
-        "workloads": len(ok), "breaks_before": before, "breaks_after": after,
+        "workloads": len(ok),
+        "splits_before": splits_before, "splits_after": splits_after,
+        "share_splits_removed": round((splits_before - splits_after) / splits_before, 3) if splits_before else None,
+        "causes_before": sum(r["causes_before"] for r in ok), "causes_after": sum(r["causes_after"] for r in ok),
+        "fully_fixed": sum(1 for r in ok if r["fully_fixed"]),
+        "breaks_before": before, "breaks_after": after,
+        "splits_after_accepting_rewrites": splits_accepted,
+        "share_splits_removed_after_accepting": round((splits_before - splits_accepted) / splits_before, 3)
+        if splits_before else None,
+        "fully_fixed_after_accepting": sum(1 for r in ok if r["fully_fixed"] or (
+            r.get("breaks_after_accepting") == 0 and r.get("splits_after_accepting") == 0)),
+        "breaks_after_accepting_rewrites": accepted,
+        "share_removed_after_accepting": round((before - accepted) / before, 3) if before else None,
+        "breaks_removed_by_rule": by_rule,
+        "trials_per_min": round(sum(r["trials_run"] for r in ok) * 60 / max(sum(r["search_s"] for r in ok), 1e-9), 1),
         "share_removed": round((before - after) / before, 3) if before else None,
         "transformers_share_removed": round((lib_before - lib_after) / lib_before, 3) if lib_before else None,
         "graphmend_share_removed": round(GRAPHMEND_SHARE, 3),

@@ -146,3 +146,18 @@ def test_a_library_break_shows_the_rewrite_the_library_would_need(ip, tmp_path, 
 def test_rewrite_is_exported_from_the_package():
     assert Rewrite(3, "a", "b", "where").diff().startswith("--- cell line 3")
     assert torch is not None
+
+
+def test_the_panel_shows_the_proven_rewrite_and_its_accept_button(ip):
+    session = _run(ip, BRANCH_CELL)
+    panel = session.panel()
+    panel.start_fix()  # no running event loop here: the search runs to its end now
+    rows = panel.rewrites_box.children
+    assert len(rows) == 1
+    diff, controls = rows[0].children
+    assert "torch.where(" in diff.value and "source rewrite (where)" in diff.value
+    button, said = controls.children
+    helper_before = ip.user_ns["helper"]
+    button.click()
+    assert button.disabled and "accepted" in said.value and "torch.where(" in said.value
+    assert session.accepted and ip.user_ns["helper"] is helper_before

@@ -63,6 +63,12 @@ MIN_COMPILED = 0.25
 SLOWER_LIMIT = 1.5
 #: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
 MAX_HOLDERS = 6
+#: The backend the search's trials compile with: Dynamo's graphs and breaks, no AOTAutograd trace (the
+#: chosen configuration is proven on the session's trial backend before it is applied).
+EXPLORE_BACKEND = "eager"
+#: Most chosen configurations proven on the session's trial backend before one holds (each one that fails
+#: there is rejected and the next best proven).
+MAX_PROOFS = 4
 
 
 class Searcher:
@@ -95,6 +101,9 @@ class Searcher:
         self.result = FixSearch(budget_s=float(budget_s))
         self.progress = progress
         self._seen: dict[Any, Trial] = {}
+        #: Whether the last ``_try`` ran (or ruled out) a configuration not seen before.
+        self._fresh = False
+        self._config_candidates: list[dict[str, Any]] | None = None
         self._began = 0.0
         #: When the budget ends (``_began + budget_s``): everything ``Session.fix`` does, the applying of the
         #: best configuration and the proofs of its report's fixes included, stops starting runs then.
@@ -102,10 +111,17 @@ class Searcher:
         #: When the search stops starting trials and timing runs: the end less what applying the best
         #: configuration takes (one run of --run, compiled and eager: about what the start's trial took).
         self._deadline = 0.0
+        #: When the search stops starting trials: the deadline less the time kept for proving the choice.
+        self._explore_deadline = 0.0
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.result.tracked = self._holders()
-        self.spec = workload.spec(code, also_track=tuple(self.result.tracked))
+        #: The trials' runs: Dynamo's view only (backend ``eager``: no AOT tracing), which counts the graphs and
+        #: breaks and runs the check; the chosen configuration is then proven on the session's own trial
+        #: backend (``verify_spec``), where what a traced-once function bakes into a graph shows.
+        self.verify_spec = workload.spec(code, also_track=tuple(self.result.tracked))
+        self.spec = self.verify_spec if self.verify_spec.backend == EXPLORE_BACKEND else \
+            workload.spec(code, also_track=tuple(self.result.tracked), backend=EXPLORE_BACKEND)
 
     def _holders(self) -> list[str]:
         """The library functions that hold the report's breaks (most breaks first), which the search
@@ -170,6 +186,13 @@ class Searcher:
                 seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
         if report.recompiles or report.fallbacks:
             seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
+        doctor = [(r.function, f) for r in report.recompiles for f in r.fixes] + \
+            [(fb.function, f) for fb in report.fallbacks for f in fb.fixes]
+        for function, fix in doctor:  # the doctor's config values (a session carries them; a mark it cannot)
+            candidate = trial.recompile_candidate(function, fix)
+            if candidate is not None and set(candidate[1]) == {"_config"}:
+                label, options = candidate
+                seeds.append((dict(start), options, label))
         return seeds
 
     def _neighbours(self, base: Trial) -> Iterator[tuple[dict[str, str], dict[str, Any], str]]:
@@ -183,8 +206,9 @@ class Searcher:
         for name in self._torch_names():
             mode = "compile" if base.toggles.get(name, "compile") == "disallow_in_graph" else "disallow_in_graph"
             yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
-        if self.workload.options.dynamic is not True and "dynamic" not in base.options:
-            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
+        if self.workload.options.dynamic is not True and "dynamic" not in base.options and \
+                (self.report.recompiles or self.report.fallbacks or base.recompiles or base.fallbacks):
+            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"  # only where it may help
         done = base.options.get("_rewrites", ())
         for proposal in self._proposals():
             if proposal not in done:
@@ -209,7 +233,12 @@ class Searcher:
 
     def _configs(self) -> list[dict[str, Any]]:
         """The ``torch._dynamo.config`` changes that may remove the report's breaks (``dynconfig``), less
-        those the session already sets."""
+        those the session already sets (worked out once per search)."""
+        if self._config_candidates is None:
+            self._config_candidates = self._find_configs()
+        return self._config_candidates
+
+    def _find_configs(self) -> list[dict[str, Any]]:
         reasons = [" ".join([b.gb_type, b.reason, b.explanation, b.source_line, *b.hints]) for b in self.report.breaks]
         if not reasons:
             return []
@@ -225,10 +254,19 @@ class Searcher:
     def _try(self, toggles: dict[str, str], options: dict[str, Any], label: str) -> Trial | None:
         """Run one configuration (once: repeats are looked up); None when over the budget or stopped."""
         key = self._key(toggles, options)
-        if key in self._seen:
+        self._fresh = key not in self._seen
+        if not self._fresh:
             return self._seen[key]
-        if self.result.stopped or time.perf_counter() > self._deadline:
+        if self.result.stopped or time.perf_counter() > self._explore_deadline:
             return None
+        ruled_out = self._ruled_out(toggles)
+        if ruled_out:  # the lint rules it out whatever the run shows: not worth a run
+            result = Trial(dict(toggles), None, None, False, options=dict(options), label=label,
+                           error=f"ruled out without a run: {ruled_out}", rejected=ruled_out,
+                           at_s=time.perf_counter() - self._began)
+            self._seen[key] = result
+            self.result.trials.append(result)
+            return result
         began = time.perf_counter()
         try:
             outcome = trial.run(self.spec, toggles, self.run_options(options))
@@ -244,7 +282,7 @@ class Searcher:
                        label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
                        at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
-                       sites=list(outcome.sites), stale=outcome.stale)
+                       sites=list(outcome.sites), stale=outcome.stale, splits=outcome.splits if ran else None)
         result.rejected = self._why_rejected(result)
         self._seen[key] = result
         self.result.trials.append(result)
@@ -269,7 +307,12 @@ class Searcher:
                 t.ops < MIN_COMPILED * start.ops:
             return (f"compiles {t.ops} of the start's {start.ops} ops: that turns compilation off rather "
                     "than fixing a break")
-        for name, mode in t.toggles.items():
+        return self._ruled_out(t.toggles)
+
+    def _ruled_out(self, toggles: dict[str, str]) -> str:
+        """Why the lint rules a configuration out (allow_in_graph or nonstrict_trace on a function that
+        captures a tensor, mutates or has a side effect: the check cannot see those go wrong), or ""."""
+        for name, mode in toggles.items():
             if mode in ("allow_in_graph", "nonstrict_trace") and name in self.functions:
                 unsafe = [w for w in self.workload.lint(name) if w.rule in BLOCKING_LINT]
                 if unsafe:
@@ -279,7 +322,7 @@ class Searcher:
     # -- the search ------------------------------------------------------------------------------
     def steps(self) -> Iterator[FixSearch]:
         self._began = time.perf_counter()
-        self.end = self._deadline = self._began + self.result.budget_s
+        self.end = self._deadline = self._explore_deadline = self._began + self.result.budget_s
         effect = check_ops.effect_seen(self.report.check)
         if effect is not None:  # the session's check saw its run change what no copy holds: each trial would too
             error = f"not tried: {effect}, which a trial will not do again"
@@ -289,6 +332,8 @@ class Searcher:
         self.result.start = start
         if start is not None and start.tried:  # applying the best re-runs --run: time kept for it
             self._deadline = self.end - start.seconds
+            # and for proving the choice on the session's backend (about a trial, with AOT's trace on top)
+            self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else 1.5 * start.seconds)
         yield self.result
         if start is None:
             self.result.state = "budget"
@@ -317,6 +362,8 @@ class Searcher:
                     if t is None:
                         cut = True
                         break
+                    if not self._fresh:  # run before: nothing new learnt (a cycle back to a better one)
+                        continue
                     yield self.result
                     if t.admissible and (not base.admissible or _rank(t) < _rank(base)):
                         improved = True
@@ -326,16 +373,54 @@ class Searcher:
         if cut and not self.result.stopped:
             self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before every configuration "
                                         "one change from the best was tried: a longer budget may find fewer breaks")
+        self._prove_best()
+        yield self.result
         self._time_finalists()
+        self._prove_best()  # timing may have chosen another finalist, or rejected the best as too slow
         yield self.result
         self.result.state = ("stopped" if self.result.stopped else "budget" if self.result.budget_bound else "done")
         self._explain_left()
+
+    def _prove_best(self) -> None:
+        """Run the best configuration again on the session's trial backend (AOTAutograd traces what
+        ``allow_in_graph`` or ``nonstrict_trace`` put in the graph, as Inductor would): it holds when it
+        runs, passes the check and has no more breaks than the search counted; else it is rejected and the
+        next best is proven, within the budget. A best that could not be proven (the budget, a stop) is
+        not applied: the start is kept."""
+        if self.spec is self.verify_spec:
+            return
+        for _ in range(MAX_PROOFS):
+            best = self.result.best
+            if best is None or best is self.result.start or best.proven:
+                return
+            if self._over():
+                self.result.best = self.result.start if self.result.start is not None and \
+                    self.result.start.admissible else None
+                self._budget_cut(f"not proven on {self.verify_spec.backend}: the budget ran out before the best "
+                                 f"configuration ({best.describe()}) was run on the session's backend")
+                return
+            try:
+                outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options))
+            except Exception as exc:  # a proof must never cost the search
+                outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})")
+            check = outcome.check
+            if outcome.error is not None or check is None or not check.ok or outcome.breaks > (best.breaks or 0) \
+                    or outcome.stale:
+                why = outcome.error or outcome.stale or (
+                    f"{outcome.breaks} breaks there" if check is not None and check.ok else
+                    f"check FAILED ({check.message[:100] if check is not None else 'not compared'})")
+                best.rejected = f"on {self.verify_spec.backend}, the session's backend: {why}"
+                left = [t for t in self.result.trials if t.admissible]
+                self.result.best = min(left, key=_rank) if left else None
+                continue
+            best.proven = True
+            return
 
     def _all_modes_tried(self, name: str) -> bool:
         """Every mode of ``name`` ran in some trial (a trial not run, its state refused, does not count)."""
         modes = self._function_modes().get(name, ())
         tried = {t.toggles.get(name, "compile") for t in self.result.trials
-                 if not (t.error or "").startswith("not tried")}
+                 if not (t.error or "").startswith("not tried")}  # a mode the lint ruled out counts as tried
         return bool(modes) and all(m in tried for m in modes)
 
     def _why_short(self) -> str:

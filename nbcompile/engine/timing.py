@@ -506,7 +506,10 @@ def _bench_configs(workload: Workload, code: Any, replay: Replay,
     run = lambda: workload.evaluate(code)  # noqa: E731
 
     def plan(modes: dict[str, str], overrides: dict[str, Any]) -> Callable[[], Any]:
-        options = dataclasses.replace(workload.options.compile_options(), **overrides)
+        options = dataclasses.replace(workload.options.compile_options(),
+                                      **{k: v for k, v in overrides.items() if not k.startswith("_")})
+        if overrides.get("_config"):  # a search's config values, over the session's own
+            options.dynamo_config = {**options.dynamo_config, **overrides["_config"]}
 
         def fresh_compile(name: str, obj: Any) -> Any:
             if name not in workload.entries:
@@ -515,7 +518,7 @@ def _bench_configs(workload: Workload, code: Any, replay: Replay,
 
         @contextlib.contextmanager
         def context() -> Any:
-            with workload.scratch(modes, fresh_compile, also_track) as (engine, bind):
+            with workload.scratch(modes, fresh_compile, also_track, overrides.get("_replace")) as (engine, bind):
                 def first_call() -> tuple[float, float, Any]:
                     bind()
                     _first_call(run, device)  # fills Inductor's caches

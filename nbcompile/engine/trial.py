@@ -78,6 +78,8 @@ class Outcome:
     stale: str = ""
     #: How many times the run called the workload (``run(..., calls=)``), the eager reference as often.
     calls: int = 1
+    #: Graph splits as GraphMend counts them (``Report.splits``).
+    splits: int = 0
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
@@ -163,6 +165,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
     outcome.ops = sum(g.op_count for g in report.graphs)
     outcome.fallbacks = len(report.fallbacks)
+    outcome.splits = report.splits
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
     if outcome.error is None:
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
@@ -502,6 +505,11 @@ def mark_untried(report: Report, why: str, *, made_by_run: Container[str] = ()) 
         if fix.verified is None and not fix.effect and fix.action is not None and (
                 fix.action.kind == "toggle" or _candidate("", fix) is not None):
             fix.effect = why
+
+
+def recompile_candidate(function: str, fix: Fix) -> tuple[str, dict[str, Any]] | None:
+    """How a recompile or fallback fix is tried (the fix search seeds its trials with them): ``_candidate``."""
+    return _candidate(function, fix)
 
 
 def _candidate(function: str, fix: Fix) -> tuple[str, dict[str, Any]] | None:

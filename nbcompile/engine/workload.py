@@ -353,10 +353,11 @@ class Workload:
                     slot.set(value)
                 engine.undo_all()
 
-    def spec(self, code: types.CodeType, also_track: tuple[str, ...] = ()) -> Spec:
+    def spec(self, code: types.CodeType, also_track: tuple[str, ...] = (), backend: str | None = None) -> Spec:
         """Scratch runs of ``code`` (the ``--run`` expression): fresh compiled copies of the entries, with
-        a trial's toggles, on copies of the state it reaches."""
-        backend = trial_backend(self.options.backend)
+        a trial's toggles, on copies of the state it reaches. ``backend``: the one its compiles use (default:
+        the session's, Inductor's code generation left out: ``trial_backend``)."""
+        backend = backend or trial_backend(self.options.backend)
 
         @contextlib.contextmanager
         def compiled(modes: dict[str, str], replay: Replay, recording: Recording,

@@ -44,6 +44,11 @@ class Trial:
     #: Why its result went stale when a Python global it froze at trace time changed ("stale: ..."), or
     #: why that could not be judged ("not judged: ..."); empty when proven or not at risk.
     stale: str = ""
+    #: Graph splits as GraphMend counts them (graphs - 1 per call of an entry); None when it did not run.
+    splits: int | None = None
+    #: Whether it was run again on the session's trial backend (the search's own trials count Dynamo's
+    #: view, backend eager) and held there: only a proven one is applied.
+    proven: bool = False
     #: The fastest and slowest timed call, when it was timed (the spread a timing gate must exceed).
     min_s: float | None = None
     max_s: float | None = None
@@ -65,9 +70,11 @@ class Trial:
 
     def status(self) -> str:
         """Its check as one word: "ok", "FAILED" (the check), "not tried" (its state could not be copied,
-        the budget) or "failed" (it did not compile, its run raised)."""
+        the budget), "ruled out" (the lint rules it out: not run) or "failed" (it did not compile, its run
+        raised)."""
         if self.error is not None:
-            return "not tried" if self.error.startswith("not tried") else "failed"
+            return "not tried" if self.error.startswith("not tried") else \
+                "ruled out" if self.error.startswith("ruled out") else "failed"
         if self.breaks is None:
             return "not tried"
         return "ok" if self.check_ok else "FAILED"

@@ -62,7 +62,7 @@ from ..model.render import (
 from ..model.render import (
     check_source as run_source,
 )
-from ..model.report import Report, ReportDiff
+from ..model.report import Report, ReportDiff, Rewrite
 from .entries import entry_part, module_class
 from .protocols import PanelSession
 
@@ -357,6 +357,8 @@ class Panel(widgets.VBox):
         self.fix_label = widgets.HTML()
         self.fix_output = widgets.Output()
         self.fix_html = widgets.HTML()
+        #: The chosen configuration's source rewrites, each with its diff and an Accept button.
+        self.rewrites_box = widgets.VBox()
         #: The search the Fix tab runs now (its stop button stops it), or None.
         self.fix_running: Any = None
         self.tabs = widgets.Tab(children=[
@@ -369,7 +371,7 @@ class Panel(widgets.VBox):
             widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop],
                                        layout=widgets.Layout(**_ROW)),
                           widgets.HBox([self.fix_progress, self.fix_label], layout=widgets.Layout(**_ROW)),
-                          self.fix_output, self.fix_html]),
+                          self.fix_output, self.rewrites_box, self.fix_html]),
         ])
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
@@ -586,6 +588,31 @@ class Panel(widgets.VBox):
             "metadata": {},
         },)
         self.fix_html.value = result._repr_html_() if result.state != "searching" else ""
+        rewrites = best.rewrites if best is not None and result.state != "searching" else []
+        self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
+
+    def _rewrite_row(self, rewrite: Rewrite) -> widgets.VBox:
+        """A proven rewrite: its diff, and Accept, which puts the rewritten cell in the next input (the cell
+        itself, and the user's objects, change only when the user runs it)."""
+        diff = widgets.HTML(f"<b>source rewrite ({_e(rewrite.rule)}), proven by the search:</b>"
+                            f"<pre style='margin:2px 0'>{_e(rewrite.diff())}</pre>")
+        done = widgets.HTML()
+        button = widgets.Button(description="Accept", icon="check",
+                                tooltip="put the cell, rewritten, in the next input (nothing runs now)")
+
+        def accept(_: Any) -> None:
+            try:
+                text = self.session.accept(rewrite)
+            except Exception as exc:
+                done.value = f"<span style='color:#b00'>{_e(str(exc).splitlines()[0])}</span>"
+                return
+            button.disabled = True
+            done.value = ("accepted: the rewritten cell is the next input (a terminal's next prompt; where the "
+                          "frontend does not take it, copy it from here and run it):"
+                          f"<pre style='max-height:200px;overflow:auto'>{_e(text)}</pre>")
+
+        button.on_click(accept)
+        return widgets.VBox([diff, widgets.HBox([button, done], layout=widgets.Layout(**_ROW))])
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ..capture.cell import CellFunctions
 from ..core.options import CellOptions
 from ..model.fixsearch import FixSearch
-from ..model.report import Report
+from ..model.report import Report, Rewrite
 
 
 class SearchRun(Protocol):
@@ -58,6 +58,8 @@ class PanelSession(Protocol):
     def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any: ...
 
     def export(self, style: str = "calls") -> str: ...
+
+    def accept(self, rewrite: Rewrite) -> str: ...
 
     def function_report(self, name: str) -> Report: ...
 

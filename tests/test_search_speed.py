@@ -1,0 +1,64 @@
+"""The fix search's reach per second (issue 23, point 4): trials count Dynamo's view (backend eager, no
+AOT trace), configurations the lint rules out are not run, ``--dynamic`` is tried only where the
+session recompiles, and the chosen configuration is proven on the session's own trial backend before
+it is applied. Counted, never timed."""
+
+from __future__ import annotations
+
+import textwrap
+
+import nbcompile
+from nbcompile.engine import search as search_ops
+
+from nbhelpers import run_compile_cell
+
+#: allow_in_graph on ``helper`` holds on backend eager (the function runs at each call) but not under
+#: AOTAutograd, which traces it with fake tensors: its ``.item()`` branch cannot be traced there.
+CELL = textwrap.dedent("""\
+    import torch
+    def helper(x):
+        s = x.sum().item()
+        return x * (2.0 if s > 0 else 3.0)
+    def f(x):
+        return helper(x.sin()).cos()
+    xs = [torch.randn(4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    """)
+
+
+def test_trials_count_on_eager_and_the_choice_is_proven_on_the_sessions_backend(ip):
+    run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "[f(x) for x in xs]" '
+                         '--dynamo-config capture_scalar_outputs=False', CELL)
+    session = nbcompile.last()
+    searcher = search_ops.Searcher(session, 60)
+    assert searcher.spec.backend == "eager" and searcher.verify_spec.backend == "aot_eager"
+    result = searcher.run()
+    best = result.best
+    assert best is not None and best.proven and best.breaks == 0 and best.check_ok
+    # what held on eager only was proven on aot_eager and rejected there, never chosen
+    failed_proof = [t for t in result.trials if t.rejected.startswith("on aot_eager")]
+    for t in failed_proof:
+        assert t is not best and not t.admissible
+    assert not any(t.toggles.get("helper") == "allow_in_graph" and t is best for t in result.trials)
+
+
+def test_a_configuration_the_lint_rules_out_is_not_run(ip):
+    cell = textwrap.dedent("""\
+        import torch
+        CALLS = [0]
+        def counter(x):
+            CALLS[0] += 1
+            print("calls", CALLS[0])
+            return x + 1
+        def f(x):
+            return counter(x.sin()).cos()
+        x = torch.randn(4)
+        """)
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', cell)
+    result = nbcompile.last().fix(budget_s=60)
+    ruled = [t for t in result.trials if t.status() == "ruled out"]
+    assert ruled and all(t.seconds == 0.0 and t.breaks is None for t in ruled)
+    assert {t.toggles["counter"] for t in ruled} <= {"allow_in_graph", "nonstrict_trace"}
+    assert all("lint warns" in t.rejected for t in ruled)
+    assert result.best is None or result.best not in ruled
+    # no --dynamic trial: the session does not recompile
+    assert nbcompile.last().report.recompile_count == 0 and not any(t.options.get("dynamic") for t in result.trials)
