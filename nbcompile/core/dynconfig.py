@@ -114,7 +114,11 @@ def _current(name: str) -> Any:
         known = ", ".join(break_configs())
         raise NbcompileError(f"torch._dynamo.config has no {name!r} in torch {torch_compat.TORCH_VERSION}; the ones "
                              f"that remove graph breaks here: {known} (any torch._dynamo.config name is valid)")
-    return getattr(_config(), name)
+    try:
+        return getattr(_config(), name)
+    except AttributeError:  # a name torch keeps in its table but hides
+        raise NbcompileError(f"torch._dynamo.config.{name} cannot be read in torch {torch_compat.TORCH_VERSION}; "
+                             f"the ones that remove graph breaks here: {', '.join(break_configs())}") from None
 
 
 def check(name: str, value: Any) -> Any:

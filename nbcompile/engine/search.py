@@ -69,6 +69,9 @@ EXPLORE_BACKEND = "eager"
 #: Most chosen configurations proven on the session's trial backend before one holds (each one that fails
 #: there is rejected and the next best proven).
 MAX_PROOFS = 4
+#: A proof on the session's trial backend (AOTAutograd's trace on top of Dynamo's) takes about this many
+#: of the search's own trials: the time kept for it before the first proof.
+PROOF_FACTOR = 2.0
 
 
 class Searcher:
@@ -103,6 +106,8 @@ class Searcher:
         self._seen: dict[Any, Trial] = {}
         #: Whether the last ``_try`` ran (or ruled out) a configuration not seen before.
         self._fresh = False
+        #: Whether time was kept for applying and proving the choice (``_keep_time``).
+        self._time_kept = False
         self._config_candidates: list[dict[str, Any]] | None = None
         self._began = 0.0
         #: When the budget ends (``_began + budget_s``): everything ``Session.fix`` does, the applying of the
@@ -190,7 +195,8 @@ class Searcher:
             [(fb.function, f) for fb in report.fallbacks for f in fb.fixes]
         for function, fix in doctor:  # the doctor's config values (a session carries them; a mark it cannot)
             candidate = trial.recompile_candidate(function, fix)
-            if candidate is not None and set(candidate[1]) == {"_config"}:
+            if candidate is not None and set(candidate[1]) == {"_config"} and \
+                    not set(candidate[1]["_config"]) & set(self.workload.options.dynamo_config):
                 label, options = candidate
                 seeds.append((dict(start), options, label))
         return seeds
@@ -287,6 +293,8 @@ class Searcher:
         self._seen[key] = result
         self.result.trials.append(result)
         self.result.elapsed_s = time.perf_counter() - self._began
+        if not self._time_kept and result.tried:  # the start did not run (it fails to compile): the first that did
+            self._keep_time(result.seconds)
         if result.admissible and (self.result.best is None or _rank(result) < _rank(self.result.best)):
             self.result.best = result
         if self.progress is not None:
@@ -331,9 +339,7 @@ class Searcher:
             start = self._try(dict(self.workload.toggles), {}, "start")
         self.result.start = start
         if start is not None and start.tried:  # applying the best re-runs --run: time kept for it
-            self._deadline = self.end - start.seconds
-            # and for proving the choice on the session's backend (about a trial, with AOT's trace on top)
-            self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else 1.5 * start.seconds)
+            self._keep_time(start.seconds)
         yield self.result
         if start is None:
             self.result.state = "budget"
@@ -381,28 +387,40 @@ class Searcher:
         self.result.state = ("stopped" if self.result.stopped else "budget" if self.result.budget_bound else "done")
         self._explain_left()
 
+    def _keep_time(self, seconds: float) -> None:
+        """Keep time, out of the budget, for applying the choice (about a run: ``seconds``, what one trial
+        took) and, when the trials counted Dynamo's view only, for proving it on the session's backend
+        (AOT's trace on top: ``PROOF_FACTOR`` trials)."""
+        self._time_kept = True
+        self._deadline = self.end - seconds
+        self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
+
     def _prove_best(self) -> None:
         """Run the best configuration again on the session's trial backend (AOTAutograd traces what
         ``allow_in_graph`` or ``nonstrict_trace`` put in the graph, as Inductor would): it holds when it
         runs, passes the check and has no more breaks than the search counted; else it is rejected and the
         next best is proven, within the budget. A best that could not be proven (the budget, a stop) is
         not applied: the start is kept."""
-        if self.spec is self.verify_spec:
+        if self.spec is self.verify_spec:  # the trials ran on the session's trial backend: proven as they ran
+            if self.result.best is not None:
+                self.result.best.proven = True
             return
+        estimate = PROOF_FACTOR * (self.result.start.seconds if self.result.start is not None else 0.0)
         for _ in range(MAX_PROOFS):
             best = self.result.best
             if best is None or best is self.result.start or best.proven:
                 return
-            if self._over():
-                self.result.best = self.result.start if self.result.start is not None and \
-                    self.result.start.admissible else None
+            if self.result.stopped or time.perf_counter() + estimate > self._deadline:
+                self._fall_back()
                 self._budget_cut(f"not proven on {self.verify_spec.backend}: the budget ran out before the best "
                                  f"configuration ({best.describe()}) was run on the session's backend")
                 return
+            began = time.perf_counter()
             try:
                 outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options))
             except Exception as exc:  # a proof must never cost the search
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})")
+            estimate = time.perf_counter() - began
             check = outcome.check
             if outcome.error is not None or check is None or not check.ok or outcome.breaks > (best.breaks or 0) \
                     or outcome.stale:
@@ -415,6 +433,17 @@ class Searcher:
                 continue
             best.proven = True
             return
+        self._fall_back()  # every proof it had room for failed: nothing unproven is chosen
+
+    def _fall_back(self) -> None:
+        """The best proven configuration, else the start (when it can be chosen), else none."""
+        best = self.result.best
+        if best is None or best.proven or best is self.result.start:
+            return
+        proven = [t for t in self.result.trials if t.admissible and t.proven]
+        start = self.result.start
+        self.result.best = min(proven, key=_rank) if proven else (start if start is not None and start.admissible
+                                                                   else None)
 
     def _all_modes_tried(self, name: str) -> bool:
         """Every mode of ``name`` ran in some trial (a trial not run, its state refused, does not count)."""
@@ -721,6 +750,14 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
     search's end: the search kept time for the restart, the proofs get what is left)."""
     best = result.best
     if best is None or best is result.start:
+        return
+    if not best.proven:  # stopped or interrupted before its proof: nothing unproven is applied
+        result.applied_note = (f"not applied: {best.describe()} was not proven on the session's backend (the search "
+                               "stopped first)")
+        return
+    if best.rewrites:  # proven with its rewrites, which only the user applies (Session.accept): as a whole
+        result.applied_note = (f"not applied: {best.describe()} needs its source rewrites; accept them "
+                               "(Session.accept), and run the cell they make")
         return
     added = [n for n, m in best.toggles.items() if m != "compile" and n not in target.functions
              and library.is_library_name(n)]

@@ -32,7 +32,7 @@ from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name, torch_name
 from ..core.options import CellOptions
-from ..core.text import plural
+from ..core.text import callable_name, plural
 from ..engine import check as check_ops
 from ..engine import library, trial
 from ..engine import snippet as export_ops
@@ -590,22 +590,46 @@ class Session:
     def accept(self, rewrite: Rewrite) -> str:
         """Accept a source rewrite (one of ``last_fix.best.rewrites``): the cell, rewritten, becomes the next
         input (in a notebook, a new cell below; in a terminal, the next prompt), to run when the user wants;
-        nothing runs and no object changes now. Returns the new cell text. A rewrite whose lines the cell no
-        longer has (it was edited since) is refused in one line."""
+        nothing runs and no object changes now. Returns the new cell text. The rewrites accepted before on
+        this session are in it too (the search proved them together), and the ``%%compile`` line carries
+        the config values and the toggles with a flag (``--disable``, ``--allow``, ``--disallow``) of the
+        configuration that needs it. A rewrite whose lines the cell no longer has (it was edited since) is
+        refused in one line."""
         self._check_open()
         if not isinstance(rewrite, Rewrite):
             raise NbcompileError(f"accept takes a Rewrite (from session.last_fix.best.rewrites), not "
                                  f"{type(rewrite).__name__}")
+        chosen = [r for r in self.accepted if r != rewrite] + [rewrite]
         try:
-            body = accepted_cell(self.source[1:], [rewrite])
+            body = accepted_cell(self.source[1:], chosen)
         except ValueError as exc:
             raise NbcompileError(f"cannot accept the rewrite at cell line {rewrite.cell_line}: {exc}") from None
-        text = f"%%compile {self.line}".rstrip() + "\n" + body
+        text = self._accepted_line(rewrite) + "\n" + body
         shell = _shell()
         if shell is not None:
             shell.set_next_input(text, replace=False)
-        self.accepted.append(rewrite)
+        self.accepted = chosen
         return text
+
+    def _accepted_line(self, rewrite: Rewrite) -> str:
+        """The ``%%compile`` line of an accepted rewrite's cell: the session's, plus what the configuration
+        that needs the rewrite sets that a flag can say."""
+        line = f"%%compile {self.line}".rstrip()
+        best = getattr(self.last_fix, "best", None)
+        if best is None or rewrite not in best.rewrites:
+            return line
+        flags = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
+        for name, mode in sorted(best.toggles.items()):
+            if mode in flags and self.options.initial_toggles().count((name, mode)) == 0:
+                line += f" {flags[mode]} {name}"
+        for name, value in sorted(best.options.get("_config", {}).items()):
+            if name not in self.options.dynamo_config:
+                shown = (",".join(sorted(callable_name(v) for v in value)) if isinstance(value, frozenset)
+                         else repr(value))
+                line += f" --dynamo-config {name}={shown}"
+        if best.options.get("dynamic") and not self.options.dynamic:
+            line += " --dynamic"
+        return line
 
     def function_report(self, name: str) -> Report:
         """The part of the report about one tracked function, joined by its code (not its short name);

@@ -116,6 +116,8 @@ class FixSearch:
     unremovable: list[str] = field(default_factory=list)
     #: Whether ``best`` was applied to the session.
     applied: bool = False
+    #: Why ``best`` was not applied (it needs source rewrites the user accepts; it was not proven), or "".
+    applied_note: str = ""
     #: The session's configuration when the search began (the first trial).
     start: Trial | None = None
     #: Timing: eager's median, when the finalists were timed.
@@ -162,7 +164,8 @@ class FixSearch:
         out = [self.summary()]
         if self.best is not None and self.start is not None and self.best is not self.start:
             out.append(f"  chosen: {self.best.describe()}: {self.best.outcome()}"
-                       + (" (applied to the session)" if self.applied else ""))
+                       + (" (applied to the session)" if self.applied else
+                          f" ({self.applied_note})" if self.applied_note else ""))
         if self.best is not None and self.best.rewrites:
             out.append(f"  to accept ({plural(len(self.best.rewrites), 'source rewrite')}, not applied: "
                        "Session.accept(rewrite) puts the rewritten cell in the next input):")
