@@ -96,6 +96,7 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
     search_s = time.perf_counter() - start
     after = session.report
     best = result.best if result.applied else result.start
+    chosen = result.best  # applied, or (needing source rewrites) left for the user to accept
     out = {
         "name": workload.name, "needs": workload.needs, "note": workload.note, "backend": backend,
         "breaks_before": before.break_count, "breaks_after": after.break_count,
@@ -114,24 +115,26 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
         "fully_fixed": after.break_count == 0 and after.splits == 0,
         "trials_run": sum(1 for t in result.trials if t.seconds > 0),
         "trials_per_min": round(60 * sum(1 for t in result.trials if t.seconds > 0) / max(result.elapsed_s, 1e-9), 1),
-        "rules": rules_of(best) if best is not None and best is not result.start else [],
+        "rules": rules_of(chosen) if chosen is not None and chosen is not result.start else [],
+        "chosen_needs_accepting": chosen.describe() if chosen is not None and chosen.rewrites else None,
+        "not_applied": result.applied_note,
         "rewrites": [{"cell_line": r.cell_line, "rule": r.rule, "diff": r.diff()} for r in
-                     (best.rewrites if best is not None else [])],
+                     (chosen.rewrites if chosen is not None else [])],
         "alone": {t.label: (result.start.breaks or 0) - t.breaks for t in result.trials
                   if "(from" not in t.label and t.label != "start" and t.tried and t.admissible
                   and result.start is not None and result.start.breaks is not None},
     }
-    if best is not None and best.rewrites and best.breaks is not None:  # proven, to be accepted: count them
-        out["breaks_after_accepting"] = best.breaks
-        out["splits_after_accepting"] = best.splits
+    if chosen is not None and chosen.rewrites and chosen.breaks is not None:  # proven, to be accepted: count them
+        out["breaks_after_accepting"] = chosen.breaks
+        out["splits_after_accepting"] = chosen.splits
         out["graphs_after_accepting"] = best.graphs
     configs = [("before", result.start.toggles if result.start else {}, {})]
-    if best is not None and result.applied:
-        options = dict(best.options)
-        if best.rewrites:  # timed as the user runs it after accepting them: the rewritten functions
+    if chosen is not None and chosen is not result.start and (result.applied or chosen.rewrites):
+        options = dict(chosen.options)
+        if chosen.rewrites:  # timed as the user runs it after accepting them: the rewritten functions
             from nbcompile.facades.rewrites import CellRewrites
-            options["_replace"] = CellRewrites(session.workload, before).functions(best.rewrites)
-        configs.append(("after", best.toggles, options))
+            options["_replace"] = CellRewrites(session.workload, before).functions(chosen.rewrites)
+        configs.append(("after", chosen.toggles, options))
     applied_options = session.workload.options
     try:
         session.workload.options = options_before  # "before" as it was; "after" adds the chosen config itself

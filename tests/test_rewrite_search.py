@@ -161,3 +161,31 @@ def test_the_panel_shows_the_proven_rewrite_and_its_accept_button(ip):
     button.click()
     assert button.disabled and "accepted" in said.value and "torch.where(" in said.value
     assert session.accepted and ip.user_ns["helper"] is helper_before
+
+
+def test_a_choice_that_needs_rewrites_is_not_applied_and_accept_carries_its_config(ip):
+    cell = textwrap.dedent("""\
+        import torch
+        def f(x):
+            h = x.sin()
+            s = h.abs().max().item()
+            if h.sum() > 0:
+                y = h * 2
+            else:
+                y = h - 1
+            return (y / s).cos()
+        x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+        """)  # in the entry itself: no toggle reaches it, only config values and rewrites
+    session = _run(ip, cell)
+    before = session.report.break_count
+    result = session.fix(budget_s=60)
+    best = result.best
+    assert best is not None and best.breaks == 0 and best.rewrites, result
+    assert not result.applied and "needs its source rewrites" in result.applied_note
+    assert session.report.break_count == before and session.toggles == {n: "compile" for n in session.toggles}
+    text = session.accept(best.rewrites[0])
+    for name in best.options.get("_config", {}):
+        assert f"--dynamo-config {name}=" in text.split("\n", 1)[0]
+    run = run_compile_cell(ip, text.split("\n", 1)[0].removeprefix("%%compile "), text.split("\n", 1)[1])
+    assert run.success, run.error_in_exec
+    assert nbcompile.last().report.break_count == best.breaks and nbcompile.last().report.check.ok

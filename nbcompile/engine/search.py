@@ -274,8 +274,11 @@ class Searcher:
             self.result.trials.append(result)
             return result
         began = time.perf_counter()
+        # a function traced once (allow_in_graph, nonstrict_trace) is what AOT's trace changes: such a
+        # configuration runs on the session's trial backend straight away, where what it freezes shows
+        spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
         try:
-            outcome = trial.run(self.spec, toggles, self.run_options(options))
+            outcome = trial.run(spec, toggles, self.run_options(options))
         except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
             outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
         except Exception as exc:  # a trial must never cost the search
@@ -288,7 +291,8 @@ class Searcher:
                        label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
                        at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
-                       sites=list(outcome.sites), stale=outcome.stale, splits=outcome.splits if ran else None)
+                       sites=list(outcome.sites), stale=outcome.stale, splits=outcome.splits if ran else None,
+                       proven=ran and spec is self.verify_spec)
         result.rejected = self._why_rejected(result)
         self._seen[key] = result
         self.result.trials.append(result)
