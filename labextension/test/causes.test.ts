@@ -30,7 +30,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   const sites = [brk(4, 'print'), brk(5, 'item'), brk(6, 'return')];
   const breaks = sites.flatMap(b => [b, b, b]);
   return {
-    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, schema_version: 1,
+    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1,
     graph_count: 4, break_count: 9, splits: 3, recompile_count: 0, frame_count: 4, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks, causes: sites.map(b => cause(b, 3)), ...extra

@@ -42,7 +42,7 @@ function tour(extra: Partial<IReport> = {}): IReport {
     brk('2/0', 'log_loss', 22, 'Unsupported builtin print', 'print is a side effect')
   ];
   return {
-    title: '%%compile [2]: train_step, net', backend: 'eager', mode: null, fullgraph: false, dynamic: null,
+    title: '%%compile [2]: train_step, net', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {},
     schema_version: 1, graph_count: 2, break_count: 3, splits: 0, recompile_count: 0, frame_count: 5,
     compile_time_s: 0.1, result: null,
     graphs: [
