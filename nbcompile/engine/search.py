@@ -314,6 +314,10 @@ class Searcher:
             return t.stale
         if t.graphs == 0:
             return "nothing left compiled"
+        start_splits = self.result.start.splits if self.result.start is not None else None
+        if start_splits is not None and t.splits is not None and t.splits > start_splits:
+            return (f"{t.splits} graph splits against the start's {start_splits}: it moves breaks into the "
+                    "compiled graphs rather than removing them")
         start = self.result.start
         if start is not None and start is not t and start.error is None and start.ops and \
                 t.ops < MIN_COMPILED * start.ops:
