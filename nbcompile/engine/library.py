@@ -149,6 +149,9 @@ def holder_of(filename: str, lineno: int) -> str | None:
     if module is None or module.__name__.split(".")[0] in ("torch", "functorch"):
         return None  # torch's own internals (hooks, nn.Module.__call__) are not nbcompile's to rebind
     for attr, value in list(vars(module).items()):
+        if attr.startswith("__") or (isinstance(value, types.FunctionType) and
+                                     value.__code__.co_name.startswith("torch_dynamo_resume_in_")):
+            continue  # Dynamo's resume functions, installed in the module's globals: not the library's code
         if isinstance(value, types.FunctionType) and _holds(value, filename, lineno):
             return f"{module.__name__}{SEP}{attr}"
         if isinstance(value, type) and value.__module__ == module.__name__:
