@@ -301,6 +301,9 @@ class Searcher:
             self._keep_time(result.seconds)
         if result.admissible and (self.result.best is None or _rank(result) < _rank(self.result.best)):
             self.result.best = result
+            start = self.result.start
+            if start is not None and result is not start and not result.proven and result.breaks != start.breaks:
+                self._prove_best()  # proven when found: a long search's budget never leaves its find unproven
         if self.progress is not None:
             self.progress(self.result)
         return result
