@@ -62,3 +62,28 @@ def test_a_configuration_the_lint_rules_out_is_not_run(ip):
     assert result.best is None or result.best not in ruled
     # no --dynamic trial: the session does not recompile
     assert nbcompile.last().report.recompile_count == 0 and not any(t.options.get("dynamic") for t in result.trials)
+
+
+def test_a_trial_past_its_deadline_is_cut_at_its_next_graph_and_counts_nothing(ip):
+    import time
+
+    from nbcompile.engine import trial
+
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
+    session = nbcompile.last()
+    spec = session.workload.spec(session.workload.run_code)
+    cut = trial.run(spec, session.toggles, deadline=time.perf_counter() - 1.0)
+    assert cut.error is not None and cut.error.startswith(trial.NOT_FINISHED), cut.error
+    assert cut.check is None and cut.graphs == 0 and cut.breaks == 0
+    whole = trial.run(spec, session.toggles, deadline=time.perf_counter() + 3600)
+    assert whole.error is None and whole.graphs > 0 and whole.check is not None and whole.check.ok
+
+
+def test_a_search_whose_start_cannot_end_in_its_budget_says_so_and_applies_nothing(ip):
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
+    session = nbcompile.last()
+    searcher = search_ops.Searcher(session, 1e-6)  # over before the start's first graph compiles
+    result = searcher.run()
+    assert result.state == "budget" and result.budget_bound, (result.state, result.budget_bound)
+    assert result.best is None or result.best is result.start
+    assert len(result.trials) <= 1

@@ -40,6 +40,7 @@ import logging
 import math
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class Recording:
         self.codes: set[tuple[str, int, str]] = set()
         #: Suggests fixes for each break as it is recorded (set by the session or inspect).
         self.advise: Callable[[GraphBreak], list[Fix]] | None = None
+        #: A ``time.perf_counter()`` time after which a compile for this recording is cut at its next graph
+        #: (``OverDeadline`` raised from the backend): a scratch run's budget (the fix search's trials).
+        self.deadline: float | None = None
+        #: Whether a compile was cut at the deadline.
+        self.cut = False
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
@@ -692,6 +698,10 @@ def torch_callables(gm: Any) -> list[str]:
     return names
 
 
+class OverDeadline(RuntimeError):
+    """Raised from a recording's backend after its deadline: the scratch run is cut, its copies dropped."""
+
+
 class RecordingBackend:
     """A torch.compile backend that reports each graph, then hands it on unchanged.
 
@@ -708,6 +718,10 @@ class RecordingBackend:
         self._owner = weakref.ref(owner)
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        owner = self._owner()
+        if owner is not None and owner.deadline is not None and time.perf_counter() > owner.deadline:
+            owner.cut = True
+            raise OverDeadline("the scratch run's time ran out: cut at its next graph")
         ops = graph_ops(gm)
         compile_id = torch_compat.current_compile_id()
         graph = Graph(compile_id or "", len(ops), ops, torch_callables=torch_callables(gm))

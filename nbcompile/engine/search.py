@@ -109,6 +109,8 @@ class Searcher:
         #: Whether time was kept for applying and proving the choice (``_keep_time``).
         self._time_kept = False
         self._config_candidates: list[dict[str, Any]] | None = None
+        #: id(spec) -> how long each trial that ran to its end on it took (``_estimate``).
+        self._times: dict[int, list[float]] = {}
         self._began = 0.0
         #: When the budget ends (``_began + budget_s``): everything ``Session.fix`` does, the applying of the
         #: best configuration and the proofs of its report's fixes included, stops starting runs then.
@@ -265,6 +267,13 @@ class Searcher:
             return self._seen[key]
         if self.result.stopped or time.perf_counter() > self._explore_deadline:
             return None
+        # a function traced once (allow_in_graph, nonstrict_trace) is what AOT's trace changes: such a
+        # configuration runs on the session's trial backend straight away, where what it freezes shows
+        spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
+        first = self.result.start is None
+        deadline = self.end if first else self._explore_deadline
+        if not first and time.perf_counter() + self._estimate(spec) > deadline:
+            return None  # it would not end in time: the budget is honoured, not overrun
         ruled_out = self._ruled_out(toggles)
         if ruled_out:  # the lint rules it out whatever the run shows: not worth a run
             result = Trial(dict(toggles), None, None, False, options=dict(options), label=label,
@@ -274,15 +283,14 @@ class Searcher:
             self.result.trials.append(result)
             return result
         began = time.perf_counter()
-        # a function traced once (allow_in_graph, nonstrict_trace) is what AOT's trace changes: such a
-        # configuration runs on the session's trial backend straight away, where what it freezes shows
-        spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
         try:
-            outcome = trial.run(spec, toggles, self.run_options(options))
+            outcome = trial.run(spec, toggles, self.run_options(options), deadline=deadline)
         except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
             outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
         except Exception as exc:  # a trial must never cost the search
             outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
+        if outcome.error is None:
+            self._times.setdefault(id(spec), []).append(time.perf_counter() - began)
         check = outcome.check
         ran = outcome.error is None  # counts of a run that was refused, failed to compile or raised: none
         result = Trial(dict(toggles), outcome.breaks if ran else None, outcome.recompiles if ran else None,
@@ -307,6 +315,15 @@ class Searcher:
         if self.progress is not None:
             self.progress(self.result)
         return result
+
+    def _estimate(self, spec: trial.Spec) -> float:
+        """How long a trial on ``spec`` may take: the median of those run on it so far (the start's time, or
+        ``PROOF_FACTOR`` times it on the session's backend when none ran there yet)."""
+        times = sorted(self._times.get(id(spec), []))
+        if times:
+            return times[len(times) // 2]
+        start = self.result.start.seconds if self.result.start is not None else 0.0
+        return start * (PROOF_FACTOR if spec is self.verify_spec and self.spec is not self.verify_spec else 1.0)
 
     def _why_rejected(self, t: Trial) -> str:
         if t.error is not None:
@@ -356,6 +373,11 @@ class Searcher:
             self.result.state = "budget"
             self.result.budget_bound = f"the {self.result.budget_s:g} s budget ran out before the start was tried"
             return
+        if start.error is not None and start.error.startswith(trial.NOT_FINISHED):
+            self.result.state = "budget"
+            self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before the start's run ended "
+                                        f"({start.error}): give the search a longer budget")
+            return
         if start.error is not None and start.error.startswith("not tried"):
             self.result.state = f"not tried: the session's own run cannot be tried on copies ({start.error})"
             return
@@ -365,9 +387,9 @@ class Searcher:
         beam = [start]  # a start that fails to compile (fullgraph with a break) is searched from too
         cut = False  # a configuration left untried because the budget ran out or the search was stopped
         for toggles, options, label in self._seeds():
-            if self._try(toggles, options, label) is None:
+            if self._try(toggles, options, label) is None:  # over the budget: a quicker one may still fit
                 cut = True
-                break
+                continue
             yield self.result
         improved = True
         while improved and not cut:
@@ -376,9 +398,11 @@ class Searcher:
             for base in frontier or beam:
                 for toggles, options, label in self._neighbours(base):
                     t = self._try(toggles, options, f"{label} (from {base.describe()})")
-                    if t is None:
+                    if t is None:  # over the budget (a quicker one may still fit) or stopped
                         cut = True
-                        break
+                        if self.result.stopped:
+                            break
+                        continue
                     if not self._fresh:  # run before: nothing new learnt (a cycle back to a better one)
                         continue
                     yield self.result
@@ -399,11 +423,12 @@ class Searcher:
         self._explain_left()
 
     def _keep_time(self, seconds: float) -> None:
-        """Keep time, out of the budget, for applying the choice (about a run: ``seconds``, what one trial
-        took) and, when the trials counted Dynamo's view only, for proving it on the session's backend
-        (AOT's trace on top: ``PROOF_FACTOR`` trials)."""
+        """Keep time, out of the budget, for applying the choice (a run of --run compiled on the session's own
+        backend: what one trial took, or what the session's own compile took when longer, as Inductor's is)
+        and, when the trials counted Dynamo's view only, for proving it on the session's trial backend (AOT's
+        trace on top: ``PROOF_FACTOR`` trials)."""
         self._time_kept = True
-        self._deadline = self.end - seconds
+        self._deadline = self.end - max(seconds, self.report.compile_time_s)
         self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
 
     def _prove_best(self) -> None:
@@ -428,7 +453,8 @@ class Searcher:
                 return
             began = time.perf_counter()
             try:
-                outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options))
+                outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options),
+                                    deadline=self._deadline)
             except Exception as exc:  # a proof must never cost the search
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})")
             estimate = time.perf_counter() - began

@@ -37,6 +37,7 @@ import re
 import sys
 import tempfile
 import types
+import weakref
 from collections.abc import Iterable, Iterator, MutableMapping, MutableSequence, MutableSet
 from typing import Any
 
@@ -379,14 +380,22 @@ class Replay:
         self.imports: set[str] = set(imports)
         #: What the copies' containers held right after ``capture`` (``rewind`` puts it back).
         self._contents: list[tuple[Any, Any]] = []
+        #: The user's tensors shared with the copies, not copied (over the budget, the user's own run left
+        #: them unwritten): (tensor, its version then, its grad then). ``shared_written`` audits them.
+        self.shared: list[tuple[torch.Tensor, int, Any]] = []
 
     @classmethod
     def capture(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None,
-                budget: int = MAX_COPY_BYTES, *, modules: Iterable[types.ModuleType] = (),
-                imports: Iterable[str] = ()) -> Replay:
+                budget: int | None = None, *, modules: Iterable[types.ModuleType] = (),
+                imports: Iterable[str] = (), read_only: ReadOnly | None = None) -> Replay:
         """Copy the ``roots`` (label -> (slot, the real object)) and ``extra`` (a call's arguments) in one
         deep copy; refuse (``refused``) what cannot be copied or replayed. ``modules``: the user's modules
-        the run reaches (watched by the audit); ``imports``: the module names its functions import."""
+        the run reaches (watched by the audit); ``imports``: the module names its functions import.
+        ``read_only``: the tensors the user's own run of the same code left unwritten (``ReadOnly``); when the
+        tensors reached are over the copy ``budget`` (default ``MAX_COPY_BYTES``), those are shared with
+        the copies instead of copied (``shared``; ``shared_written`` audits them after a run), and only
+        what that run wrote is copied."""
+        budget = MAX_COPY_BYTES if budget is None else budget
         modules, imports = list(modules), set(imports)
         slots = {label: slot for label, (slot, _) in roots.items()}
         reals = {label: real for label, (_, real) in roots.items()}
@@ -401,16 +410,31 @@ class Replay:
             return cls(slots, reals, {}, None, why, modules, imports)
 
         size = sum(_nbytes(t) for t in tensors)
+        memo: dict[int, Any] = {}
+        shared: list[tuple[torch.Tensor, int, Any]] = []
         if size > budget:
             what = ", ".join(list(reals)[:3]) or "the arguments"
-            return refuse(f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}), more than the "
-                          f"{budget >> 20} MiB nbcompile copies to run it again without touching yours")
+            if read_only is None:
+                return refuse(f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}), more than "
+                              f"the {budget >> 20} MiB nbcompile copies to run it again without touching yours")
+            grads = {id(t.grad) for t in tensors if t.grad is not None}
+            for t in tensors:
+                if id(t) not in grads and read_only.holds(t):
+                    memo[id(t)] = t  # deepcopy hands back the tensor itself: shared, not copied
+                    shared.append((t, torch_compat.tensor_version(t), t.grad))
+            if shared:
+                memo[id(memo)] = [t for t, _, _ in shared]  # deepcopy's keep-alive list, as it makes it
+            copied_size = sum(_nbytes(t) for t in tensors if id(t) not in memo and id(t) not in
+                              {id(s.grad) for s, _, _ in shared if s.grad is not None})
+            if copied_size > budget:
+                return refuse(f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}) and "
+                              f"{read_only.describe_written(copied_size)}, more than the {budget >> 20} MiB "
+                              "nbcompile copies to run it again without touching yours")
         history = next((label for t, label in found.values()
                         if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf), None)
         if history is not None:
             return refuse(f"not compared: {history} carries autograd history (a tensor computed from tensors "
                           "that require grad), which cannot be copied to run again without touching yours")
-        memo: dict[int, Any] = {}
         try:
             copied = copy.deepcopy((reals, extra), memo)
         except Exception as exc:  # a lock, a file, a generator: say so, repeat nothing
@@ -418,7 +442,8 @@ class Replay:
                           f"{(str(exc).splitlines() or [''])[0][:80]}), "
                           "so the eager run could not be kept off your objects")
         replay = cls(slots, reals, copied[0], copied[1], None, modules, imports)
-        replay.memo = memo
+        replay.memo = {k: v for k, v in memo.items() if k != id(memo)}
+        replay.shared = shared
         replay.labels = {k: label for k, (_, label) in found.items()}
         replay.optimizers = [(label, o, memo[id(o)]) for o, label in found.values()
                              if isinstance(o, torch.optim.Optimizer) and id(o) in memo]
@@ -562,6 +587,15 @@ class Replay:
             for slot, before in reversed(saved):
                 slot.set(before)
 
+    def shared_written(self) -> str | None:
+        """The first shared tensor a run on the copies changed (in place, or its grad), by its label; None
+        when they are all as they were. A run of the same code that the user's own run made read-only
+        writes them only when it took another path: the caller refuses further runs."""
+        for t, version, grad in self.shared:
+            if torch_compat.tensor_version(t) != version or t.grad is not grad:
+                return self.labels.get(id(t), "a tensor")
+        return None
+
     def counterpart(self, obj: Any) -> Any:
         """The copy of a real object (itself if it was not copied)."""
         return self.memo.get(id(obj), obj)
@@ -574,6 +608,67 @@ class Replay:
             if moved or real.grad is not None or twin.grad is not None:
                 out.append((self.labels.get(id(real), "a tensor"), real, twin))
         return out
+
+
+class ReadOnly:
+    """The tensors a run reached and left as they were (no in-place write, no new or changed ``.grad``),
+    told by their version counters and grads before and after it (``watch``, then ``done``): what later runs
+    of the same code on copies may share with the user's objects instead of copying. Held by weak
+    reference: a tensor the user dropped is not kept alive, and an id reused by another is not trusted."""
+
+    def __init__(self, before: dict[int, tuple[weakref.ref[torch.Tensor], int, int, int]]) -> None:
+        self._before = before
+        self._kept: dict[int, weakref.ref[torch.Tensor]] = {}
+        self._labels: dict[int, str] = {}
+        self.written_bytes = 0
+        self.written: list[str] = []
+
+    @classmethod
+    def watch(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None) -> ReadOnly:
+        """The version marks of every tensor ``roots`` and ``extra`` reach, before a run."""
+        found: dict[int, tuple[Any, str]] = {}
+        for label, (_, value) in roots.items():
+            _walk(value, found, label)
+        _walk(extra, found, "argument")
+        before: dict[int, tuple[weakref.ref[torch.Tensor], int, int, int]] = {}
+        out = cls(before)
+        out._labels = {k: label for k, (_, label) in found.items()}
+        for t, _ in found.values():
+            if isinstance(t, torch.Tensor):
+                try:
+                    ref = weakref.ref(t)
+                except TypeError:
+                    continue
+                grad = t.grad
+                before[id(t)] = (ref, torch_compat.tensor_version(t), id(grad),
+                                 torch_compat.tensor_version(grad) if grad is not None else -1)
+        return out
+
+    def done(self) -> ReadOnly:
+        """After the run: keep the tensors it left as they were."""
+        for key, (ref, version, grad_id, grad_version) in self._before.items():
+            t = ref()
+            if t is None:
+                continue
+            grad = t.grad
+            if torch_compat.tensor_version(t) == version and id(grad) == grad_id and \
+                    (grad is None or torch_compat.tensor_version(grad) == grad_version):
+                self._kept[key] = ref
+            else:
+                self.written_bytes += _nbytes(t)
+                self.written.append(self._labels.get(key, "a tensor"))
+        self._before = {}
+        return self
+
+    def holds(self, t: torch.Tensor) -> bool:
+        ref = self._kept.get(id(t))
+        return ref is not None and ref() is t
+
+    def describe_written(self, copied: int) -> str:
+        """"its run writes 300 MiB of them (model.fc.weight, ...)": what must still be copied."""
+        names = ", ".join(self.written[:3]) + (" and more" if len(self.written) > 3 else "")
+        return (f"{copied / 2**20:.0f} MiB of them must still be copied"
+                + (f" (your run wrote {names})" if names else " (reached since your run, or written by it)"))
 
 
 def _containers(values: Iterable[Any]) -> list[tuple[Any, Any]]:

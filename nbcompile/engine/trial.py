@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..capture.hub import HUB, Recording
+from ..capture.hub import HUB, OverDeadline, Recording
 from ..core import dynconfig, torch_compat
 from ..core.errors import describe_failure
 from ..core.torch_compat import CodeKey
@@ -107,11 +107,16 @@ class Spec:
     #: name -> the function a toggle names (the cell's own and the tracked library functions): where a
     #: trial looks for the globals a traced-once mode would freeze.
     functions: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Called when a run wrote a tensor shared with the user's objects (``Replay.shared_written``): later
+    #: captures share nothing.
+    unshare: Callable[[], None] = lambda: None
 
 
 #: A trials cache's key for the outcome that refuses every further trial (the run changes what no copy
 #: holds: each trial would do it again on the user's objects).
 REFUSED = "refused"
+#: The start of ``Outcome.error`` for a run cut at its deadline.
+NOT_FINISHED = "not finished: the run was compiling after "
 _EFFECT = "not tried: the run "
 
 
@@ -120,13 +125,16 @@ def trial_backend(backend: str) -> str:
 
 
 def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None, *, calls: int = 1,
-        until: Callable[[Report], bool] | None = None, fresh: Collection[CodeKey] = ()) -> Outcome:
+        until: Callable[[Report], bool] | None = None, fresh: Collection[CodeKey] = (),
+        deadline: float | None = None) -> Outcome:
     """One scratch run with ``modes``, compared with an eager run on a second copy of the state.
 
     ``calls``: the workload is called that many times on the same copies (``until(report)`` true stops it
     early), and the eager reference as many times. ``fresh``: codes whose automatic-dynamic memory (what
     Dynamo learnt from earlier calls about sizes that change) is set aside for the trial, so they compile
-    as they did on the session's first run, not as its later runs taught them; it is given back after."""
+    as they did on the session's first run, not as its later runs taught them; it is given back after.
+    ``deadline``: a ``time.perf_counter()`` time after which the run is cut at its next compiled graph (or
+    before its next call): ``Outcome.error`` says "not finished", and nothing it counted is kept."""
 
     start = time.perf_counter()
     outcome = Outcome(dict(modes))
@@ -135,6 +143,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         outcome.error = f"not tried: {compiled_copy.refused.removeprefix('not compared: ')}"
         return outcome
     recording = Recording(Report(title="trial", backend=spec.backend))
+    recording.deadline = deadline
     rng = check_ops.RngState()
     code_state = torch_compat.code_state_snapshot()
     torch_compat.restore_code_state({}, set(fresh))  # an empty memory for those codes, given back below
@@ -146,6 +155,9 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
                 HUB.active(recording), check_ops.quiet(), \
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             for made in range(1, max(calls, 1) + 1):
+                if made > 1 and deadline is not None and time.perf_counter() > deadline:
+                    recording.cut = True
+                    break
                 outcome.calls = made
                 result = call(extra)
                 if until is not None and until(recording.report):
@@ -153,7 +165,9 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     except check_ops.OutsideEffect as exc:
         outcome.error = f"{_EFFECT}{exc}, which a trial will not do again"
     except torch_compat.DYNAMO_ERRORS as exc:
-        outcome.error = f"fails to compile ({describe_failure(exc)})"
+        outcome.error = None if recording.cut else f"fails to compile ({describe_failure(exc)})"
+    except OverDeadline:  # a backend that does not wrap it (suppress_errors, a custom backend)
+        recording.cut = True
     except Exception as exc:
         outcome.error = f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}"
     finally:
@@ -161,18 +175,30 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         rng.restore()
         torch_compat.restore_code_state(code_state, recording.codes | set(fresh))
         _give_back_set_aside(code_state, fresh)
+    if recording.cut:
+        outcome.error = (f"{NOT_FINISHED}{time.perf_counter() - start:.0f} s, cut when its time ran out (the budget's "
+                         "end)")
+        outcome.seconds = time.perf_counter() - start
+        return outcome
     report = recording.report
     outcome.graphs, outcome.breaks, outcome.recompiles = report.graph_count, report.break_count, report.recompile_count
     outcome.ops = sum(g.op_count for g in report.graphs)
     outcome.fallbacks = len(report.fallbacks)
     outcome.splits = report.splits
     outcome.sites = [(b.filename, b.lineno, b.gb_type) for b in report.breaks]
-    if outcome.error is None:
+    written = compiled_copy.shared_written()  # caught before the eager reference would write it again
+    if outcome.error is None and written is None:
         outcome.check = _compare(result, compiled_copy, eager_copy, spec,
                                  [op for g in report.graphs for op in g.ops], eager=_repeated(spec, outcome.calls))
         outcome.check.run = "trial"
+        written = eager_copy.shared_written()
+    if written is not None:
+        spec.unshare()
+        outcome.error = (f"{_EFFECT}wrote {written} in place, a tensor of yours your own run only read (shared "
+                         "with the copies, as the state is over the copy budget); no further run shares it")
+        outcome.check = None
         rng.restore()
-        if outcome.check.ok:
+        if outcome.check is not None and outcome.check.ok:
             outcome.stale = _stale(spec, modes, options or {})
     outcome.seconds = time.perf_counter() - start
     return outcome
@@ -278,6 +304,12 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
         HUB.release()
         rng.restore()
         torch_compat.restore_code_state(code_state, recording.codes)
+
+    written = compiled_copy.shared_written()
+    if written is not None:
+        spec.unshare()
+        return (f"not judged with the globals changed ({changed}): the run wrote {written} in place, a tensor of "
+                "yours shared with the copies that your own run only read")
 
     def eager_twice(extra: Any) -> Any:
         spec.eager(extra)

@@ -28,7 +28,7 @@ from ..model.report import LintWarning
 from . import check as check_ops
 from . import custom_ops, library
 from .compiler import compiled_copy, drop_compiled
-from .state import Replay, Slot, reach
+from .state import Reached, ReadOnly, Replay, Slot, reach
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
 
@@ -86,6 +86,9 @@ class Workload:
         self.engine = Toggles(bindings, wrap=self.wrap, functions=tracked, custom_op=self.custom_op)
         #: Dynamo's automatic-dynamic memory before the session compiled anything (given back on reset).
         self.code_state: dict[Any, Any] = {}
+        #: The tensors the user's own run of --run left unwritten (``watch``): runs on copies share them rather
+        #: than copy them when the state is over the copy budget. None: share nothing (every tensor copied).
+        self.read_only: ReadOnly | None = None
 
     # -- what it is ----------------------------------------------------------------------------
     @property
@@ -118,15 +121,25 @@ class Workload:
         return eval(code, self.namespace, {})
 
     # -- copies ------------------------------------------------------------------------------------
-    def replay(self, code: types.CodeType) -> Replay:
-        """Copies of what ``code`` reaches in the namespace (compiled entries by their original)."""
+    def _roots(self, code: types.CodeType) -> tuple[dict[str, tuple[Slot, Any]], Reached]:
         originals = [b.original for b in self.bindings.values()]
         roots = {}
         reached = reach(self.namespace, code, originals)
         for label, slot in reached.items():
             binding = self.bindings.get(slot.key) if slot.owner is self.namespace else None
             roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
-        return Replay.capture(roots, modules=reached.modules, imports=reached.imports)
+        return roots, reached
+
+    def replay(self, code: types.CodeType) -> Replay:
+        """Copies of what ``code`` reaches in the namespace (compiled entries by their original). Over the
+        copy budget, the tensors the user's own run left unwritten (``read_only``) are shared, not copied."""
+        roots, reached = self._roots(code)
+        return Replay.capture(roots, modules=reached.modules, imports=reached.imports, read_only=self.read_only)
+
+    def watch(self, code: types.CodeType) -> ReadOnly:
+        """The version marks of the tensors ``code`` reaches, before the user's own run of it (``done()``
+        after it tells which it left unwritten: ``read_only``)."""
+        return ReadOnly.watch(self._roots(code)[0])
 
     def entry_copies(self, replay: Replay) -> dict[Slot, Any]:
         """Module entries' slots -> their copies in ``replay``, compiled as the session compiles them (a
@@ -380,4 +393,8 @@ class Workload:
         functions = {**self.tracked, **{n: library.resolve(n)[1] for n in also_track if n not in self.tracked}}
         return Spec(capture=lambda: self.replay(code), compiled=compiled,
                     eager=lambda _extra: self.evaluate(code), originals=self.originals(), backend=backend,
-                    functions=functions)
+                    functions=functions, unshare=self.unshare)
+
+    def unshare(self) -> None:
+        """Share no more tensors with runs on copies (one wrote a tensor the user's run only read)."""
+        self.read_only = None

@@ -206,6 +206,10 @@ class Session:
             self.recording.notify()
             return None
         replay = self.workload.replay(code) if self.options.check else None
+        # the user's own run: which tensors it leaves unwritten, so runs on copies of a state over the copy
+        # budget can share those rather than copy them (toggles, trials)
+        watch = self.workload.watch(code) if mine is None and (replay is None or replay.refused is not None) \
+            else None
         rng = check_ops.RngState()
         with HUB.active(self.recording):
             try:
@@ -231,6 +235,14 @@ class Session:
                     rng.restore()
                 raise
         self.report.result = result
+        if watch is not None:
+            self.workload.read_only = watch.done()
+        written = mine.shared_written() if mine is not None else None
+        if written is not None:  # caught before the eager reference would write it a second time
+            self._shared_written(written)
+            rng.restore()
+            self.recording.notify()
+            return result
         if replay is not None:
             self.report.check = check_ops.judge(
                 result, replay, lambda _: self.workload.evaluate(code), rng, compiled=mine,
@@ -244,10 +256,21 @@ class Session:
                 self.report.check = check_ops.nothing_compiled(
                     "the expression never reached a compiled entry (model.generate, for one, calls the module's "
                     "original forward); compile a function that makes the call, with --entry")
+        written = replay.shared_written() if replay is not None else None
+        if written is not None:
+            self._shared_written(written)
         if mine is not None:
             rng.restore()  # the toggle's run leaves the generators as the user's last run did
         self.recording.notify()
         return result
+
+    def _shared_written(self, written: str) -> None:
+        """A run on copies wrote a tensor shared with the user's objects (``Replay.shared``): say so in the
+        check, plainly, and share nothing from now on."""
+        self.workload.unshare()
+        self.report.check = Check(True, None, f"not compared: a run on copies wrote {written} in place, a tensor of "
+                                  "yours your own run only read (shared with the copies, as the state is over the copy "
+                                  "budget); no further run shares it", compared=False, run="copies")
 
     def verify_soon(self, by: float | None = None) -> None:
         """Prove the report's fixes after the views are drawn: in a kernel, once the current request is

@@ -1,0 +1,111 @@
+"""Toggles and fix-search trials on a model over the copy budget (issue 23, point 4): the tensors the
+user's own run left unwritten (by their version counters and grads) are shared with the copies, only
+what it wrote is copied; a run that writes a shared tensor is caught and stops the sharing."""
+
+from __future__ import annotations
+
+import torch
+
+import nbcompile
+from nbcompile.engine import state
+
+from nbhelpers import run_compile_cell
+
+#: Five 4096x4096 float32 layers: 320 MiB of parameters, over the 256 MiB nbcompile copies.
+BIG_CELL = """\
+import torch
+torch.manual_seed(0)
+def act(x):
+    print("act")
+    return torch.relu(x)
+class Big(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4096, 4096, bias=False) for _ in range(5))
+    def forward(self, x):
+        for layer in self.layers:
+            x = act(layer(x))
+        return x.sum(-1)
+big = Big().eval()
+x = torch.randn(2, 4096)
+"""
+
+
+def _versions(model):
+    return [(p.data_ptr(), p._version, p.grad) for p in model.parameters()]
+
+
+def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip):
+    assert 5 * 4096 * 4096 * 4 > state.MAX_COPY_BYTES
+    with torch.no_grad():
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "big(x)"', BIG_CELL)
+    s = nbcompile.last()
+    ns = ip.user_ns
+    # the cell's own run cannot be copied beforehand: not compared, and said why
+    assert not s.report.check.compared and "MiB" in s.report.check.message, s.report.check
+    assert s.workload.read_only is not None and s.workload.read_only.written == []
+    before = _versions(ns["big"])
+    weights = [p.detach().clone() for p in ns["big"].parameters()]
+    with torch.no_grad():
+        s.set("act", "disable")  # re-run on copies: the weights shared, nothing copied
+    check = s.report.check
+    assert check.compared and check.ok, check
+    assert _versions(ns["big"]) == before
+    assert all(torch.equal(a, b) for a, b in zip(weights, ns["big"].parameters(), strict=True))
+    replay = s.workload.replay(s.workload.run_code)
+    assert replay.refused is None and len(replay.shared) == 6  # the 5 weights and x
+    model = ns["big"]._orig_mod  # the entry, compiled: its module
+    assert replay.counterpart(model) is not model  # the module is a copy, its weights the user's
+    assert replay.counterpart(ns["big"].layers[0].weight) is ns["big"].layers[0].weight
+    with torch.no_grad():
+        result = s.fix(budget_s=60)
+    assert result.start is not None and result.start.tried, result.start and result.start.error
+    assert not any((t.error or "").startswith("not tried") for t in result.trials), \
+        [t.error for t in result.trials]
+    assert _versions(ns["big"]) == before
+    s.reset()
+
+
+def test_a_training_step_over_the_budget_is_refused_naming_what_it_writes(ip):
+    cell = BIG_CELL.replace(".eval()", "") + """\
+opt = torch.optim.SGD(big.parameters(), lr=0.0)
+def step():
+    opt.zero_grad()
+    loss = big(x).sum()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+"""
+    run_compile_cell(ip, '--backend eager --no-panel --run "step()"', cell)
+    s = nbcompile.last()
+    read_only = s.workload.read_only
+    assert read_only is not None and len(read_only.written) == 5  # every weight got a grad and a step
+    replay = s.workload.replay(s.workload.run_code)
+    assert replay.refused is not None and "big.layers.0.weight" in replay.refused and "MiB" in replay.refused, \
+        replay.refused
+    s.reset()
+
+
+def test_a_run_that_writes_a_shared_tensor_is_caught_and_stops_the_sharing(ip):
+    cell = BIG_CELL + """\
+FLAG = [False]
+def run():
+    if FLAG[0]:
+        with torch.no_grad():
+            big.layers[0].weight.mul_(1.0)
+    return big(x)
+"""
+    with torch.no_grad():
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', cell)
+    s = nbcompile.last()
+    assert s.workload.read_only is not None and s.workload.read_only.written == []
+    ip.user_ns["FLAG"][0] = True  # the next run takes another path: it writes a weight the first only read
+    version = ip.user_ns["big"].layers[0].weight._version
+    with torch.no_grad():
+        s.set("act", "disable")
+    check = s.report.check
+    assert not check.compared and "wrote big.layers.0.weight in place" in check.message, check
+    assert ip.user_ns["big"].layers[0].weight._version == version + 1  # said plainly: it was the user's tensor
+    assert s.workload.read_only is None  # no further run shares it: the next copy is refused, not shared
+    assert "MiB" in (s.workload.replay(s.workload.run_code).refused or "")
+    s.reset()
