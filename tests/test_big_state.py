@@ -4,6 +4,7 @@ what it wrote is copied; a run that writes a shared tensor is caught and stops t
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import nbcompile
@@ -29,6 +30,14 @@ class Big(torch.nn.Module):
 big = Big().eval()
 x = torch.randn(2, 4096)
 """
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_big_objects(ip):
+    """320 MiB a test, and names (``step``, ``run``) other tests' code mentions: gone after each test."""
+    yield
+    for name in ("big", "Big", "x", "act", "opt", "step", "run", "FLAG"):
+        ip.user_ns.pop(name, None)
 
 
 def _versions(model):

@@ -632,7 +632,8 @@ _EFFECT_PREFIX = "not compared: the run "
 def effect_seen(check: Check | None) -> str | None:
     """What the session's check saw the run do outside its copies ("the run changes m.stats in place ..."),
     or None: once seen, a trial would only do it again."""
-    if check is None or check.compared or not check.message.startswith(_EFFECT_PREFIX):
+    if check is None or check.compared or not check.message.startswith(_EFFECT_PREFIX) \
+            or ", which the check will not do a second time" not in check.message:  # not a state over the budget
         return None
     return check.message.removeprefix("not compared: ").split(", which the check", 1)[0]
 

@@ -377,6 +377,7 @@ class Searcher:
             self.result.state = "budget"
             self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before the start's run ended "
                                         f"({start.error}): give the search a longer budget")
+            self._explain_left()
             return
         if start.error is not None and start.error.startswith("not tried"):
             self.result.state = f"not tried: the session's own run cannot be tried on copies ({start.error})"
@@ -428,7 +429,7 @@ class Searcher:
         and, when the trials counted Dynamo's view only, for proving it on the session's trial backend (AOT's
         trace on top: ``PROOF_FACTOR`` trials)."""
         self._time_kept = True
-        self._deadline = self.end - max(seconds, self.report.compile_time_s)
+        self._deadline = self.end - max(seconds, self.report.compile_time_s, self.workload.run_s)
         self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
 
     def _prove_best(self) -> None:

@@ -587,8 +587,8 @@ def time_search(workload: Workload, configs: list[tuple[str, dict[str, str], dic
     if eager:
         todo.append(("eager", None, {}))
     for name, modes, overrides in todo:
-        if time.perf_counter() >= deadline:
-            rows.append(SearchTime(name, why="not timed: the budget ran out"))
+        if time.perf_counter() + (workload.run_s if modes is not None else 0.0) >= deadline:
+            rows.append(SearchTime(name, why="not timed: the budget ran out (or would, compiling it)"))
             continue
         try:
             rows.append(_time_one(workload, code, name, modes, overrides, deadline, min_run_time, also_track))
@@ -608,12 +608,14 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
     options = dataclasses.replace(workload.options.compile_options(),
                                   **{k: v for k, v in overrides.items() if not k.startswith("_")})
 
+    recording = Recording(Report(title="fix search timing"))  # not the session's compiles
+    recording.deadline = deadline  # a compile still going at the deadline is cut at its next graph
+
     def fresh_compile(entry: str, obj: Any) -> Any:
         if entry not in workload.entries:
             return obj
-        return compiled_copy(replay.counterpart(torch_compat.unwrap_compiled(obj)), options)
+        return compiled_copy(replay.counterpart(torch_compat.unwrap_compiled(obj)), options, recording=recording)
 
-    recording = Recording(Report(title="fix search timing"))  # not the session's compiles
     code_state = torch_compat.code_state_snapshot()
     rng = check_ops.RngState()
     with contextlib.ExitStack() as stack:
@@ -637,8 +639,13 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
             bind()
             workload.evaluate(code)
 
-        once()  # compiles
-        once()
+        try:
+            once()  # compiles
+            once()
+        except Exception:
+            if recording.cut:
+                return SearchTime(name, why="not timed: the budget ran out while it compiled")
+            raise
         if time.perf_counter() >= deadline:
             return SearchTime(name, why="not timed: the budget ran out while it compiled")
         _sync(device)

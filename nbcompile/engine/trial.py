@@ -197,9 +197,9 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         outcome.error = (f"{_EFFECT}wrote {written} in place, a tensor of yours your own run only read (shared "
                          "with the copies, as the state is over the copy budget); no further run shares it")
         outcome.check = None
-        rng.restore()
-        if outcome.check is not None and outcome.check.ok:
-            outcome.stale = _stale(spec, modes, options or {})
+    rng.restore()
+    if outcome.check is not None and outcome.check.ok:
+        outcome.stale = _stale(spec, modes, options or {})
     outcome.seconds = time.perf_counter() - start
     return outcome
 

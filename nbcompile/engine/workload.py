@@ -89,6 +89,9 @@ class Workload:
         #: The tensors the user's own run of --run left unwritten (``watch``): runs on copies share them rather
         #: than copy them when the state is over the copy budget. None: share nothing (every tensor copied).
         self.read_only: ReadOnly | None = None
+        #: How long the session's last run of --run took, compile and check included (seconds): what a restart
+        #: with another configuration takes, about (the fix search keeps that much of its budget for it).
+        self.run_s = 0.0
 
     # -- what it is ----------------------------------------------------------------------------
     @property

@@ -183,10 +183,12 @@ class Session:
         if self._run_report is not report:
             self._run_report, self._run_made = report, set()
         before = {r.compile_id for r in report.recompiles}
+        began = time.perf_counter()
         try:
             return self._run(on_copies=on_copies)
         finally:
             self._run_made |= {r.compile_id for r in report.recompiles} - before
+            self.workload.run_s = time.perf_counter() - began  # what applying a fix search's choice takes
 
     def _run(self, *, on_copies: bool) -> Any:
         """The --run expression, compiled, then judged against eager (``check.judge``). ``on_copies``: the run
