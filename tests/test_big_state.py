@@ -16,6 +16,7 @@ from nbhelpers import run_compile_cell
 BIG_CELL = """\
 import torch
 torch.manual_seed(0)
+device = "cpu"
 def act(x):
     print("act")
     return torch.relu(x)
@@ -27,16 +28,18 @@ class Big(torch.nn.Module):
         for layer in self.layers:
             x = act(layer(x))
         return x.sum(-1)
-big = Big().eval()
-x = torch.randn(2, 4096)
+big = Big().eval().to(device)
+x = torch.randn(2, 4096, device=device)
 """
+#: Where the big model runs: the CPU, and a CUDA device where there is one (GPU memory is copied too).
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 @pytest.fixture(autouse=True)
 def _forget_the_big_objects(ip):
     """320 MiB a test, and names (``step``, ``run``) other tests' code mentions: gone after each test."""
     yield
-    for name in ("big", "Big", "x", "act", "opt", "step", "run", "FLAG"):
+    for name in ("big", "Big", "x", "act", "opt", "step", "run", "FLAG", "device"):
         ip.user_ns.pop(name, None)
 
 
@@ -44,10 +47,12 @@ def _versions(model):
     return [(p.data_ptr(), p._version, p.grad) for p in model.parameters()]
 
 
-def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip, device):
     assert 5 * 4096 * 4096 * 4 > state.MAX_COPY_BYTES
     with torch.no_grad():
-        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "big(x)"', BIG_CELL)
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "big(x)"',
+                         BIG_CELL.replace('device = "cpu"', f'device = "{device}"'))
     s = nbcompile.last()
     ns = ip.user_ns
     # the cell's own run cannot be copied beforehand: not compared, and said why

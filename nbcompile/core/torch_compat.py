@@ -23,6 +23,8 @@ import torch
 
 from .errors import NbcompileError
 
+_ABSENT = object()
+
 #: Features that this torch lacks, name -> what nbcompile does without it.
 MISSING: dict[str, str] = {}
 
@@ -716,3 +718,22 @@ def torch_saves_reported(report: Callable[[str], None]) -> Iterator[None]:
     finally:
         if module._open_zipfile_writer is reported:
             module._open_zipfile_writer = original
+
+
+@contextlib.contextmanager
+def trace_records_through_disable() -> Iterator[None]:
+    """Torch's structured trace records (``torch.__trace``) still reach their handlers while
+    ``logging.disable`` silences every other logger: torch 2.13 hands them on regardless, torch 2.11 and
+    older drop them (``Logger.debug`` asks ``isEnabledFor``, which reads the global disable level), so a
+    compile under a quiet run would go unrecorded there. The trace logger answers for itself for the
+    duration (an instance attribute over ``Logger.isEnabledFor``), then is as it was."""
+    trace = logging.getLogger("torch.__trace")
+    held = trace.__dict__.get("isEnabledFor", _ABSENT)
+    trace.isEnabledFor = lambda level: level >= trace.getEffectiveLevel()  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if held is _ABSENT:
+            del trace.isEnabledFor
+        else:
+            trace.isEnabledFor = held  # type: ignore[method-assign]

@@ -619,8 +619,9 @@ def quiet() -> Any:
 
     before = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:  # torch's trace records still reach nbcompile's recordings (torch 2.11 drops them under a disable)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                torch_compat.trace_records_through_disable():
             yield
     finally:
         logging.disable(before)
