@@ -66,6 +66,11 @@ MAX_HOLDERS = 6
 #: The backend the search's trials compile with: Dynamo's graphs and breaks, no AOTAutograd trace (the
 #: chosen configuration is proven on the session's trial backend before it is applied).
 EXPLORE_BACKEND = "eager"
+#: The configurations the time kept for timing covers (the start and the best): each a compile on the
+#: session's backend (what its own run took) and ``TIMING_S`` of calls.
+TIMED_AT_LEAST = 2
+#: Seconds of timed calls per configuration (``timing.time_search``'s ``min_run_time``), with its warm-up.
+TIMING_S = 0.4
 #: Most chosen configurations proven on the session's trial backend before one holds (each one that fails
 #: there is rejected and the next best proven).
 MAX_PROOFS = 4
@@ -183,7 +188,12 @@ class Searcher:
         start = self.workload.toggles
         seeds: list[tuple[dict[str, str], dict[str, Any], str]] = []
         report = self.report
-        for config in self._configs():  # one config change reaches every break of its kind at once: tried first
+        configs = self._configs()
+        if len(configs) > 1:  # every config the breaks call for, together: on a model whose breaks are of several
+            # kinds the most one trial can remove (when one of them does harm, the trials of each alone follow)
+            together = {name: value for config in configs for name, value in config.items()}
+            seeds.append((dict(start), {"_config": together}, f"config {dynconfig.describe(together)}"))
+        for config in configs:  # one config change reaches every break of its kind at once: tried first
             seeds.append((dict(start), {"_config": config}, f"config {dynconfig.describe(config)}"))
         for proposal in self._proposals():
             seeds.append((dict(start), {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line "
@@ -307,7 +317,9 @@ class Searcher:
         self.result.elapsed_s = time.perf_counter() - self._began
         if not self._time_kept and result.tried:  # the start did not run (it fails to compile): the first that did
             self._keep_time(result.seconds)
-        if result.admissible and (self.result.best is None or _rank(result) < _rank(self.result.best)):
+        best = self.result.best
+        if result.admissible and (best is None or _rank(result) < _rank(best) or (
+                _rank(result) == _rank(best) and best is not self.result.start and _changes(result) < _changes(best))):
             self.result.best = result
             start = self.result.start
             if start is not None and result is not start and not result.proven and result.breaks != start.breaks:
@@ -413,8 +425,13 @@ class Searcher:
                     break
             beam = frontier
         if cut and not self.result.stopped:
-            self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before every configuration "
-                                        "one change from the best was tried: a longer budget may find fewer breaks")
+            kept = self.end - self._explore_deadline
+            self.result.budget_bound = (
+                f"the {self.result.budget_s:g} s budget ran out before every configuration one change from the best "
+                "was tried: a longer budget may find fewer breaks" if kept < 0.8 * self.result.budget_s else
+                f"the {self.result.budget_s:g} s budget left little to search: proving, timing and applying a choice "
+                f"on this session's backend take about {kept:.0f} s of it; give the search at least "
+                f"{math.ceil(kept + 30):d} s")
         self._prove_best()
         yield self.result
         self._time_finalists()
@@ -429,8 +446,13 @@ class Searcher:
         and, when the trials counted Dynamo's view only, for proving it on the session's trial backend (AOT's
         trace on top: ``PROOF_FACTOR`` trials)."""
         self._time_kept = True
-        self._deadline = self.end - max(seconds, self.report.compile_time_s, self.workload.run_s)
-        self._explore_deadline = self._deadline - (0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
+        apply_s = max(seconds, self.report.compile_time_s, self.workload.run_s)
+        self._deadline = self.end - apply_s
+        # the timing of the start and the best on the session's backend (a compile each, then the calls):
+        # a choice that was never timed could be far slower than the start, which only timing rejects
+        timing_s = TIMED_AT_LEAST * (apply_s + TIMING_S)
+        self._explore_deadline = self._deadline - timing_s - (
+            0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
 
     def _prove_best(self) -> None:
         """Run the best configuration again on the session's trial backend (AOTAutograd traces what
@@ -523,11 +545,12 @@ class Searcher:
             if best is None or best is start or self.result.stopped:
                 return
             ties = [t for t in self.result.trials if t.admissible and _rank(t) == _rank(best)]
-            ties.sort(key=lambda t: len([m for m in t.toggles.values() if m != "compile"]) + len(t.options))
+            ties.sort(key=_changes)
             finalists = ties[:FINALISTS]
             timed = [t for t in finalists if t.median_s is None]
             if start is not None and start.admissible and start.median_s is None and start not in finalists:
-                timed.append(start)
+                timed.insert(1 if timed else 0, start)  # the best and the start first: what the time kept covers
+            timed.sort(key=lambda t: t is not best and t is not start)
             if self._over():
                 if timed:
                     self._budget_cut("not timed: the budget ran out before the finalists were timed")
@@ -769,6 +792,13 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(sorted((_frozen(v) for v in value), key=repr))
     return value
+
+
+def _changes(t: Trial) -> int:
+    """How many changes a configuration makes: each toggle off ``compile``, each config value, each rewrite,
+    ``dynamic``. Among configurations with the same breaks and recompiles, the fewest changes win."""
+    options = sum(len(v) if k in ("_config", "_rewrites") else 1 for k, v in t.options.items())
+    return len([m for m in t.toggles.values() if m != "compile"]) + options
 
 
 def _low(t: Trial) -> float:
