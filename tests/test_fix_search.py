@@ -391,3 +391,28 @@ def test_the_users_prints_do_not_flood_the_cell(ip, capsys):
     session.fix(budget_s=30)
     out = capsys.readouterr().out
     assert out.count("hi from helper") <= 2, out.count("hi from helper")  # the applied configuration's re-run
+
+
+def test_the_breaks_torch_makes_on_purpose_are_said_to_be_so(ip):
+    """A training step: .backward(), the optimizer's own graph_break() calls and zero_grad (marked not to be
+    traced) are torch's design, not something to move into a helper."""
+    run_compile_cell(ip, '--backend eager --no-panel --entry step --run "step()"', textwrap.dedent("""\
+        import torch
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 2)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        x = torch.randn(3, 4)
+        def step():
+            loss = net(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        """))
+    session = nbcompile.last()
+    result = session.fix(budget_s=60)
+    left = "\n".join(result.unremovable)
+    assert "at .backward() by design" in left, left
+    assert "torch/optim/optimizer.py: the optimizer's step compiles as a graph of its own" in left, left
+    assert "torch marks Optimizer.zero_grad not to be traced, on purpose" in left, left
+    assert "move the line into a helper" not in left, left

@@ -27,9 +27,13 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
+
+import torch
 
 from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError
@@ -667,7 +671,10 @@ class Searcher:
             holder = library.holder_of(brk.filename, brk.lineno) if not in_cell else None
             own, enclosing = cell_holder(self.workload.tracked, brk.filename, brk.lineno) if in_cell else (None, None)
             searched = self._function_modes()
-            if holder is not None and holder not in tracked:
+            design = by_design(brk.gb_type, brk.filename, brk.explanation)
+            if design is not None:
+                why = design
+            elif holder is not None and holder not in tracked:
                 why = (f"its holder {library.short(holder)} was not searched (only the {MAX_HOLDERS} library "
                        "functions with the most breaks are)")
             elif holder is None and not in_cell:
@@ -717,7 +724,10 @@ class Searcher:
             seen.add((filename, lineno))
             place = (f"cell line {lineno}" if filename == self.workload.filename
                      else f"{filename.rsplit('/', 1)[-1]} line {lineno}")
-            if disabled:
+            design = by_design(gb_type, filename)
+            if design is not None:
+                why = design
+            elif disabled:
                 names = ", ".join(library.short(n) if ":" in n else n for n in disabled)
                 why = (f"the call of {names}, which this configuration runs eagerly (disable): the breaks inside "
                        "moved here, one per call, and the rest of the caller compiles")
@@ -792,6 +802,29 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(sorted((_frozen(v) for v in value), key=repr))
     return value
+
+
+#: Where torch's own code lives: a break there that torch makes on purpose is not a fault of the user's code.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def by_design(gb_type: str, filename: str, explanation: str = "") -> str | None:
+    """Why a break is one torch makes on purpose, which nothing the search can do removes (and nothing should):
+    ``.backward()``, a ``torch._dynamo.graph_break()`` in torch's own code (the optimizers' step), a torch
+    function Dynamo's developers marked not to trace (``Optimizer.zero_grad``); None for any other break."""
+    if gb_type == "Unsupported Tensor.backward() call":
+        return ("torch breaks the graph at .backward() by design: the forward and the backward each run as a "
+                "compiled graph of their own (AOTAutograd), so no toggle, config or rewrite removes it")
+    if filename.startswith(_TORCH_DIR) and "graph_break()" in gb_type:
+        where = filename[len(_TORCH_DIR):]
+        return (f"torch's own code breaks the graph here on purpose (torch._dynamo.graph_break() in torch/{where}"
+                + (": the optimizer's step compiles as a graph of its own, pytorch#104053" if "optim" in where else "")
+                + "), so it is left as torch wants it")
+    if "marked as skipped" in gb_type and "developers have intentionally marked" in explanation:
+        named = re.search(r"function `([^`]+)`", explanation)
+        return (f"torch marks {named[1] if named else 'the function it calls'} not to be traced, on purpose: it runs "
+                "between the graphs by design, so it is left as torch wants it")
+    return None
 
 
 def _changes(t: Trial) -> int:
