@@ -71,6 +71,9 @@ def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip, 
     model = ns["big"]._orig_mod  # the entry, compiled: its module
     assert replay.counterpart(model) is not model  # the module is a copy, its weights the user's
     assert replay.counterpart(ns["big"].layers[0].weight) is ns["big"].layers[0].weight
+    # only the --run expression shares what its run left unwritten: another expression (a bench) copies or refuses
+    other = s.workload.replay(compile("big(x)", "<another expression>", "eval"))
+    assert other.refused is not None and "MiB" in other.refused and not other.shared
     with torch.no_grad():
         result = s.fix(budget_s=60)
     assert result.start is not None and result.start.tried, result.start and result.start.error
@@ -105,8 +108,7 @@ def test_a_run_that_writes_a_shared_tensor_is_caught_and_stops_the_sharing(ip):
 FLAG = [False]
 def run():
     if FLAG[0]:
-        with torch.no_grad():
-            big.layers[0].weight.mul_(1.0)
+        big.layers[0].weight.data.add_(0.5)  # through .data: no version counter sees it, the sum does
     return big(x)
 """
     with torch.no_grad():
@@ -114,12 +116,40 @@ def run():
     s = nbcompile.last()
     assert s.workload.read_only is not None and s.workload.read_only.written == []
     ip.user_ns["FLAG"][0] = True  # the next run takes another path: it writes a weight the first only read
-    version = ip.user_ns["big"].layers[0].weight._version
+    weight = ip.user_ns["big"].layers[0].weight
+    before = weight.detach().clone()
     with torch.no_grad():
         s.set("act", "disable")
     check = s.report.check
     assert not check.compared and "wrote big.layers.0.weight in place" in check.message, check
-    assert ip.user_ns["big"].layers[0].weight._version == version + 1  # said plainly: it was the user's tensor
+    # said plainly (it was the user's tensor), and caught after that one run: the eager reference never ran
+    assert torch.equal(weight.detach(), before + 0.5)
     assert s.workload.read_only is None  # no further run shares it: the next copy is refused, not shared
     assert "MiB" in (s.workload.replay(s.workload.run_code).refused or "")
+    s.reset()
+
+
+def test_the_users_own_run_writing_a_shared_tensor_is_not_written_again_by_the_reference(ip):
+    cell = BIG_CELL + """\
+FLAG = [False]
+def run():
+    if FLAG[0]:
+        big.layers[0].weight.data.add_(0.5)
+    return big(x)
+"""
+    with torch.no_grad():
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', cell)
+    s = nbcompile.last()
+    with torch.no_grad():
+        s.set("act", "disable")  # sharing: the reference copies of later runs share the weights
+    assert s.report.check.compared, s.report.check
+    ip.user_ns["FLAG"][0] = True
+    weight = ip.user_ns["big"].layers[0].weight
+    before = weight.detach().clone()
+    with torch.no_grad():
+        s.run()  # the user's own run (their right to write), on their objects
+    assert torch.equal(weight.detach(), before + 0.5)  # once: the eager reference did not run on the shared weight
+    check = s.report.check
+    assert not check.compared and "your run wrote big.layers.0.weight in place" in check.message, check
+    assert "big.layers.0.weight" in s.workload.read_only.written  # the next run copies it
     s.reset()

@@ -332,6 +332,11 @@ class Searcher:
             self.progress(self.result)
         return result
 
+    def _order(self, t: Trial) -> tuple[Any, ...]:
+        """The search's order: fewest breaks, then recompiles and fallbacks; among ties the start (the user's
+        own configuration: never replaced without a gain), then the fewest changes."""
+        return (_rank(t), t is not self.result.start, _changes(t))
+
     def _estimate(self, spec: trial.Spec) -> float:
         """How long a trial on ``spec`` may take: the median of those run on it so far (the start's time, or
         ``PROOF_FACTOR`` times it on the session's backend when none ran there yet)."""
@@ -450,7 +455,7 @@ class Searcher:
         and, when the trials counted Dynamo's view only, for proving it on the session's trial backend (AOT's
         trace on top: ``PROOF_FACTOR`` trials)."""
         self._time_kept = True
-        apply_s = max(seconds, self.report.compile_time_s, self.workload.run_s)
+        apply_s = max(seconds, self.workload.run_s or self.report.compile_time_s)  # the last run, not all of them
         self._deadline = self.end - apply_s
         # the timing of the start and the best on the session's backend (a compile each, then the calls):
         # a choice that was never timed could be far slower than the start, which only timing rejects
@@ -485,6 +490,11 @@ class Searcher:
             except Exception as exc:  # a proof must never cost the search
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})")
             estimate = time.perf_counter() - began
+            if (outcome.error or "").startswith(trial.NOT_FINISHED):  # the budget, not the configuration
+                self._fall_back()
+                self._budget_cut(f"not proven on {self.verify_spec.backend}: the budget ran out while the best "
+                                 f"configuration ({best.describe()}) ran on the session's backend")
+                return
             check = outcome.check
             if outcome.error is not None or check is None or not check.ok or outcome.breaks > (best.breaks or 0) \
                     or outcome.stale:
@@ -493,7 +503,7 @@ class Searcher:
                     f"check FAILED ({check.message[:100] if check is not None else 'not compared'})")
                 best.rejected = f"on {self.verify_spec.backend}, the session's backend: {why}"
                 left = [t for t in self.result.trials if t.admissible]
-                self.result.best = min(left, key=_rank) if left else None
+                self.result.best = min(left, key=self._order) if left else None
                 continue
             best.proven = True
             return
@@ -506,7 +516,7 @@ class Searcher:
             return
         proven = [t for t in self.result.trials if t.admissible and t.proven]
         start = self.result.start
-        self.result.best = min(proven, key=_rank) if proven else (start if start is not None and start.admissible
+        self.result.best = min(proven, key=self._order) if proven else (start if start is not None and start.admissible
                                                                    else None)
 
     def _all_modes_tried(self, name: str) -> bool:
@@ -617,7 +627,7 @@ class Searcher:
         if not slow:
             return False
         left = [t for t in self.result.trials if t.admissible]
-        self.result.best = min(left, key=_rank) if left else None
+        self.result.best = min(left, key=self._order) if left else None
         return True
 
     def _rank_by_time(self, finalists: list[Trial]) -> None:

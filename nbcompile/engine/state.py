@@ -381,8 +381,9 @@ class Replay:
         #: What the copies' containers held right after ``capture`` (``rewind`` puts it back).
         self._contents: list[tuple[Any, Any]] = []
         #: The user's tensors shared with the copies, not copied (over the budget, the user's own run left
-        #: them unwritten): (tensor, its version then, its grad then). ``shared_written`` audits them.
-        self.shared: list[tuple[torch.Tensor, int, Any]] = []
+        #: them unwritten): (tensor, its marks: ``_marks``). ``shared_written`` audits them.
+        self.shared: list[tuple[torch.Tensor, tuple[Any, ...]]] = []
+        self._keep_alive: Any = []
 
     @classmethod
     def capture(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None,
@@ -411,7 +412,7 @@ class Replay:
 
         size = sum(_nbytes(t) for t in tensors)
         memo: dict[int, Any] = {}
-        shared: list[tuple[torch.Tensor, int, Any]] = []
+        shared: list[tuple[torch.Tensor, tuple[Any, ...]]] = []
         if size > budget:
             what = ", ".join(list(reals)[:3]) or "the arguments"
             if read_only is None:
@@ -419,13 +420,14 @@ class Replay:
                               f"the {budget >> 20} MiB nbcompile copies to run it again without touching yours")
             grads = {id(t.grad) for t in tensors if t.grad is not None}
             for t in tensors:
-                if id(t) not in grads and read_only.holds(t):
+                mark = read_only.holds(t) if id(t) not in grads else None
+                if mark is not None:
                     memo[id(t)] = t  # deepcopy hands back the tensor itself: shared, not copied
-                    shared.append((t, torch_compat.tensor_version(t), t.grad))
+                    shared.append((t, mark))
             if shared:
-                memo[id(memo)] = [t for t, _, _ in shared]  # deepcopy's keep-alive list, as it makes it
-            copied_size = sum(_nbytes(t) for t in tensors if id(t) not in memo and id(t) not in
-                              {id(s.grad) for s, _, _ in shared if s.grad is not None})
+                memo[id(memo)] = [t for t, _ in shared]  # deepcopy's keep-alive list, as it makes it
+            shared_grads = {id(t.grad) for t, _ in shared if t.grad is not None}
+            copied_size = sum(_nbytes(t) for t in tensors if id(t) not in memo and id(t) not in shared_grads)
             if copied_size > budget:
                 return refuse(f"not compared: the run reaches {size / 2**20:.0f} MiB of tensors ({what}) and "
                               f"{read_only.describe_written(copied_size)}, more than the {budget >> 20} MiB "
@@ -442,7 +444,8 @@ class Replay:
                           f"{(str(exc).splitlines() or [''])[0][:80]}), "
                           "so the eager run could not be kept off your objects")
         replay = cls(slots, reals, copied[0], copied[1], None, modules, imports)
-        replay.memo = {k: v for k, v in memo.items() if k != id(memo)}
+        replay._keep_alive = memo.pop(id(memo), [])  # what deepcopy kept alive: no id in the memo is reused
+        replay.memo = memo
         replay.shared = shared
         replay.labels = {k: label for k, (_, label) in found.items()}
         replay.optimizers = [(label, o, memo[id(o)]) for o, label in found.values()
@@ -591,8 +594,8 @@ class Replay:
         """The first shared tensor a run on the copies changed (in place, or its grad), by its label; None
         when they are all as they were. A run of the same code that the user's own run made read-only
         writes them only when it took another path: the caller refuses further runs."""
-        for t, version, grad in self.shared:
-            if torch_compat.tensor_version(t) != version or t.grad is not grad:
+        for t, mark in self.shared:
+            if _marks(t) != mark:
                 return self.labels.get(id(t), "a tensor")
         return None
 
@@ -610,27 +613,51 @@ class Replay:
         return out
 
 
-class ReadOnly:
-    """The tensors a run reached and left as they were (no in-place write, no new or changed ``.grad``),
-    told by their version counters and grads before and after it (``watch``, then ``done``): what later runs
-    of the same code on copies may share with the user's objects instead of copying. Held by weak
-    reference: a tensor the user dropped is not kept alive, and an id reused by another is not trusted."""
+def _checksum(t: torch.Tensor) -> Any:
+    """A sum of every element (float64; int64 for integers, bools counted): what an in-place write the
+    version counter does not see changes (``p.data.clamp_()``, an EMA through ``.data``, ``.numpy()``)."""
+    try:
+        with torch.no_grad():
+            if t.is_complex():
+                t = torch.view_as_real(t)
+            if t.dtype.is_floating_point:
+                value = t.detach().sum(dtype=torch.float64).item()
+                return "nan" if math.isnan(value) else value
+            return t.detach().sum(dtype=torch.int64).item()
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
 
-    def __init__(self, before: dict[int, tuple[weakref.ref[torch.Tensor], int, int, int]]) -> None:
+
+def _marks(t: torch.Tensor) -> tuple[Any, ...]:
+    """What tells a tensor was written: its version counter, its grad (the same object, at the same version)
+    and the sum of its elements (writes through ``.data`` bump no version counter)."""
+    grad = t.grad
+    return (torch_compat.tensor_version(t), id(grad), grad is not None and torch_compat.tensor_version(grad),
+            _checksum(t))
+
+
+class ReadOnly:
+    """The tensors a run reached and left as they were (no in-place write, no new or changed ``.grad``, the
+    same sum of elements), told by their marks before and after it (``watch``, then ``done``): what later runs
+    of the same code on copies may share with the user's objects instead of copying. Held by weak
+    reference: a tensor the user dropped is not kept alive, and an id reused by another is not trusted;
+    a tensor whose version moved since (the user wrote it in a cell) is not shared."""
+
+    def __init__(self, before: dict[int, tuple[weakref.ref[torch.Tensor], Any, tuple[Any, ...]]]) -> None:
+        #: id -> (weak ref, its grad then (held while the run lasts: no id of it is reused), its marks)
         self._before = before
-        self._kept: dict[int, weakref.ref[torch.Tensor]] = {}
+        self._kept: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...]]] = {}
         self._labels: dict[int, str] = {}
-        self.written_bytes = 0
         self.written: list[str] = []
 
     @classmethod
     def watch(cls, roots: dict[str, tuple[Slot, Any]], extra: Any = None) -> ReadOnly:
-        """The version marks of every tensor ``roots`` and ``extra`` reach, before a run."""
+        """The marks of every tensor ``roots`` and ``extra`` reach, before a run."""
         found: dict[int, tuple[Any, str]] = {}
         for label, (_, value) in roots.items():
             _walk(value, found, label)
         _walk(extra, found, "argument")
-        before: dict[int, tuple[weakref.ref[torch.Tensor], int, int, int]] = {}
+        before: dict[int, tuple[weakref.ref[torch.Tensor], Any, tuple[Any, ...]]] = {}
         out = cls(before)
         out._labels = {k: label for k, (_, label) in found.items()}
         for t, _ in found.values():
@@ -639,33 +666,36 @@ class ReadOnly:
                     ref = weakref.ref(t)
                 except TypeError:
                     continue
-                grad = t.grad
-                before[id(t)] = (ref, torch_compat.tensor_version(t), id(grad),
-                                 torch_compat.tensor_version(grad) if grad is not None else -1)
+                before[id(t)] = (ref, t.grad, _marks(t))
         return out
 
     def done(self) -> ReadOnly:
         """After the run: keep the tensors it left as they were."""
-        for key, (ref, version, grad_id, grad_version) in self._before.items():
+        for key, (ref, _, mark) in self._before.items():
             t = ref()
             if t is None:
                 continue
-            grad = t.grad
-            if torch_compat.tensor_version(t) == version and id(grad) == grad_id and \
-                    (grad is None or torch_compat.tensor_version(grad) == grad_version):
-                self._kept[key] = ref
+            if _marks(t) == mark:
+                self._kept[key] = (ref, mark)
             else:
-                self.written_bytes += _nbytes(t)
                 self.written.append(self._labels.get(key, "a tensor"))
         self._before = {}
         return self
 
-    def holds(self, t: torch.Tensor) -> bool:
-        ref = self._kept.get(id(t))
-        return ref is not None and ref() is t
+    def holds(self, t: torch.Tensor) -> tuple[Any, ...] | None:
+        """The marks ``t`` had when the run left it unwritten, when it still has that version (None: not
+        one the run left unwritten, or written since)."""
+        kept = self._kept.get(id(t))
+        if kept is None or kept[0]() is not t:
+            return None
+        mark = kept[1]
+        grad = t.grad
+        if torch_compat.tensor_version(t) != mark[0] or id(grad) != mark[1]:
+            return None
+        return mark
 
     def describe_written(self, copied: int) -> str:
-        """"its run writes 300 MiB of them (model.fc.weight, ...)": what must still be copied."""
+        """"300 MiB of them must still be copied (your run wrote ...)": what must still be copied."""
         names = ", ".join(self.written[:3]) + (" and more" if len(self.written) > 3 else "")
         return (f"{copied / 2**20:.0f} MiB of them must still be copied"
                 + (f" (your run wrote {names})" if names else " (reached since your run, or written by it)"))

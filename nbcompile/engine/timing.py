@@ -664,6 +664,11 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
                 once()
             _sync(device)
             times.append((time.perf_counter() - began) / group)
+    written = replay.shared_written()
+    if written is not None:  # shared with the user's objects over the copy budget: never again
+        workload.unshare()
+        return SearchTime(name, why=f"not timed: the run wrote {written} in place, a tensor of yours your own run "
+                                    "only read (shared with the copies, as the state is over the copy budget)")
     if len(times) < 3:
         return SearchTime(name, samples=len(times), why="not timed: the budget ran out while it was timed")
     q = statistics.quantiles(times, n=4)

@@ -176,6 +176,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         torch_compat.restore_code_state(code_state, recording.codes | set(fresh))
         _give_back_set_aside(code_state, fresh)
     if recording.cut:
+        if compiled_copy.shared_written() is not None:  # what ran before the cut counts too
+            spec.unshare()
         outcome.error = (f"{NOT_FINISHED}{time.perf_counter() - start:.0f} s, cut when its time ran out (the budget's "
                          "end)")
         outcome.seconds = time.perf_counter() - start
@@ -326,6 +328,11 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
     check = _compare(result, compiled_copy, eager_copy, spec, [op for g in recording.report.graphs for op in g.ops],
                      eager=eager_twice)
     rng.restore()
+    written = eager_copy.shared_written()  # the changed globals may take another path: on purpose
+    if written is not None:
+        spec.unshare()
+        return (f"not judged with the globals changed ({changed}): the eager run wrote {written} in place, a "
+                "tensor of yours shared with the copies that your own run only read")
     if not check.compared:
         return f"not judged with the globals changed ({changed}): {check.message}"
     if check.message.startswith("the eager reference run raised"):

@@ -135,9 +135,11 @@ class Workload:
 
     def replay(self, code: types.CodeType) -> Replay:
         """Copies of what ``code`` reaches in the namespace (compiled entries by their original). Over the
-        copy budget, the tensors the user's own run left unwritten (``read_only``) are shared, not copied."""
+        copy budget, the tensors the user's own run of --run left unwritten (``read_only``) are shared, not
+        copied, for ``code`` the --run expression only (a bench of another expression copies or refuses)."""
         roots, reached = self._roots(code)
-        return Replay.capture(roots, modules=reached.modules, imports=reached.imports, read_only=self.read_only)
+        read_only = self.read_only if code is self._compiled_run[1] else None  # what the --run run left unwritten
+        return Replay.capture(roots, modules=reached.modules, imports=reached.imports, read_only=read_only)
 
     def watch(self, code: types.CodeType) -> ReadOnly:
         """The version marks of the tensors ``code`` reaches, before the user's own run of it (``done()``

@@ -210,8 +210,8 @@ class Session:
         replay = self.workload.replay(code) if self.options.check else None
         # the user's own run: which tensors it leaves unwritten, so runs on copies of a state over the copy
         # budget can share those rather than copy them (toggles, trials)
-        watch = self.workload.watch(code) if mine is None and (replay is None or replay.refused is not None) \
-            else None
+        watch = self.workload.watch(code) if mine is None and (replay is None or replay.refused is not None
+                                                               or replay.shared) else None
         rng = check_ops.RngState()
         with HUB.active(self.recording):
             try:
@@ -235,14 +235,23 @@ class Session:
                 self.recording.notify()
                 if mine is not None:
                     rng.restore()
+                    if mine.shared_written() is not None:
+                        self.workload.unshare()
                 raise
         self.report.result = result
         if watch is not None:
             self.workload.read_only = watch.done()
-        written = mine.shared_written() if mine is not None else None
+        audited = mine if mine is not None else replay
+        written = audited.shared_written() if audited is not None else None
         if written is not None:  # caught before the eager reference would write it a second time
-            self._shared_written(written)
-            rng.restore()
+            if mine is None:  # the user's own run wrote it (its right): the reference copy shares it, so no check
+                self.report.check = Check(True, None, f"not compared: your run wrote {written} in place, which "
+                                          "your previous run only read, so the copy kept for the eager reference "
+                                          "shared it (the state is over the copy budget); the next run copies it",
+                                          compared=False, run="cell")
+            else:
+                self._shared_written(written)
+                rng.restore()
             self.recording.notify()
             return result
         if replay is not None:
