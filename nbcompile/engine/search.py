@@ -70,6 +70,9 @@ MAX_HOLDERS = 6
 #: The backend the search's trials compile with: Dynamo's graphs and breaks, no AOTAutograd trace (the
 #: chosen configuration is proven on the session's trial backend before it is applied).
 EXPLORE_BACKEND = "eager"
+#: What a source rewrite weighs among a tie's changes: it waits for the user to accept it, where a toggle or a
+#: config value is applied at once, so a tie goes to what can be applied.
+REWRITE_WEIGHT = 10
 #: The configurations the time kept for timing covers (the start and the best): each a compile on the
 #: session's backend (what its own run took) and ``TIMING_S`` of calls.
 TIMED_AT_LEAST = 2
@@ -459,7 +462,8 @@ class Searcher:
         self._deadline = self.end - apply_s
         # the timing of the start and the best on the session's backend (a compile each, then the calls):
         # a choice that was never timed could be far slower than the start, which only timing rejects
-        timing_s = TIMED_AT_LEAST * (apply_s + TIMING_S)
+        compile_s = min(apply_s, self.report.compile_time_s or apply_s)  # a timed compile: no check, no reference
+        timing_s = TIMED_AT_LEAST * (compile_s + TIMING_S)
         self._explore_deadline = self._deadline - timing_s - (
             0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds)
 
@@ -840,7 +844,8 @@ def by_design(gb_type: str, filename: str, explanation: str = "") -> str | None:
 def _changes(t: Trial) -> int:
     """How many changes a configuration makes: each toggle off ``compile``, each config value, each rewrite,
     ``dynamic``. Among configurations with the same breaks and recompiles, the fewest changes win."""
-    options = sum(len(v) if k in ("_config", "_rewrites") else 1 for k, v in t.options.items())
+    options = sum(len(v) * (REWRITE_WEIGHT if k == "_rewrites" else 1) if k in ("_config", "_rewrites") else 1
+                  for k, v in t.options.items())
     return len([m for m in t.toggles.values() if m != "compile"]) + options
 
 
