@@ -409,7 +409,10 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
             if time.perf_counter() > deadline or budget_s <= 0:
                 fix.verified, fix.effect = None, over or f"not tried: over the {budget_s:g} s budget for trying fixes"
                 continue
-            outcome = run(spec, modes)
+            outcome = run(spec, modes, deadline=deadline if over else None)  # a fix search's budget: cut at its end
+            if (outcome.error or "").startswith(NOT_FINISHED):
+                fix.verified, fix.effect = None, over
+                continue
             if not outcome.error or not outcome.error.startswith("not tried"):
                 cache[key] = outcome
             elif outcome.error.startswith(_EFFECT):  # any other trial would do it again: none runs
@@ -470,6 +473,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
             fix.effect = why_not or "not tried"
         return
     deadline = time.perf_counter() + budget_s
+    cut_at = deadline if over else None  # a fix search's budget, which these proofs share: cut at its end
     over = over or f"not tried: over the {budget_s:g} s budget for trying fixes"
     modes_key = tuple(sorted(base_modes.items()))
     fresh = frozenset((f.filename, f.firstlineno, f.function) for f in report.frames if f.filename)
@@ -483,8 +487,11 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         if REFUSED in cache:
             return cache[REFUSED]
         if key not in cache and time.perf_counter() <= deadline and budget_s > 0:
-            cache[key] = run(spec, base_modes, options, calls=times, fresh=fresh if anew else (),
-                             until=recompiled if name == "base" else None)
+            ran = run(spec, base_modes, options, calls=times, fresh=fresh if anew else (),
+                      until=recompiled if name == "base" else None, deadline=cut_at)
+            if (ran.error or "").startswith(NOT_FINISHED):
+                return None  # the budget, not the fix: left untried, and not kept
+            cache[key] = ran
             error = cache[key].error or ""
             if error.startswith(_EFFECT):
                 cache[REFUSED] = cache[key]
