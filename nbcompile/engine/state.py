@@ -614,14 +614,15 @@ class Replay:
 
 
 def _checksum(t: torch.Tensor) -> Any:
-    """A sum of every element (float64; int64 for integers, bools counted): what an in-place write the
-    version counter does not see changes (``p.data.clamp_()``, an EMA through ``.data``, ``.numpy()``)."""
+    """A sum of every element (in the tensor's own float type, float32 for half types: a float64 sum reads
+    300 MiB in 0.5 s on a CPU, a float32 one in 30 ms; int64 for integers, bools counted): what an in-place
+    write the version counter does not see changes (``p.data.clamp_()``, an EMA through ``.data``)."""
     try:
         with torch.no_grad():
             if t.is_complex():
                 t = torch.view_as_real(t)
             if t.dtype.is_floating_point:
-                value = t.detach().sum(dtype=torch.float64).item()
+                value = (t.detach().sum(dtype=torch.float32) if t.element_size() < 4 else t.detach().sum()).item()
                 return "nan" if math.isnan(value) else value
             return t.detach().sum(dtype=torch.int64).item()
     except (RuntimeError, TypeError, NotImplementedError):
