@@ -24,8 +24,14 @@ from .core.text import plural
 from .model.render import MIME_TYPE
 
 BENCH_MIME = "application/vnd.nbcompile.bench+json"
-_PEAK_RSS = ("import resource, json; "
-             "print('__nbcompile_rss__' + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))")
+#: The kernel's own peak RSS in KiB: /proc's VmHWM where there is one (getrusage's ru_maxrss is kept across
+#: execve, so a kernel started by a process that once held 2 GiB would report 2 GiB), else ru_maxrss.
+_PEAK_RSS = ("import resource, json, re\n"
+             "try:\n"
+             "    _hwm = int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read())[1])\n"
+             "except Exception:\n"
+             "    _hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+             "print('__nbcompile_rss__' + json.dumps(_hwm))")
 
 
 def execute(path: pathlib.Path, timeout: int = 900, kernel: str = "python3",

@@ -12,7 +12,9 @@ from nbcompile.engine import state
 
 from nbhelpers import run_compile_cell
 
-#: Five 4096x4096 float32 layers: 320 MiB of parameters, over the 256 MiB nbcompile copies.
+#: Five 1024x1024 float32 layers: 20 MiB of parameters, over the copy budget these tests set (16 MiB, for
+#: the 256 MiB nbcompile copies: a test process that held 320 MiB models keeps that peak RSS, and every
+#: kernel it starts inherits it). The benchmark's ``bigbird_over_copy_budget`` is the real 330 MiB case.
 BIG_CELL = """\
 import torch
 torch.manual_seed(0)
@@ -23,21 +25,22 @@ def act(x):
 class Big(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(4096, 4096, bias=False) for _ in range(5))
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(1024, 1024, bias=False) for _ in range(5))
     def forward(self, x):
         for layer in self.layers:
             x = act(layer(x))
         return x.sum(-1)
 big = Big().eval().to(device)
-x = torch.randn(2, 4096, device=device)
+x = torch.randn(2, 1024, device=device)
 """
 #: Where the big model runs: the CPU, and a CUDA device where there is one (GPU memory is copied too).
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 @pytest.fixture(autouse=True)
-def _forget_the_big_objects(ip):
-    """320 MiB a test, and names (``step``, ``run``) other tests' code mentions: gone after each test."""
+def _forget_the_big_objects(ip, monkeypatch):
+    """A 16 MiB copy budget; the names (``step``, ``run``) other tests' code mentions gone after each test."""
+    monkeypatch.setattr(state, "MAX_COPY_BYTES", 16 * 2**20)
     yield
     for name in ("big", "Big", "x", "act", "opt", "step", "run", "FLAG", "device"):
         ip.user_ns.pop(name, None)
@@ -49,7 +52,7 @@ def _versions(model):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip, device):
-    assert 5 * 4096 * 4096 * 4 > state.MAX_COPY_BYTES
+    assert 5 * 1024 * 1024 * 4 > state.MAX_COPY_BYTES
     with torch.no_grad():
         run_compile_cell(ip, '--backend eager --no-panel --entry big --run "big(x)"',
                          BIG_CELL.replace('device = "cpu"', f'device = "{device}"'))
