@@ -106,16 +106,20 @@ def step():
     s.reset()
 
 
-def test_a_run_that_writes_a_shared_tensor_is_caught_and_stops_the_sharing(ip):
-    cell = BIG_CELL + """\
+#: The big cell whose --run writes a weight through ``.data`` (no version counter sees it, the sum does)
+#: once the user sets ``FLAG[0]``: another path than the first run took.
+FLAG_CELL = BIG_CELL + """\
 FLAG = [False]
 def run():
     if FLAG[0]:
-        big.layers[0].weight.data.add_(0.5)  # through .data: no version counter sees it, the sum does
+        big.layers[0].weight.data.add_(0.5)
     return big(x)
 """
+
+
+def test_a_run_that_writes_a_shared_tensor_is_caught_and_stops_the_sharing(ip):
     with torch.no_grad():
-        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', cell)
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', FLAG_CELL)
     s = nbcompile.last()
     assert s.workload.read_only is not None and s.workload.read_only.written == []
     ip.user_ns["FLAG"][0] = True  # the next run takes another path: it writes a weight the first only read
@@ -133,15 +137,8 @@ def run():
 
 
 def test_the_users_own_run_writing_a_shared_tensor_is_not_written_again_by_the_reference(ip):
-    cell = BIG_CELL + """\
-FLAG = [False]
-def run():
-    if FLAG[0]:
-        big.layers[0].weight.data.add_(0.5)
-    return big(x)
-"""
     with torch.no_grad():
-        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', cell)
+        run_compile_cell(ip, '--backend eager --no-panel --entry big --run "run()"', FLAG_CELL)
     s = nbcompile.last()
     with torch.no_grad():
         s.set("act", "disable")  # sharing: the reference copies of later runs share the weights
