@@ -1,6 +1,6 @@
 """The fix search's reach per second (issue 23, point 4): trials count Dynamo's view (backend eager, no
 AOT trace), configurations the lint rules out are not run, ``--dynamic`` is tried only where the
-session recompiles, and the chosen configuration is proven on the session's own trial backend before
+session recompiles on a size, and the chosen configuration is proven on the session's own trial backend before
 it is applied. Counted, never timed."""
 
 from __future__ import annotations
@@ -87,3 +87,43 @@ def test_a_search_whose_start_cannot_end_in_its_budget_says_so_and_applies_nothi
     assert result.state == "budget" and result.budget_bound, (result.state, result.budget_bound)
     assert result.best is None or result.best is result.start
     assert len(result.trials) <= 1
+
+
+def test_dynamic_is_tried_for_a_recompile_on_sizes_and_not_for_one_on_dtypes(ip):
+    cell = textwrap.dedent("""\
+        import torch
+        def f(x):
+            print("shape", x.shape[0])
+            return x.sin() + 1
+        xs = [torch.randn(4), torch.randn(4, dtype=torch.float64)]
+        ys = [torch.randn(4), torch.randn(7)]
+        """)
+    run_compile_cell(ip, '--backend eager --no-panel --no-dynamic --entry f --run "[f(x) for x in xs]"', cell)
+    session = nbcompile.last()
+    assert session.report.recompile_count >= 1
+    dtypes = search_ops.Searcher(session, 60).run()
+    assert not any(t.options.get("dynamic") for t in dtypes.trials), [t.label for t in dtypes.trials]
+    run_compile_cell(ip, '--backend eager --no-panel --no-dynamic --entry f --run "[f(y) for y in ys]"', cell)
+    session = nbcompile.last()
+    assert session.report.recompile_count >= 1
+    sizes = search_ops.Searcher(session, 60).run()
+    assert any(t.options.get("dynamic") and t.label == "--dynamic" for t in sizes.trials), \
+        [t.label for t in sizes.trials]
+
+
+def test_a_trial_puts_back_dynamos_guard_latency_profile():
+    import torch
+    import torch._dynamo.guards as guards
+
+    from nbcompile.core import torch_compat
+
+    original = guards.profile_guard_manager
+
+    @torch.compile(backend="eager")
+    def f(x):
+        return x + 1
+
+    with torch_compat.no_guard_latency_profile():
+        assert guards.profile_guard_manager is not original
+        f(torch.ones(2))
+    assert guards.profile_guard_manager is original

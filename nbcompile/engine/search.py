@@ -73,6 +73,10 @@ EXPLORE_BACKEND = "eager"
 #: What a source rewrite weighs among a tie's changes: it waits for the user to accept it, where a toggle or a
 #: config value is applied at once, so a tie goes to what can be applied.
 REWRITE_WEIGHT = 10
+#: A recompile on a tensor's size or stride (torch's words and nbcompile's plain ones): what ``--dynamic``
+#: removes.
+_SIZES = re.compile(r"size mismatch|stride mismatch|\.shape\b|\.size\(|\.stride\(|\bnumel\(|"
+                    r"\bsize\(\)|^>=|\s>=\s*\d")
 #: The configurations the time kept for timing covers (the start and the best): each a compile on the
 #: session's backend (what its own run took) and ``TIMING_S`` of calls.
 TIMED_AT_LEAST = 2
@@ -208,7 +212,7 @@ class Searcher:
         for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
             if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
                 seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
-        if report.recompiles or report.fallbacks:
+        if self._sizes_recompile():
             seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
         doctor = [(r.function, f) for r in report.recompiles for f in r.fixes] + \
             [(fb.function, f) for fb in report.fallbacks for f in fb.fixes]
@@ -231,9 +235,12 @@ class Searcher:
         for name in self._torch_names():
             mode = "compile" if base.toggles.get(name, "compile") == "disallow_in_graph" else "disallow_in_graph"
             yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
+        start = self.result.start
+        more = start is not None and ((base.recompiles or 0) > (start.recompiles or 0)
+                                      or (base.fallbacks or 0) > (start.fallbacks or 0))
         if self.workload.options.dynamic is not True and "dynamic" not in base.options and \
-                (self.report.recompiles or self.report.fallbacks or base.recompiles or base.fallbacks):
-            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"  # only where it may help
+                (self._sizes_recompile() or more):  # only where it may help: sizes, or recompiles it made
+            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
         done = base.options.get("_rewrites", ())
         for proposal in self._proposals():
             if proposal not in done:
@@ -244,6 +251,15 @@ class Searcher:
             if not set(config) & set(have):
                 label = f"config {dynconfig.describe(config)}"
                 yield dict(base.toggles), {**base.options, "_config": {**have, **config}}, label
+
+    def _sizes_recompile(self) -> bool:
+        """Whether ``--dynamic`` may help the session's run: a recompile on a size or stride, or code that
+        hit the recompile limit (a recompile on a dtype, a length or a value is not one it removes; on a
+        two-layer BERT such a trial took 9 s, twice a plain one, and changed nothing)."""
+        if self.report.fallbacks:
+            return True
+        return any(_SIZES.search(text) for r in self.report.recompiles
+                   for text in [r.reason, *(f"{c.subject} {c.before}" for c in r.changes)])
 
     def _proposals(self) -> list[Rewrite]:
         return list(self.rewrites.proposals) if self.rewrites is not None else []

@@ -152,7 +152,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     try:
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 dynconfig.applied((options or {}).get("_config", {})), \
-                HUB.active(recording), check_ops.quiet(), \
+                HUB.active(recording), check_ops.quiet(), torch_compat.no_guard_latency_profile(), \
                 check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
             for made in range(1, max(calls, 1) + 1):
                 if made > 1 and deadline is not None and time.perf_counter() > deadline:
