@@ -758,9 +758,9 @@ def no_guard_latency_profile() -> Iterator[None]:
     def unprofiled(*args: Any, **kwargs: Any) -> float:
         return 0.0
 
-    module.profile_guard_manager = unprofiled
+    setattr(module, "profile_guard_manager", unprofiled)
     try:
         yield
     finally:
         if module.__dict__.get("profile_guard_manager") is unprofiled:
-            module.profile_guard_manager = original
+            setattr(module, "profile_guard_manager", original)
