@@ -292,6 +292,30 @@ def test_defer_moves_calls_before_the_return():
     assert rewritten[11] == "    out = torch.relu(h) + 1"  # the lines between keep their numbers
 
 
+def test_defer_moves_a_last_call_after_the_work_of_the_return():
+    cell = ("import logging\nimport torch\nlogger = logging.getLogger(__name__)\n\ndef f(x, w):\n"
+            "    h = torch.relu(x @ w)\n    logger.info('hidden shape %s', h.shape)\n    return x + (h @ w.T)\n")
+    [rewrite] = [r for r in propose(cell) if r.rule == "defer"]
+    assert rewrite.after.split("\n") == [
+        "    # logger.info moved before the return",
+        "    _result = x + (h @ w.T)",
+        "    logger.info('hidden shape %s', h.shape)",
+        "    return _result",
+    ]
+    namespace = run_cell(cell)
+    new = rewritten_function(namespace["f"], cell, [rewrite], FILENAME)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    torch.testing.assert_close(new(x, w), namespace["f"](x, w))
+    torch._dynamo.reset()
+    before = torch._dynamo.explain(namespace["f"])(x, w).graph_count
+    torch._dynamo.reset()
+    after = torch._dynamo.explain(new)(x, w).graph_count
+    assert after < before, (before, after)  # the break stays; the work after it joins the first graph
+    # a call right before a return of a name gains nothing: not proposed
+    plain = cell.replace("    return x + (h @ w.T)\n", "    y = x + (h @ w.T)\n    return y\n")
+    assert [r.cell_line for r in propose(plain) if r.rule == "defer"] == [7]
+
+
 def test_defer_refuses_a_value_changed_later():
     cell = ("import torch\n\ndef f(x):\n    h = x * 2\n    print(h)\n    h.add_(1)\n    y = h + 1\n"
             "    return y\n")

@@ -803,8 +803,10 @@ def _defer(fn: _FunctionNode, src: _Source) -> _Edit | None:
                 and not _in_nested_scope(node, fn, parents):
             return None
     moved = [i for i, stmt in enumerate(body[:-1]) if _deferrable(stmt, body[i + 1:-1])]
-    # a call already at the end (only moved calls between it and the return) gains nothing
-    while moved and all(j in moved for j in range(moved[-1], len(body) - 1)):
+    # a call already at the end (only moved calls between it and the return) gains nothing, unless the
+    # return itself computes (``return x + self.fc2(h)``): the call then moves after that work
+    computes = final.value is not None and not isinstance(final.value, (ast.Name, ast.Constant))
+    while moved and not computes and all(j in moved for j in range(moved[-1], len(body) - 1)):
         moved.pop()
     if not moved or not all(src.owns_lines(body[i], body[i]) for i in moved) or not src.owns_lines(final, final):
         return None

@@ -746,10 +746,11 @@ def no_guard_latency_profile() -> Iterator[None]:
     BERT. A scratch run reads no such metric, so for its duration the profile answers 0 at once; put back
     exactly on the way out. Where this torch has no such function, nothing is patched."""
     try:
-        from torch._dynamo import guards as module
+        from torch._dynamo import guards
     except ImportError:
         yield
         return
+    module: Any = guards
     original = module.__dict__.get("profile_guard_manager")
     if not callable(original):
         yield
@@ -758,9 +759,9 @@ def no_guard_latency_profile() -> Iterator[None]:
     def unprofiled(*args: Any, **kwargs: Any) -> float:
         return 0.0
 
-    setattr(module, "profile_guard_manager", unprofiled)
+    module.profile_guard_manager = unprofiled
     try:
         yield
     finally:
         if module.__dict__.get("profile_guard_manager") is unprofiled:
-            setattr(module, "profile_guard_manager", original)
+            module.profile_guard_manager = original
