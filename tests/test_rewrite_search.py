@@ -16,16 +16,18 @@ from nbcompile.model.report import Rewrite
 
 from nbhelpers import run_compile_cell
 
+#: ``helper`` takes a dict, which no custom_op schema has: a source rewrite is what removes its break (with a
+#: plain tensor argument, ``helper -> custom_op`` removes it as well, with one change the user need not accept).
 BRANCH_CELL = textwrap.dedent("""\
     import torch
-    def helper(h):
+    def helper(h, cfg):
         if h.sum() > 0:
-            y = h * 2
+            y = h * cfg["up"]
         else:
             y = h - 1
         return y
     def f(x):
-        return helper(x.sin()).cos()
+        return helper(x.sin(), {"up": 2.0}).cos()
     x = torch.randn(8, generator=torch.Generator().manual_seed(0))
     """)
 
@@ -189,3 +191,19 @@ def test_a_choice_that_needs_rewrites_is_not_applied_and_accept_carries_its_conf
     run = run_compile_cell(ip, text.split("\n", 1)[0].removeprefix("%%compile "), text.split("\n", 1)[1])
     assert run.success, run.error_in_exec
     assert nbcompile.last().report.break_count == best.breaks and nbcompile.last().report.check.ok
+
+
+def test_a_custom_op_of_a_rewritten_function_does_not_stand_for_the_original(ip, monkeypatch):
+    """The operator spec custom_op derives is the code's it was derived from: one derived from the where
+    rewrite (which runs on meta tensors) once stood for the original helper too, whose fake implementation
+    then branched on a tensor and broke the graph (1 break where the original's own spec has none)."""
+    monkeypatch.setenv("NBCOMPILE_TRIAL_PROCESSES", "1")  # one process: specs are kept from trial to trial
+    cell = BRANCH_CELL.replace("def helper(h, cfg):", "def helper(h):").replace('cfg["up"]', "2.0") \
+        .replace('helper(x.sin(), {"up": 2.0})', "helper(x.sin())")
+    session = _run(ip, cell)
+    result = session.fix(budget_s=60)
+    ops = [t for t in result.trials if t.toggles.get("helper") == "custom_op" and t.tried]
+    assert any(t.rewrites for t in ops) and any(not t.rewrites for t in ops), [t.label for t in ops]
+    assert all(t.breaks == 0 for t in ops), [(t.label, t.breaks) for t in ops]
+    best = result.best
+    assert best is not None and best.breaks == 0 and not best.rewrites, best  # one change, nothing to accept

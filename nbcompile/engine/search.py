@@ -25,6 +25,7 @@ by the budget (``FixSearch.budget_bound``) or by timing noise (``FixSearch.noise
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import os
@@ -45,7 +46,7 @@ from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
 from ..model.report import Report, Rewrite
 from . import check as check_ops
-from . import library, timing, trial
+from . import forked, library, timing, trial
 from .toggles import available_function_modes
 from .workload import Workload, code_of
 
@@ -88,6 +89,12 @@ MAX_PROOFS = 4
 #: A proof on the session's trial backend (AOTAutograd's trace on top of Dynamo's) takes about this many
 #: of the search's own trials: the time kept for it before the first proof.
 PROOF_FACTOR = 2.0
+#: A forked trial's answer is awaited until its deadline plus this (its run is cut at the deadline by itself)...
+FORK_GRACE_S = 5.0
+#: ... and at most this many times what a trial on its backend takes (at least ``FORK_MIN_WAIT_S``): a child
+#: that hangs costs that much, never the budget.
+FORK_WAIT_FACTOR = 4.0
+FORK_MIN_WAIT_S = 20.0
 
 
 class Searcher:
@@ -122,6 +129,9 @@ class Searcher:
         self._seen: dict[Any, Trial] = {}
         #: Whether the last ``_try`` ran (or ruled out) a configuration not seen before.
         self._fresh = False
+        #: The candidates of the last ``_try_many``, and whether each was new.
+        self._batch: list[tuple[dict[str, str], dict[str, Any], str]] = []
+        self._fresh_of: list[bool] = []
         #: Whether time was kept for applying and proving the choice (``_keep_time``).
         self._time_kept = False
         self._config_candidates: list[dict[str, Any]] | None = None
@@ -294,36 +304,115 @@ class Searcher:
 
     def _try(self, toggles: dict[str, str], options: dict[str, Any], label: str) -> Trial | None:
         """Run one configuration (once: repeats are looked up); None when over the budget or stopped."""
-        key = self._key(toggles, options)
-        self._fresh = key not in self._seen
-        if not self._fresh:
-            return self._seen[key]
-        if self.result.stopped or time.perf_counter() > self._explore_deadline:
-            return None
-        # a function traced once (allow_in_graph, nonstrict_trace) is what AOT's trace changes: such a
-        # configuration runs on the session's trial backend straight away, where what it freezes shows
-        spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
-        first = self.result.start is None
-        deadline = self.end if first else self._explore_deadline
-        if not first and time.perf_counter() + self._estimate(spec) > deadline:
-            return None  # it would not end in time: the budget is honoured, not overrun
-        ruled_out = self._ruled_out(toggles)
-        if ruled_out:  # the lint rules it out whatever the run shows: not worth a run
-            result = Trial(dict(toggles), None, None, False, options=dict(options), label=label,
-                           error=f"ruled out without a run: {ruled_out}", rejected=ruled_out,
-                           at_s=time.perf_counter() - self._began)
-            self._seen[key] = result
-            self.result.trials.append(result)
-            return result
+        return self._try_many([(toggles, options, label)])[0]
+
+    def _try_many(self, candidates: list[tuple[dict[str, str], dict[str, Any], str]]) -> list[Trial | None]:
+        """Each candidate's trial, in order (``_try`` of each), up to ``forked.at_once()`` of them running at the
+        same time: the first in this process, the others in forked children (``forked``). ``self._fresh``
+        after it: whether the last candidate was new; ``self._fresh_of``: the same per candidate."""
+        out: list[Trial | None] = [None] * len(candidates)
+        self._batch = candidates
+        self._fresh_of = [False] * len(candidates)
+        runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]] = []  # index, key, spec, run options, deadline
+        keys: set[Any] = set()
+        for i, (toggles, options, label) in enumerate(candidates):
+            key = self._key(toggles, options)
+            if key in self._seen:
+                out[i] = self._seen[key]
+                continue
+            if key in keys:  # the same configuration twice in one batch: run once, looked up after
+                continue
+            if self.result.stopped or time.perf_counter() > self._explore_deadline:
+                continue
+            # a function traced once (allow_in_graph, nonstrict_trace) is what AOT's trace changes: such a
+            # configuration runs on the session's trial backend straight away, where what it freezes shows
+            spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
+            first = self.result.start is None
+            deadline = self.end if first else self._explore_deadline
+            if not first and time.perf_counter() + self._estimate(spec) > deadline:
+                continue  # it would not end in time: the budget is honoured, not overrun
+            self._fresh_of[i] = True
+            ruled_out = self._ruled_out(toggles)
+            if ruled_out:  # the lint rules it out whatever the run shows: not worth a run
+                result = Trial(dict(toggles), None, None, False, options=dict(options), label=label,
+                               error=f"ruled out without a run: {ruled_out}", rejected=ruled_out,
+                               at_s=time.perf_counter() - self._began)
+                self._seen[key] = out[i] = result
+                self.result.trials.append(result)
+                continue
+            try:
+                run_options = self.run_options(options)
+            except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
+                outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
+                out[i] = self._record(key, toggles, options, label, spec, outcome, time.perf_counter())
+                continue
+            keys.add(key)
+            runs.append((i, key, spec, run_options, deadline))
+        width = forked.at_once() if len(runs) > 1 else 1
+        for at in range(0, len(runs), width):
+            for i, trial_ in zip([r[0] for r in runs[at:at + width]], self._run_side_by_side(runs[at:at + width]),
+                                 strict=True):
+                out[i] = trial_
+        for i, (toggles, options, _) in enumerate(candidates):  # a repeat within the batch: its twin's trial
+            if out[i] is None:
+                out[i] = self._seen.get(self._key(toggles, options))
+        self._fresh = self._fresh_of[-1] if self._fresh_of else False
+        return out
+
+    def _run_side_by_side(self, runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]]) -> list[Trial]:
+        """The trials of ``runs``: the first here, the rest in forked children at the same time; recorded in
+        order. A child that cannot start runs here after the first."""
+        children: list[tuple[int, forked.Child | None, float]] = []
+        for i, _, spec, run_options, deadline in runs[1:]:
+            candidate_toggles = self._candidate_toggles(i)
+            began = time.perf_counter()
+            limit = min(deadline + FORK_GRACE_S, began + max(FORK_WAIT_FACTOR * self._estimate(spec), FORK_MIN_WAIT_S))
+            child = forked.start(_forked_trial(spec, candidate_toggles, run_options, deadline), limit)
+            children.append((i, child, began))
+        trials: list[Trial] = []
+        i, key, spec, run_options, deadline = runs[0]
         began = time.perf_counter()
+        outcome = self._run_here(spec, self._candidate_toggles(i), run_options, deadline)
+        trials.append(self._record(key, *self._candidate(i), spec, outcome, began))
+        for (i, child, began), (_, key, spec, run_options, deadline) in zip(children, runs[1:], strict=True):
+            toggles, options, label = self._candidate(i)
+            if child is None:  # no fork to be had: here, after the first
+                began = time.perf_counter()
+                outcome = self._run_here(spec, toggles, run_options, deadline)
+            else:
+                kind, value = child.answer()
+                if kind == "ok":
+                    outcome, unshared = value
+                    if unshared:  # the child's run wrote a tensor shared with the user's: none shared from now
+                        spec.unshare()
+                elif kind == "timeout":
+                    outcome = trial.Outcome(dict(toggles), error=f"{trial.NOT_FINISHED}"
+                                            f"{time.perf_counter() - began:.0f} s, cut when its time ran out "
+                                            "(its process did not answer in time)")
+                else:
+                    outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({value})")
+            trials.append(self._record(key, toggles, options, label, spec, outcome, began))
+        return trials
+
+    def _candidate(self, i: int) -> tuple[dict[str, str], dict[str, Any], str]:
+        return self._batch[i]
+
+    def _candidate_toggles(self, i: int) -> dict[str, str]:
+        return self._batch[i][0]
+
+    @staticmethod
+    def _run_here(spec: trial.Spec, toggles: dict[str, str], run_options: dict[str, Any],
+                  deadline: float) -> trial.Outcome:
         try:
-            outcome = trial.run(spec, toggles, self.run_options(options), deadline=deadline)
-        except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
-            outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
+            return trial.run(spec, toggles, run_options, deadline=deadline)
         except Exception as exc:  # a trial must never cost the search
-            outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
+            return trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
+
+    def _record(self, key: Any, toggles: dict[str, str], options: dict[str, Any], label: str, spec: trial.Spec,
+                outcome: trial.Outcome, began: float) -> Trial:
+        """A run's outcome as the search's ``Trial``: judged, remembered, the best updated (and proven)."""
         if outcome.error is None:
-            self._times.setdefault(id(spec), []).append(time.perf_counter() - began)
+            self._times.setdefault(id(spec), []).append(outcome.seconds or time.perf_counter() - began)
         check = outcome.check
         ran = outcome.error is None  # counts of a run that was refused, failed to compile or raised: none
         result = Trial(dict(toggles), outcome.breaks if ran else None, outcome.recompiles if ran else None,
@@ -331,7 +420,8 @@ class Searcher:
                        options=dict(options), graphs=outcome.graphs, fallbacks=outcome.fallbacks, ops=outcome.ops,
                        label=label,
                        error=outcome.error, check_message=check.message if check is not None else "",
-                       at_s=time.perf_counter() - self._began, seconds=time.perf_counter() - began,
+                       at_s=time.perf_counter() - self._began,
+                       seconds=outcome.seconds or time.perf_counter() - began,
                        sites=list(outcome.sites), stale=outcome.stale, splits=outcome.splits if ran else None,
                        proven=ran and spec is self.verify_spec)
         result.rejected = self._why_rejected(result)
@@ -427,28 +517,31 @@ class Searcher:
             return
         beam = [start]  # a start that fails to compile (fullgraph with a break) is searched from too
         cut = False  # a configuration left untried because the budget ran out or the search was stopped
-        for toggles, options, label in self._seeds():
-            if self._try(toggles, options, label) is None:  # over the budget: a quicker one may still fit
+        seeds, width = self._seeds(), forked.at_once()
+        for at in range(0, len(seeds), width):  # side by side where this machine has the cores
+            if None in self._try_many(seeds[at:at + width]):  # over the budget: a quicker one may still fit
                 cut = True
-                continue
             yield self.result
         improved = True
         while improved and not cut:
             improved = False
             frontier = sorted([t for t in self.result.trials if t.admissible], key=_rank)[:BEAM]
             for base in frontier or beam:
-                for toggles, options, label in self._neighbours(base):
-                    t = self._try(toggles, options, f"{label} (from {base.describe()})")
-                    if t is None:  # over the budget (a quicker one may still fit) or stopped
-                        cut = True
-                        if self.result.stopped:
-                            break
-                        continue
-                    if not self._fresh:  # run before: nothing new learnt (a cycle back to a better one)
-                        continue
-                    yield self.result
-                    if t.admissible and (not base.admissible or _rank(t) < _rank(base)):
-                        improved = True
+                near = [(toggles, options, f"{label} (from {base.describe()})")
+                        for toggles, options, label in self._neighbours(base)]
+                for at in range(0, len(near), width):
+                    tried = self._try_many(near[at:at + width])
+                    fresh = list(self._fresh_of)
+                    for t, new in zip(tried, fresh, strict=True):
+                        if t is None:  # over the budget (a quicker one may still fit) or stopped
+                            cut = True
+                            continue
+                        if new and t.admissible and (not base.admissible or _rank(t) < _rank(base)):
+                            improved = True
+                    if any(fresh):  # something new learnt (not only cycles back to a better one)
+                        yield self.result
+                    if self.result.stopped:
+                        break
                 if cut:
                     break
             beam = frontier
@@ -927,3 +1020,21 @@ def cell_holder(functions: dict[str, Any], filename: str, lineno: int) -> tuple[
                  for c in torch_compat.iter_code_objects(code) if c is not code):
             enclosing.append((span, name))
     return (min(own)[1] if own else None), (min(enclosing)[1] if enclosing else None)
+
+
+def _forked_trial(spec: trial.Spec, toggles: dict[str, str], run_options: dict[str, Any],
+                  deadline: float) -> Callable[[], tuple[trial.Outcome, bool]]:
+    """What a forked child runs: the trial, and whether it stopped sharing tensors with the user's objects
+    (``Spec.unshare``: the parent then does the same)."""
+
+    def work() -> tuple[trial.Outcome, bool]:
+        unshared: list[bool] = []
+
+        def unshare() -> None:
+            unshared.append(True)
+            spec.unshare()
+
+        outcome = trial.run(dataclasses.replace(spec, unshare=unshare), toggles, run_options, deadline=deadline)
+        return outcome, bool(unshared)
+
+    return work

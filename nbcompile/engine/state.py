@@ -614,17 +614,25 @@ class Replay:
 
 
 def _checksum(t: torch.Tensor) -> Any:
-    """A sum of every element (in the tensor's own float type, float32 for half types: a float64 sum reads
-    300 MiB in 0.5 s on a CPU, a float32 one in 30 ms; int64 for integers, bools counted): what an in-place
-    write the version counter does not see changes (``p.data.clamp_()``, an EMA through ``.data``)."""
+    """A sum of the bits of every element (the tensor's bytes read as 64-bit integers, added
+    in int64): what an in-place write the version counter does not see changes (``p.data.clamp_()``, an EMA
+    through ``.data``). Exact and the same whatever the thread count or the order of the adds (a float sum
+    is not: a forked trial, on one thread, read a float32 sum that differed in the last bit and took it for
+    a write); read 8 bytes at a time, 300 MiB in about 15 ms on this CPU."""
     try:
         with torch.no_grad():
-            if t.is_complex():
-                t = torch.view_as_real(t)
-            if t.dtype.is_floating_point:
-                value = (t.detach().sum(dtype=torch.float32) if t.element_size() < 4 else t.detach().sum()).item()
-                return "nan" if math.isnan(value) else value
-            return t.detach().sum(dtype=torch.int64).item()
+            flat = t.detach()
+            if flat.is_complex():
+                flat = torch.view_as_real(flat)
+            flat = flat.reshape(-1)
+            if flat.numel() == 0:
+                return 0
+            raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
+            lead = min(-raw.data_ptr() % 8, raw.numel())
+            words = (raw.numel() - lead) // 8 * 8
+            body = raw[lead:lead + words].view(torch.int64)  # as fast as a float sum (wraps: still exact)
+            ends = torch.cat([raw[:lead], raw[lead + words:]])
+            return (body.sum(dtype=torch.int64).item(), ends.sum(dtype=torch.int64).item())
     except (RuntimeError, TypeError, NotImplementedError):
         return None
 

@@ -78,6 +78,8 @@ class Workload:
         self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
         #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
         self.op_specs: dict[str, Any] = {}
+        #: (name, code) -> the spec of another code of the function (a trial's source rewrite of it).
+        self._rewritten_op_specs: dict[tuple[str, Any], Any] = {}
         bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)
                     for name in tracked}
         for entry in entries:
@@ -247,7 +249,15 @@ class Workload:
         if ":" in name:
             raise NbcompileError(f"custom_op({name}): custom_op is for the cell's own functions; a library function "
                                  "takes compile, disable, allow_in_graph or nonstrict_trace")
-        known = self.op_specs.get(name)
+        # a spec holds for the code it was derived from: a source rewrite of the function (a trial's
+        # ``_replace``) gets its own (one derived from a rewrite that runs on meta tensors, reused for the
+        # original that does not, put a break back in the operator's fake implementation)
+        code = getattr(original, "__code__", None)
+        binding = self.bindings.get(name)
+        own = getattr(torch_compat.unwrap_compiled(binding.original), "__code__", code) if binding is not None else code
+        specs = self.op_specs if code is own else self._rewritten_op_specs
+        key: Any = name if specs is self.op_specs else (name, code)
+        known = specs.get(key)
         if isinstance(known, str):
             raise NbcompileError(known)
         if known is not None:
@@ -260,9 +270,9 @@ class Workload:
         try:  # on copies of the state --run reaches: the probes and opcheck call the function again
             spec, op, release = self.sample_call(name, original, derive)
         except NbcompileError as exc:
-            self.op_specs[name] = str(exc)
+            specs[key] = str(exc)
             raise
-        self.op_specs[name] = spec
+        specs[key] = spec
         return op, release
 
     def sample_call(self, name: str, original: Any, then: Callable[[Any], Any]) -> Any:
