@@ -105,6 +105,7 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
         "check_after": "ok" if after.check is None or after.check.ok else f"FAILED: {after.check.message}",
         "check_compared": bool(after.check and after.check.compared),
         "search_s": round(search_s, 2), "trials": len(result.trials), "state": result.state,
+        "budget_s": budget, "budget_bound": result.budget_bound,
         "rejected": sum(1 for t in result.trials if t.rejected),
         "chosen": best.describe() if best is not None else None, "applied": result.applied,
         "tracked_library_functions": result.tracked, "left": result.unremovable,
@@ -154,6 +155,25 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
     return out
 
 
+def _run_in_process(name: str, budget: float, backend: str) -> dict:
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--one", name, "--budget", str(budget), "--backend", backend],
+                          capture_output=True, text=True, timeout=budget * 4 + 600,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    row = json.loads(line[7:]) if line else {"name": name, "error": done.stderr.strip().splitlines()[-1:]}
+    row["process_s"] = round(time.perf_counter() - began, 1)
+    return row
+
+
+def _advised_budget(row: dict) -> int | None:
+    """The budget the search said to give it ("... give the search at least 79 s"), or None."""
+    import re
+
+    found = re.search(r"give the search at least (\d+) s", row.get("budget_bound") or "")
+    return int(found[1]) if found else None
+
+
 def rules_of(trial) -> list[str]:
     """What a chosen configuration changes, by kind: ``config:capture_scalar_outputs``, ``rewrite:where``,
     ``toggle:disable``, ``dynamic``."""
@@ -184,6 +204,9 @@ def main() -> None:
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--follow-advice", action="store_true",
+                        help="when a search says its budget was too small (give it at least N s), run that workload "
+                             "again with N s, as its user would; the first run's counts are kept in the row")
     parser.add_argument("--merge", action="store_true",
                         help="re-run only the named workloads and replace their rows in the existing results")
     args = parser.parse_args()
@@ -194,13 +217,15 @@ def main() -> None:
     names = args.names or list(everything)
     rows = []
     for name in names:
-        began = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--one", name, "--budget", str(args.budget),
-                               "--backend", args.backend], capture_output=True, text=True,
-                              timeout=args.budget * 4 + 600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-        row = json.loads(line[7:]) if line else {"name": name, "error": done.stderr.strip().splitlines()[-1:]}
-        row["process_s"] = round(time.perf_counter() - began, 1)
+        row = _run_in_process(name, args.budget, args.backend)
+        advised = _advised_budget(row)
+        if args.follow_advice and advised is not None and advised > args.budget:
+            # what a user does when the search says its budget was too small: run it again with that much
+            first = {k: row.get(k) for k in ("splits_after", "breaks_after", "causes_after", "fully_fixed",
+                                             "trials_run", "search_s", "budget_bound")}
+            print(f"{name}: the search advised {advised} s ({row.get('budget_bound')}); running it again", flush=True)
+            row = _run_in_process(name, float(advised), args.backend)
+            row["at_base_budget"] = first
         rows.append(row)
         if "error" in row:
             print(f"{name}: ERROR {row['error']}", flush=True)
@@ -256,6 +281,11 @@ def main() -> None:
         "transformers_share_removed": round((lib_before - lib_after) / lib_before, 3) if lib_before else None,
         "graphmend_share_removed": round(GRAPHMEND_SHARE, 3),
         "checks_ok": sum(1 for r in ok if r["check_after"] == "ok"),
+        # the advice followed (--follow-advice): what the runs at the base budget left, for comparison
+        "advice_followed": [r["name"] for r in ok if "at_base_budget" in r],
+        "share_splits_removed_at_base_budget": round(
+            (splits_before - sum(r.get("at_base_budget", r)["splits_after"] for r in ok)) / splits_before, 3)
+        if splits_before else None,
         "budget_s": args.budget, "backend": args.backend,
     }
     print(json.dumps(summary, indent=2))

@@ -416,3 +416,27 @@ def test_the_breaks_torch_makes_on_purpose_are_said_to_be_so(ip):
     assert "torch/optim/optimizer.py: the optimizer's step compiles as a graph of its own" in left, left
     assert "torch marks Optimizer.zero_grad not to be traced, on purpose" in left, left
     assert "move the line into a helper" not in left, left
+
+
+def test_a_break_of_the_first_call_only_is_explained_not_searched(ip):
+    """One-time work of the first call (a library installing its hooks once): the session's run breaks there,
+    a run on copies of the state it left does not; the search says so rather than leaving it unexplained."""
+    cell = textwrap.dedent("""\
+        import torch
+        INSTALLED = []
+        def setup(x):
+            if not INSTALLED:
+                print("installing once")
+                INSTALLED.append(True)
+            return x
+        def f(x):
+            return setup(x.sin()).cos()
+        x = torch.randn(4)
+        """)
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', cell)
+    session = nbcompile.last()
+    assert session.report.break_count >= 1
+    result = session.fix(budget_s=60)
+    assert result.start is not None and result.start.tried and result.start.breaks == 0, result.start
+    assert result.unremovable and all("first run only" in why for why in result.unremovable), result.unremovable
+    assert any("cell line 6" in why for why in result.unremovable), result.unremovable  # the %%compile line is 1

@@ -777,7 +777,10 @@ class Searcher:
     def _explain_left(self) -> None:
         """Each break the best configuration still has, with why no toggle removed it."""
         best = self.result.best or self.result.start
-        if best is None or best.breaks == 0:
+        if best is None:
+            return
+        if best.breaks == 0:
+            self._explain_first_run_only(best)
             return
         tracked = set(self.functions)
         seen: set[tuple[str, int]] = set()
@@ -835,6 +838,26 @@ class Searcher:
                             f"{' '.join(needed.before.split())[:80]} -> {' '.join(needed.after.split())[:100]}")
             self.result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
         self._explain_moved(best, seen)
+
+    def _explain_first_run_only(self, best: Trial) -> None:
+        """Breaks of the session's run that no trial on copies has: one-time work of the first call (hooks a
+        library installs, a cache it fills, a warning it logs once), which the copies, made after it, do not
+        repeat; in the report, but not a break later calls meet."""
+        start = self.result.start
+        if start is None or not start.tried or start.breaks != 0:
+            return
+        seen: set[tuple[str, int]] = set()
+        for brk in self.report.breaks:
+            if (brk.filename, brk.lineno) in seen or len(seen) >= 20:
+                continue
+            seen.add((brk.filename, brk.lineno))
+            place = (f"cell line {brk.cell_line}" if brk.cell_line is not None
+                     else f"{brk.filename.rsplit('/', 1)[-1]} line {brk.lineno}")
+            self.result.unremovable.append(
+                f"{function_label(brk.function)} ({place}): {brk.reason[:100]}: the session's first run only: a run "
+                "on copies of the state it left (what every later call meets) has no break here, so there was "
+                "nothing to search (one-time work of the first call, such as hooks a library installs, a cache it "
+                "fills or a warning it logs once)")
 
     def _explain_moved(self, best: Trial, seen: set[tuple[str, int]]) -> None:
         """The breaks the best configuration has where the start had none: the call of a function it runs
