@@ -5,6 +5,7 @@ it is applied. Counted, never timed."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import nbcompile
@@ -127,3 +128,15 @@ def test_a_trial_puts_back_dynamos_guard_latency_profile():
         assert guards.profile_guard_manager is not original
         f(torch.ones(2))
     assert guards.profile_guard_manager is original
+
+
+def test_a_budget_that_leaves_no_trial_besides_the_start_says_how_much_to_give(ip, monkeypatch):
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
+    session = nbcompile.last()
+    monkeypatch.setattr(search_ops.Searcher, "_estimate", lambda self, spec: 100.0)  # every trial looks too long
+    result = search_ops.Searcher(session, 60).run()
+    assert result.start is not None and result.start.tried
+    assert [t.label for t in result.trials if t.tried] == ["start"]
+    advised = re.search(r"give the search at least (\d+) s", result.budget_bound)
+    assert advised is not None and int(advised[1]) >= search_ops.SEARCH_AT_LEAST * 100, result.budget_bound
+    assert "0 trials besides the start" in result.budget_bound

@@ -89,6 +89,8 @@ MAX_PROOFS = 4
 #: A proof on the session's trial backend (AOTAutograd's trace on top of Dynamo's) takes about this many
 #: of the search's own trials: the time kept for it before the first proof.
 PROOF_FACTOR = 2.0
+#: Fewer trials than this besides the start, for want of budget: the search says how much budget to give.
+SEARCH_AT_LEAST = 4
 #: A forked trial's answer is awaited until its deadline plus this (its run is cut at the deadline by itself)...
 FORK_GRACE_S = 5.0
 #: ... and at most this many times what a trial on its backend takes (at least ``FORK_MIN_WAIT_S``): a child
@@ -547,12 +549,15 @@ class Searcher:
             beam = frontier
         if cut and not self.result.stopped:
             kept = self.end - self._explore_deadline
+            explored = sum(1 for t in self.result.trials if t.tried and t is not start)
+            per_trial = self._estimate(self.spec) or start.seconds
             self.result.budget_bound = (
                 f"the {self.result.budget_s:g} s budget ran out before every configuration one change from the best "
-                "was tried: a longer budget may find fewer breaks" if kept < 0.8 * self.result.budget_s else
-                f"the {self.result.budget_s:g} s budget left little to search: proving, timing and applying a choice "
-                f"on this session's backend take about {kept:.0f} s of it; give the search at least "
-                f"{math.ceil(kept + 30):d} s")
+                "was tried: a longer budget may find fewer breaks"
+                if kept < 0.8 * self.result.budget_s and explored >= SEARCH_AT_LEAST else
+                f"the {self.result.budget_s:g} s budget left little to search ({plural(explored, 'trial')} besides "
+                f"the start): proving, timing and applying a choice on this session's backend take about {kept:.0f} s "
+                f"of it; give the search at least {math.ceil(kept + max(30.0, SEARCH_AT_LEAST * per_trial)):d} s")
         self._prove_best()
         yield self.result
         self._time_finalists()

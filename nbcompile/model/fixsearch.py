@@ -240,6 +240,8 @@ def _count(t: Trial, recompiles: bool = False) -> str:
 _UNTRIED = 1 << 30
 
 
-def _rank(t: Trial) -> tuple[int, int, int]:
-    return (_UNTRIED if t.breaks is None else t.breaks, _UNTRIED if t.recompiles is None else t.recompiles,
-            t.fallbacks)
+def _rank(t: Trial) -> tuple[int, int, int, int]:
+    """Fewest breaks, then fewest graph splits (a log call deferred past the work of a return keeps its break
+    but joins two graphs into one), then recompiles and fallbacks."""
+    return (_UNTRIED if t.breaks is None else t.breaks, _UNTRIED if t.splits is None else t.splits,
+            _UNTRIED if t.recompiles is None else t.recompiles, t.fallbacks)
