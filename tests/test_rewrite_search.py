@@ -207,3 +207,32 @@ def test_a_custom_op_of_a_rewritten_function_does_not_stand_for_the_original(ip,
     assert all(t.breaks == 0 for t in ops), [(t.label, t.breaks) for t in ops]
     best = result.best
     assert best is not None and best.breaks == 0 and not best.rewrites, best  # one change, nothing to accept
+
+
+def test_a_logger_call_deferred_past_the_return_s_work_joins_two_graphs(ip):
+    cell = textwrap.dedent("""\
+        import logging
+        import torch
+        logger = logging.getLogger("nbcompile.tests.defer")
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = torch.nn.Linear(8, 16)
+                self.fc2 = torch.nn.Linear(16, 8)
+            def forward(self, x):
+                h = torch.relu(self.fc1(x))
+                logger.info("hidden shape %s", h.shape)
+                return x + self.fc2(h)
+        model = torch.nn.Sequential(Block(), Block()).eval()
+        x = torch.randn(4, 8)
+        """)
+    session = _run(ip, cell, entry="model", run="model(x)")
+    splits = session.report.splits
+    assert splits >= 1
+    result = session.fix(budget_s=60)
+    best = result.best
+    assert best is not None and [r.rule for r in best.rewrites] == ["defer"], best
+    assert best.splits < splits and best.check_ok  # the break stays; the graphs around it become one
+    assert best.breaks == result.start.breaks
+    assert any("defer rewrite" in why and "logger's methods" in why for why in result.unremovable), \
+        result.unremovable

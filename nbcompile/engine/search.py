@@ -876,8 +876,14 @@ class Searcher:
             place = (f"cell line {lineno}" if filename == self.workload.filename
                      else f"{filename.rsplit('/', 1)[-1]} line {lineno}")
             design = by_design(gb_type, filename)
+            deferred = [r for r in best.rewrites if r.rule == "defer" and filename == self.workload.filename
+                        and r.cell_line <= lineno < r.cell_line + len(r.after.splitlines())]
             if design is not None:
                 why = design
+            elif deferred:
+                why = (f"the call the defer rewrite of cell line {deferred[0].cell_line} moves after the function's "
+                       "work: the break stays (torch reorders print, warnings.warn and logging's module functions, "
+                       "not a logger's methods), at the end, where it splits no graph")
             elif disabled:
                 names = ", ".join(library.short(n) if ":" in n else n for n in disabled)
                 why = (f"the call of {names}, which this configuration runs eagerly (disable): the breaks inside "
