@@ -140,3 +140,20 @@ def test_a_budget_that_leaves_no_trial_besides_the_start_says_how_much_to_give(i
     advised = re.search(r"give the search at least (\d+) s", result.budget_bound)
     assert advised is not None and int(advised[1]) >= search_ops.SEARCH_AT_LEAST * 100, result.budget_bound
     assert "0 trials besides the start" in result.budget_bound
+
+
+def test_a_search_cut_with_configurations_untried_says_how_much_budget_would_try_them(ip, monkeypatch):
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
+    session = nbcompile.last()
+
+    def estimate(self, spec):  # the first trials fit the budget, every later one looks too long
+        return 0.0 if sum(1 for t in self.result.trials if t.tried) < 6 else 100.0
+
+    monkeypatch.setattr(search_ops.Searcher, "_estimate", estimate)
+    result = search_ops.Searcher(session, 60).run()
+    assert result.state == "budget"
+    advised = re.search(r"with (\d+) configurations? one change from the best untried: .* give the search at "
+                        r"least (\d+) s to try them", result.budget_bound)
+    assert advised is not None, result.budget_bound
+    untried, seconds = int(advised[1]), int(advised[2])
+    assert untried >= 1 and seconds >= untried * 100 / search_ops.forked.at_once()

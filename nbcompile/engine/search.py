@@ -520,9 +520,11 @@ class Searcher:
         beam = [start]  # a start that fails to compile (fullgraph with a break) is searched from too
         cut = False  # a configuration left untried because the budget ran out or the search was stopped
         seeds, width = self._seeds(), forked.at_once()
+        untried = 0  # configurations left for want of budget: what the advice on a longer one counts
         for at in range(0, len(seeds), width):  # side by side where this machine has the cores
-            if None in self._try_many(seeds[at:at + width]):  # over the budget: a quicker one may still fit
-                cut = True
+            missed = self._try_many(seeds[at:at + width]).count(None)
+            if missed:  # over the budget: a quicker one may still fit
+                cut, untried = True, untried + missed
             yield self.result
         improved = True
         while improved and not cut:
@@ -536,7 +538,7 @@ class Searcher:
                     fresh = list(self._fresh_of)
                     for t, new in zip(tried, fresh, strict=True):
                         if t is None:  # over the budget (a quicker one may still fit) or stopped
-                            cut = True
+                            cut, untried = True, untried + 1
                             continue
                         if new and t.admissible and (not base.admissible or _rank(t) < _rank(base)):
                             improved = True
@@ -551,9 +553,11 @@ class Searcher:
             kept = self.end - self._explore_deadline
             explored = sum(1 for t in self.result.trials if t.tried and t is not start)
             per_trial = self._estimate(self.spec) or start.seconds
+            spent = time.perf_counter() - self._began
             self.result.budget_bound = (
-                f"the {self.result.budget_s:g} s budget ran out before every configuration one change from the best "
-                "was tried: a longer budget may find fewer breaks"
+                f"the {self.result.budget_s:g} s budget ran out with {plural(untried, 'configuration')} one change "
+                "from the best untried: a longer budget may find fewer breaks; give the search at least "
+                f"{math.ceil(spent + untried * per_trial / max(width, 1) + kept):d} s to try them"
                 if kept < 0.8 * self.result.budget_s and explored >= SEARCH_AT_LEAST else
                 f"the {self.result.budget_s:g} s budget left little to search ({plural(explored, 'trial')} besides "
                 f"the start): proving, timing and applying a choice on this session's backend take about {kept:.0f} s "
