@@ -89,6 +89,9 @@ MAX_PROOFS = 4
 #: A proof on the session's trial backend (AOTAutograd's trace on top of Dynamo's) takes about this many
 #: of the search's own trials: the time kept for it before the first proof.
 PROOF_FACTOR = 2.0
+#: Time kept for applying the choice: the session's last run times this, plus ``APPLY_EXTRA_S``.
+APPLY_MARGIN = 1.15
+APPLY_EXTRA_S = 0.5
 #: Fewer trials than this besides the start, for want of budget: the search says how much budget to give.
 SEARCH_AT_LEAST = 4
 #: A forked trial's answer is awaited until its deadline plus this (its run is cut at the deadline by itself)...
@@ -577,7 +580,9 @@ class Searcher:
         trace on top: ``PROOF_FACTOR`` trials)."""
         self._time_kept = True
         apply_s = max(seconds, self.workload.run_s or self.report.compile_time_s)  # the last run, not all of them
-        self._deadline = self.end - apply_s
+        # and the restart's own work around that run (the new report, its causes and explanations): switch_moe's
+        # apply took 1 s more than its last run, and its search 61 s of a 60 s budget
+        self._deadline = self.end - (APPLY_MARGIN * apply_s + APPLY_EXTRA_S)
         # the timing of the start and the best on the session's backend (a compile each, then the calls):
         # a choice that was never timed could be far slower than the start, which only timing rejects
         compile_s = min(apply_s, self.report.compile_time_s or apply_s)  # a timed compile: no check, no reference
