@@ -92,3 +92,35 @@ def test_a_search_with_forked_trials_tries_what_one_process_tries(ip, monkeypatc
     assert forked.at_once() == 2 or len(os.sched_getaffinity(0)) < 2
     assert sorted(side_by_side) == sorted(alone) and best_side == best_alone
     assert [t[0] for t in side_by_side] == [t[0] for t in alone]  # the same order too
+
+
+def test_an_interrupted_search_leaves_no_child_running(ip, monkeypatch):
+    monkeypatch.setenv(forked.ENV, "2")
+    monkeypatch.setattr(forked, "MAX_AT_ONCE", 2)
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
+    session = nbcompile.last()
+    started: list[tuple[int, forked.Child]] = []
+    real_start = forked.start
+
+    def start(work, limit):
+        child = real_start(work, limit)
+        if child is not None:
+            started.append((child.pid, child))
+        return child
+
+    monkeypatch.setattr(forked, "start", start)
+    calls = []
+
+    def progress(result):  # the user interrupts the kernel while a child still runs its trial
+        calls.append(1)
+        if started:
+            raise KeyboardInterrupt
+
+    from nbcompile.engine import search as search_ops
+
+    result = search_ops.Searcher(session, 60, progress).run()  # stopped: the best found so far is kept
+    assert started and result.state == "stopped", result.state
+    for pid, child in started:
+        assert child.pid == 0 and child.fd == -1
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

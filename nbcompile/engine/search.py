@@ -374,6 +374,15 @@ class Searcher:
             limit = min(deadline + FORK_GRACE_S, began + max(FORK_WAIT_FACTOR * self._estimate(spec), FORK_MIN_WAIT_S))
             child = forked.start(_forked_trial(spec, candidate_toggles, run_options, deadline), limit)
             children.append((i, child, began))
+        try:
+            return self._gather(runs, children)
+        finally:  # an interrupt (or any error) while they run: no child outlives its search step
+            for _, child, _ in children:
+                if child is not None:
+                    child.close()
+
+    def _gather(self, runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]],
+                children: list[tuple[int, forked.Child | None, float]]) -> list[Trial]:
         trials: list[Trial] = []
         i, key, spec, run_options, deadline = runs[0]
         began = time.perf_counter()
