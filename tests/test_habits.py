@@ -739,10 +739,18 @@ def test_a_run_that_never_reaches_compiled_code_is_not_called_compared(ip):
 
 
 def test_a_user_error_in_run_shows_the_users_frames(ip, capsys):
-    result = run_compile_cell(ip, '--backend eager --no-panel --run "caller(undefined_name)"', HELPER_CELL)
-    assert isinstance(result.error_in_exec, NameError)
-    shown = capsys.readouterr()
-    text = shown.out + shown.err
+    for _ in range(3):
+        result = run_compile_cell(ip, '--backend eager --no-panel --run "caller(undefined_name)"', HELPER_CELL)
+        assert isinstance(result.error_in_exec, NameError)
+        shown = capsys.readouterr()
+        text = shown.out + shown.err
+        # CPython < 3.11.8 (gh-106905): IPython's traceback formatter parses the source with ast, whose depth
+        # counter is interpreter-wide; a parse elsewhere at the same moment makes it fail and fall back to
+        # the plain traceback (every frame). Not nbcompile's doing: formatted again
+        if "AST constructor recursion depth mismatch" not in text:
+            break
+    else:
+        pytest.skip("IPython's traceback formatter hit CPython's AST depth-counter bug (gh-106905) three times")
     assert "undefined_name" in text and "caller(undefined_name)" in text
     assert "session.py" not in text and "magics.py" not in text, text
 
