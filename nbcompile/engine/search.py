@@ -92,6 +92,9 @@ PROOF_FACTOR = 2.0
 #: Time kept for applying the choice: the session's last run times this, plus ``APPLY_EXTRA_S``.
 APPLY_MARGIN = 1.15
 APPLY_EXTRA_S = 0.5
+#: The proofs of the applied report's fixes stop starting this long before the budget's end: one still running
+#: is cut at its next graph, and the report is built after it (switch_moe's search took 60.5 s of 60 without).
+PROOFS_TAIL_S = 1.0
 #: Fewer trials than this besides the start, for want of budget: the search says how much budget to give.
 SEARCH_AT_LEAST = 4
 #: A forked trial's answer is awaited until its deadline plus this (its run is cut at the deadline by itself)...

@@ -39,7 +39,7 @@ from ..engine import snippet as export_ops
 from ..engine import timing as bench_ops
 from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objects, cell_key, plan_cell
 from ..engine.custom_ops import export_code
-from ..engine.search import FixSearch, Searcher, apply_best
+from ..engine.search import PROOFS_TAIL_S, FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
 from ..engine.workload import Workload, code_of, unwrap
 from ..model.render import MIME_TYPE
@@ -913,7 +913,8 @@ class FixRun:
             try:
                 if not session.closed:  # within the search's budget: its re-run was kept time for, its proofs
                     # get what is left (in a kernel they follow on the event loop's next turn, by the same end)
-                    apply_best(session, self.result, prove_by=self._searcher.end or None)
+                    end = self._searcher.end
+                    apply_best(session, self.result, prove_by=(end - PROOFS_TAIL_S) if end else None)
             finally:
                 self.result.elapsed_s = max(self.result.elapsed_s, self._searcher.elapsed())
                 session.last_fix = self.result
