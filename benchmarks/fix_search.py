@@ -155,11 +155,12 @@ def run_one(workload: Workload, budget: float, backend: str) -> dict:
     return out
 
 
-def _run_in_process(name: str, budget: float, backend: str) -> dict:
+def _run_in_process(name: str, budget: float, backend: str, env: dict[str, str] | None = None) -> dict:
+    """One workload in a fresh process (``env``: more environment for it, ``NBCOMPILE_TRIAL_PROCESSES``)."""
     began = time.perf_counter()
     done = subprocess.run([sys.executable, __file__, "--one", name, "--budget", str(budget), "--backend", backend],
                           capture_output=True, text=True, timeout=budget * 4 + 600,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     row = json.loads(line[7:]) if line else {"name": name, "error": done.stderr.strip().splitlines()[-1:]}
     row["process_s"] = round(time.perf_counter() - began, 1)
