@@ -20,7 +20,9 @@ configuration uses (a toggle, a ``torch._dynamo.config`` value, a source rewrite
 given per workload and summed per rule; a proven rewrite is not applied until the user accepts it, so
 the breaks after accepting are the search's own count of the chosen trial.
 
-Usage: python benchmarks/fix_search.py [--budget S] [--backend aot_eager] [names...]
+Usage: python benchmarks/fix_search.py [--budget S] [--backend aot_eager] [--follow-advice] [names...]
+(the results in benchmarks/results were made with --follow-advice: a search that says its budget was too small
+runs again with the budget it asked for, as its user would; each such row keeps the first run's counts)
 Writes benchmarks/results/fix_search.json and fix_search.html (the plot).
 """
 
