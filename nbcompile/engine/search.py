@@ -135,10 +135,7 @@ class Searcher:
         self.result = FixSearch(budget_s=float(budget_s))
         self.progress = progress
         self._seen: dict[Any, Trial] = {}
-        #: Whether the last ``_try`` ran (or ruled out) a configuration not seen before.
-        self._fresh = False
-        #: The candidates of the last ``_try_many``, and whether each was new.
-        self._batch: list[tuple[dict[str, str], dict[str, Any], str]] = []
+        #: Whether each candidate of the last ``_try_many`` was new (ran, or was ruled out, for the first time).
         self._fresh_of: list[bool] = []
         #: Whether time was kept for applying and proving the choice (``_keep_time``).
         self._time_kept = False
@@ -316,12 +313,11 @@ class Searcher:
 
     def _try_many(self, candidates: list[tuple[dict[str, str], dict[str, Any], str]]) -> list[Trial | None]:
         """Each candidate's trial, in order (``_try`` of each), up to ``forked.at_once()`` of them running at the
-        same time: the first in this process, the others in forked children (``forked``). ``self._fresh``
-        after it: whether the last candidate was new; ``self._fresh_of``: the same per candidate."""
+        same time: the first in this process, the others in forked children (``forked``). ``self._fresh_of``
+        after it: whether each candidate was new."""
         out: list[Trial | None] = [None] * len(candidates)
-        self._batch = candidates
         self._fresh_of = [False] * len(candidates)
-        runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]] = []  # index, key, spec, run options, deadline
+        runs: list[_Run] = []
         keys: set[Any] = set()
         for i, (toggles, options, label) in enumerate(candidates):
             key = self._key(toggles, options)
@@ -352,82 +348,70 @@ class Searcher:
                 run_options = self.run_options(options)
             except ValueError as exc:  # a rewrite that cannot be built (a closure, no torch in the cell)
                 outcome = trial.Outcome(dict(toggles), error=f"not tried: the rewrite cannot be applied ({exc})")
-                out[i] = self._record(key, toggles, options, label, spec, outcome, time.perf_counter())
+                out[i] = self._record(_Run(i, key, toggles, options, label, spec, {}, deadline), outcome,
+                                      time.perf_counter())
                 continue
             keys.add(key)
-            runs.append((i, key, spec, run_options, deadline))
+            runs.append(_Run(i, key, toggles, options, label, spec, run_options, deadline))
         width = forked.at_once() if len(runs) > 1 else 1
         for at in range(0, len(runs), width):
-            for i, trial_ in zip([r[0] for r in runs[at:at + width]], self._run_side_by_side(runs[at:at + width]),
-                                 strict=True):
-                out[i] = trial_
+            batch = runs[at:at + width]
+            for run, trial_ in zip(batch, self._run_side_by_side(batch), strict=True):
+                out[run.index] = trial_
         for i, (toggles, options, _) in enumerate(candidates):  # a repeat within the batch: its twin's trial
             if out[i] is None:
                 out[i] = self._seen.get(self._key(toggles, options))
-        self._fresh = self._fresh_of[-1] if self._fresh_of else False
         return out
 
-    def _run_side_by_side(self, runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]]) -> list[Trial]:
+    def _run_side_by_side(self, runs: list[_Run]) -> list[Trial]:
         """The trials of ``runs``: the first here, the rest in forked children at the same time; recorded in
         order. A child that cannot start runs here after the first."""
-        children: list[tuple[int, forked.Child | None, float]] = []
-        for i, _, spec, run_options, deadline in runs[1:]:
-            candidate_toggles = self._candidate_toggles(i)
+        children: list[tuple[_Run, forked.Child | None, float]] = []
+        for run in runs[1:]:
             began = time.perf_counter()
-            limit = min(deadline + FORK_GRACE_S, began + max(FORK_WAIT_FACTOR * self._estimate(spec), FORK_MIN_WAIT_S))
-            child = forked.start(_forked_trial(spec, candidate_toggles, run_options, deadline), limit)
-            children.append((i, child, began))
+            limit = min(run.deadline + FORK_GRACE_S,
+                        began + max(FORK_WAIT_FACTOR * self._estimate(run.spec), FORK_MIN_WAIT_S))
+            child = forked.start(_forked_trial(run.spec, run.toggles, run.run_options, run.deadline), limit)
+            children.append((run, child, began))
         try:
-            return self._gather(runs, children)
+            return self._gather(runs[0], children)
         finally:  # an interrupt (or any error) while they run: no child outlives its search step
             for _, child, _ in children:
                 if child is not None:
                     child.close()
 
-    def _gather(self, runs: list[tuple[int, Any, trial.Spec, dict[str, Any], float]],
-                children: list[tuple[int, forked.Child | None, float]]) -> list[Trial]:
-        trials: list[Trial] = []
-        i, key, spec, run_options, deadline = runs[0]
+    def _gather(self, first: _Run, children: list[tuple[_Run, forked.Child | None, float]]) -> list[Trial]:
         began = time.perf_counter()
-        outcome = self._run_here(spec, self._candidate_toggles(i), run_options, deadline)
-        trials.append(self._record(key, *self._candidate(i), spec, outcome, began))
-        for (i, child, began), (_, key, spec, run_options, deadline) in zip(children, runs[1:], strict=True):
-            toggles, options, label = self._candidate(i)
+        trials = [self._record(first, self._run_here(first), began)]
+        for run, child, began in children:
             if child is None:  # no fork to be had: here, after the first
                 began = time.perf_counter()
-                outcome = self._run_here(spec, toggles, run_options, deadline)
+                outcome = self._run_here(run)
             else:
                 kind, value = child.answer()
                 if kind == "ok":
                     outcome, unshared = value
                     if unshared:  # the child's run wrote a tensor shared with the user's: none shared from now
-                        spec.unshare()
+                        run.spec.unshare()
                 elif kind == "timeout":
-                    outcome = trial.Outcome(dict(toggles), error=f"{trial.NOT_FINISHED}"
+                    outcome = trial.Outcome(dict(run.toggles), error=f"{trial.NOT_FINISHED}"
                                             f"{time.perf_counter() - began:.0f} s, cut when its time ran out "
                                             "(its process did not answer in time)")
                 else:
-                    outcome = trial.Outcome(dict(toggles), error=f"the trial failed ({value})")
-            trials.append(self._record(key, toggles, options, label, spec, outcome, began))
+                    outcome = trial.Outcome(dict(run.toggles), error=f"the trial failed ({value})")
+            trials.append(self._record(run, outcome, began))
         return trials
 
-    def _candidate(self, i: int) -> tuple[dict[str, str], dict[str, Any], str]:
-        return self._batch[i]
-
-    def _candidate_toggles(self, i: int) -> dict[str, str]:
-        return self._batch[i][0]
-
     @staticmethod
-    def _run_here(spec: trial.Spec, toggles: dict[str, str], run_options: dict[str, Any],
-                  deadline: float) -> trial.Outcome:
+    def _run_here(run: _Run) -> trial.Outcome:
         try:
-            return trial.run(spec, toggles, run_options, deadline=deadline)
+            return trial.run(run.spec, run.toggles, run.run_options, deadline=run.deadline)
         except Exception as exc:  # a trial must never cost the search
-            return trial.Outcome(dict(toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
+            return trial.Outcome(dict(run.toggles), error=f"the trial failed ({type(exc).__name__}: {exc})")
 
-    def _record(self, key: Any, toggles: dict[str, str], options: dict[str, Any], label: str, spec: trial.Spec,
-                outcome: trial.Outcome, began: float) -> Trial:
+    def _record(self, run: _Run, outcome: trial.Outcome, began: float) -> Trial:
         """A run's outcome as the search's ``Trial``: judged, remembered, the best updated (and proven)."""
+        key, toggles, options, label, spec = run.key, run.toggles, run.options, run.label, run.spec
         if outcome.error is None:
             self._times.setdefault(id(spec), []).append(outcome.seconds or time.perf_counter() - began)
         check = outcome.check
@@ -929,6 +913,21 @@ class Searcher:
                     before, after = " ".join(needed.before.split())[:80], " ".join(needed.after.split())[:100]
                     return f"a rewrite ({needed.rule}) of line {brk.lineno}: {before} -> {after}"
         return ""
+
+
+@dataclasses.dataclass
+class _Run:
+    """One candidate of a ``_try_many`` batch to run: where it stands in the batch, its key, the
+    configuration, the spec it runs on, its options as a run takes them, and its deadline."""
+
+    index: int
+    key: Any
+    toggles: dict[str, str]
+    options: dict[str, Any]
+    label: str
+    spec: trial.Spec
+    run_options: dict[str, Any]
+    deadline: float
 
 
 class SearchSource(Protocol):
