@@ -172,16 +172,21 @@ class NbcompileMagics(Magics):
             return None
         session.source = "\n" + cell  # shown and exported as the user wrote it
         session.line = line
+        # Dynamo's view first (a pass on copies with no code generation), shown while the backend compiles
+        shown = options.run is not None and widgets_supported() and session.first_view()
+        if shown:
+            _display(session)
+        finish = session.show_complete if shown else (lambda: _display(session))
         try:
             result = session.run() if options.run is not None else None
         except torch_compat.DYNAMO_ERRORS as exc:  # the user's code did not compile: one line, the report above
-            _display(session)
+            finish()
             raise UsageError(f"%%compile: --run failed to compile ({describe_failure(exc)}); "
                              "the report shows what was compiled") from None
         except BaseException:  # a run that raises still shows the report, with its error
-            _display(session)
+            finish()
             raise
-        _display(session)
+        finish()
         session.verify_soon()  # the proofs of the suggested fixes follow the first view
         if options.bench:
             _bench(session, None)

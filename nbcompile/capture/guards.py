@@ -537,6 +537,13 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
                 f"for the {name} of this call. nbcompile's toggles re-run --run on copies of your objects, so the "
                 "first call after a toggle does this once; so does a new model or optimizer"
                 + more)
+    other = _OBJ_ID.match(first.strip())
+    if other is not None:  # the same name holds another object than the one compiled for
+        name = plain_text(other["name"].strip(), stack)
+        return (f"{name} is another object than the one the previous compile was guarded on: compiled again for "
+                f"the {name} of this call. nbcompile's toggles re-run --run on copies of your objects (kept from "
+                "toggle to toggle), so your first call after a toggle does this once; so does a new model or "
+                "optimizer" + more)
     guard, *comments = first.split("  #")
     guard = plain_text(guard.strip(), stack)
     where = ""

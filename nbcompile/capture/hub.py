@@ -101,6 +101,13 @@ class Recording:
         self.deadline: float | None = None
         #: Whether a compile was cut at the deadline.
         self.cut = False
+        #: Cache region (``torch_compat.region_of``) -> the entry whose compiled wrapper compiles into it.
+        self.regions: dict[int, str] = {}
+        #: compile id -> the entry whose call compiled it ("" when none of ``regions`` was running): what a
+        #: toggle that recompiles some entries only carries over from the previous report (``carried``).
+        self.entry_of: dict[str, str] = {}
+        #: Called with the report after each frame compiled for it (a view's progress line); never raises.
+        self.progress: Callable[[Report], None] | None = None
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
@@ -120,6 +127,15 @@ class Recording:
     def notify(self) -> None:
         """Mark the report changed. Redraws happen later, outside torch's trace handler."""
         self.version += 1
+
+    def compiled(self) -> None:
+        """One frame compiled for the report: the progress hook hears of it (a failing hook is ignored:
+        it must never raise into torch's compile)."""
+        if self.progress is not None:
+            try:
+                self.progress(self.report)
+            except Exception:  # noqa: BLE001, S110  a view's progress line is never worth a compile
+                pass
 
 
 @dataclass
@@ -441,8 +457,13 @@ class Hub:
         owner = self._owner_for(pending, metrics)
         if owner is None:
             return
+        compile_id = metrics.compile_id or pending.compile_id
+        if owner.regions:
+            region = torch_compat.current_region()
+            owner.entry_of[compile_id] = owner.regions.get(region, "") if region is not None else ""
         _apply(owner, pending, metrics)
         owner.notify()
+        owner.compiled()
 
 
 _LIMIT_HIT = "recompile limit exceeded"

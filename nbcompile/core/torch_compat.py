@@ -72,6 +72,36 @@ if not ISOLATE_RECOMPILES:
     )
 
 
+def _region_getter() -> Callable[[], int] | None:
+    getter = getattr(torch._C._dynamo.eval_frame, "get_eval_frame_isolate_recompiles_id", None)
+    return getter if ISOLATE_RECOMPILES and callable(getter) else None
+
+
+_CURRENT_REGION = _region_getter()
+if _CURRENT_REGION is None:
+    MISSING["cache regions"] = ("torch has no readable cache region: a toggle recompiles every entry of the cell, "
+                                "and toggling back compiles again")
+#: Whether a toggle can keep the compiled code of entries it does not reach, and of configurations seen before.
+CACHE_REGIONS = _CURRENT_REGION is not None
+
+
+def current_region() -> int | None:
+    """The cache region (``isolate_recompiles`` id) of the compiled call running now; None outside one, or
+    where torch has none."""
+    if _CURRENT_REGION is None:
+        return None
+    region = _CURRENT_REGION()
+    return region if region >= 0 else None
+
+
+def region_of(compiled: Any) -> int | None:
+    """The cache region a ``torch.compile`` wrapper (a function, or a compiled module) compiles into."""
+    region = getattr(compiled, "_isolate_recompiles_id", None)
+    if region is None:
+        region = getattr(getattr(compiled, "dynamo_ctx", None), "_isolate_recompiles_id", None)
+    return region if isinstance(region, int) and region >= 0 else None
+
+
 #: What torch.compile raises when compiling fails (a break under fullgraph=True, a backend error).
 DYNAMO_ERRORS: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
 

@@ -54,6 +54,9 @@ _HISTORY = re.compile(r"^(_{1,3}|_\d+|_i{1,3}|_i\d+|_ih|_oh|_dh|__\w+__)$")
 _ATOMIC = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
            str, bytes, int, float, complex, bool, type(None), range, types.CodeType)
 _ABSENT = object()
+#: What ``copy.deepcopy`` hands back as it is (``Replay.refresh`` expects the same object in the copies).
+_DEEPCOPY_KEEPS = (*_ATOMIC, types.BuiltinMethodType, weakref.ref, property, enum.Enum, torch.dtype, torch.device,
+                   torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented))
 _SYSTEM_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 #: Floating-point dtypes the float64 reference widens.
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
@@ -142,6 +145,12 @@ def _user_module(module: types.ModuleType) -> bool:
     if path:
         return not str(path).startswith(_SYSTEM_PREFIXES)
     return made_at_run_time(module)
+
+
+def user_code(code: types.CodeType) -> bool:
+    """Code the user wrote (a cell, a file of theirs), not the standard library's or an installed package's."""
+    return not code.co_filename.startswith(_SYSTEM_PREFIXES) and \
+        not code.co_filename.startswith(os.path.dirname(torch.__file__))
 
 
 def made_at_run_time(module: types.ModuleType) -> bool:
@@ -486,6 +495,113 @@ class Replay:
                 container.clear()
                 container.update(contents)
 
+    def refresh(self, reals: dict[str, Any]) -> str | None:
+        """Make the copies equal again to the real objects as they are now (``reals``: label -> the real
+        object, as ``capture`` was given), keeping every copy's identity: compiled code of runs on the copies
+        guards on those identities (an optimizer's, a module's), so a toggle back runs it without compiling.
+        Each tensor gets its real's values and grad in place; each container and object attribute the same
+        contents as its real, through the copies; nothing the run added stays. Refused (the reason returned,
+        the copies then unusable: capture anew) when the reals are other objects now, hold an object that
+        was not copied (the user's run made it: an optimizer's first state), a tensor changed shape, dtype
+        or device, or the copies share tensors with the user (over the copy budget). None: done."""
+        if self.refused is not None:
+            return self.refused
+        if self.shared:
+            return "the copies share tensors with your objects (the state is over the copy budget)"
+        if set(reals) != set(self.reals) or any(reals[k] is not self.reals[k] for k in reals):
+            return "the names the run reaches hold other objects now"
+        memo = self.memo
+        seen: set[int] = set()
+
+        def mapped(value: Any) -> Any:
+            if isinstance(value, _DEEPCOPY_KEEPS):
+                return value  # deepcopy hands these back as they are
+            twin = memo.get(id(value), _ABSENT)
+            if twin is _ABSENT and type(value) in (tuple, frozenset) and all(mapped(v) is v for v in value):
+                return value  # immutable through and through: deepcopy hands it back
+            return twin
+
+        def graft(real: Any, twin: Any, where: str, depth: int = 0) -> str | None:
+            if real is twin or id(real) in seen or isinstance(real, _ATOMIC):
+                return None
+            if depth > 4 * _WALK_DEPTH:
+                return f"{where} is nested too deep to compare"
+            seen.add(id(real))
+            if isinstance(real, torch.Tensor):
+                return _graft_tensor(real, twin, where)
+            if isinstance(real, dict):
+                return graft_items(list(real.items()), twin, where, depth, keyed=True)
+            if isinstance(real, (list, set)):
+                return graft_items([(None, v) for v in real], twin, where, depth, keyed=False)
+            if isinstance(real, (tuple, frozenset)):
+                for a, b in zip(real, twin, strict=False):
+                    problem = graft_value(a, b, where, depth)
+                    if problem:
+                        return problem
+                return None
+            state = getattr(real, "__dict__", None)
+            if isinstance(state, dict) and isinstance(getattr(twin, "__dict__", None), dict):
+                return graft_items(list(state.items()), twin.__dict__, where, depth, keyed=True)
+            return None if type(real) is type(twin) and not hasattr(real, "__slots__") else \
+                f"{where} ({type(real).__name__}) cannot be compared"
+
+        def graft_value(real: Any, twin: Any, where: str, depth: int) -> str | None:
+            expected = mapped(real)
+            if expected is _ABSENT:
+                return f"{where} holds a {type(real).__name__} made after the copies"
+            if expected is not twin:
+                return f"{where} holds other objects in the copies"
+            return graft(real, twin, where, depth + 1)
+
+        def graft_items(items: list[tuple[Any, Any]], twin: Any, where: str, depth: int, *, keyed: bool) -> str | None:
+            contents: list[tuple[Any, Any]] = []
+            olds = list(twin.items()) if isinstance(twin, dict) else list(twin) if isinstance(twin, list) else []
+            for i, (key, value) in enumerate(items):
+                label = (f"{where}[{key!r}]" if isinstance(key, (str, int)) else f"{where}[a {type(key).__name__}]") \
+                    if keyed else where
+                twin_key = mapped(key) if keyed else None
+                twin_value = mapped(value)
+                if twin_value is _ABSENT and twin_key is not _ABSENT:
+                    # not copied by the deep copy (an object's __setstate__ made it: an optimizer's hook dicts),
+                    # or made since on both sides (an optimizer's state, by each one's step): the copies' own
+                    # object at the same place, when it is of the same kind, is given the real one's contents
+                    here = twin.get(twin_key, _ABSENT) if isinstance(twin, dict) else \
+                        olds[i] if isinstance(twin, list) and i < len(olds) else _ABSENT
+                    if here is not _ABSENT and type(here) is type(value) and isinstance(value, (dict, list, set,
+                                                                                                 torch.Tensor)):
+                        twin_value = here
+                if twin_key is _ABSENT or twin_value is _ABSENT:
+                    return f"{label} holds a {type(value).__name__} made after the copies"
+                problem = graft(value, twin_value, label, depth + 1)
+                if problem:
+                    return problem
+                contents.append((twin_key, twin_value))
+            if isinstance(twin, dict):
+                if len(twin) != len(contents) or any(twin.get(k, _ABSENT) is not v for k, v in contents):
+                    twin.clear()
+                    twin.update(contents)
+            elif isinstance(twin, list):
+                if len(twin) != len(contents) or any(a is not b for a, (_, b) in zip(twin, contents, strict=False)):
+                    twin[:] = [v for _, v in contents]
+            elif isinstance(twin, set):
+                wanted = {v for _, v in contents}
+                if twin != wanted:
+                    twin.clear()
+                    twin.update(wanted)
+            return None
+
+        for label, real in self.reals.items():
+            problem = graft_value(real, self.copies[label], label, 0) if label in self.copies else None
+            if problem:
+                return problem
+            self.slots[label].get()  # the slot still reads (a deleted global raises here, refused below)
+        self.pairs = [(t, c, torch_compat.tensor_version(t), torch_compat.tensor_version(c))
+                      for t, c, _, _ in self.pairs]
+        self.outcomes = []
+        self._marks = self._fingerprint()
+        self._contents = _containers([*self.copies.values(), self.extra_copy])
+        return None
+
     def _fingerprint(self) -> list[Any]:
         marks: list[Any] = []
         for _, twin, _, _ in self.pairs:
@@ -611,6 +727,27 @@ class Replay:
             if moved or real.grad is not None or twin.grad is not None:
                 out.append((self.labels.get(id(real), "a tensor"), real, twin))
         return out
+
+
+def _graft_tensor(real: torch.Tensor, twin: Any, where: str) -> str | None:
+    """``twin`` given ``real``'s values and grad in place (``Replay.refresh``), or why it cannot be."""
+    if not isinstance(twin, torch.Tensor):
+        return f"{where} is not a tensor in the copies"
+    if (real.shape, real.stride(), real.dtype, real.device, real.requires_grad, real.layout) != \
+            (twin.shape, twin.stride(), twin.dtype, twin.device, twin.requires_grad, twin.layout):
+        return f"{where} changed shape, dtype or device since the copies were made"
+    if real.layout != torch.strided or real.is_quantized:
+        return f"{where} has layout {real.layout}, which nbcompile does not refresh in place"
+    with torch.no_grad():
+        twin.detach().copy_(real.detach())
+        grad = real.grad
+        if grad is None:
+            twin.grad = None
+        elif twin.grad is not None and twin.grad.shape == grad.shape and twin.grad.dtype == grad.dtype:
+            twin.grad.copy_(grad)
+        else:
+            twin.grad = grad.detach().clone()
+    return None
 
 
 def _checksum(t: torch.Tensor) -> Any:

@@ -10,11 +10,15 @@ own, on a scratch namespace, and leave the live engine's modes and registrations
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect as _inspect
 import io
 import linecache
+import os
 import types
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,11 +28,11 @@ from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
-from ..model.report import LintWarning
+from ..model.report import LintWarning, Report
 from . import check as check_ops
 from . import custom_ops, library
 from .compiler import compiled_copy, drop_compiled
-from .state import Reached, ReadOnly, Replay, Slot, reach
+from .state import Reached, ReadOnly, Replay, Slot, reach, user_code
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
 
@@ -55,6 +59,23 @@ def code_of(obj: Any) -> types.CodeType | None:
 
 def _no_lint(_name: str) -> list[LintWarning]:
     return []
+
+
+#: How many configurations (toggles and options) a session keeps the compiled code of: a toggle back to one
+#: of them rebinds it and compiles nothing. A new configuration past it drops every configuration's compiled
+#: code first (what a toggle did before any was kept), so at most this many are held at once.
+KEEP_CONFIGS = int(os.environ.get("NBCOMPILE_KEEP_CONFIGS", "4"))
+
+
+@dataclass
+class Kept:
+    """One configuration's compiled code (its entries' wrappers, each a cache region of its own) and the
+    report its compile made."""
+
+    wrappers: dict[tuple[str, int], tuple[Any, Any]]
+    report: Report
+    #: The generation of the toggle copies its code was compiled on (``Workload.copies``).
+    generation: int
 
 
 class Workload:
@@ -94,6 +115,19 @@ class Workload:
         #: How long the session's last run of --run took, compile and check included (seconds): what a restart
         #: with another configuration takes, about (the fix search keeps that much of its budget for it).
         self.run_s = 0.0
+        #: The copies toggles run --run on: made once, then refreshed in place before each run (``Replay.refresh``)
+        #: so the compiled code of every configuration, which guards on their identities, stays valid.
+        self.copies: Replay | None = None
+        #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
+        self.generation = 0
+        #: (entry, id(the object compiled)) -> (that object, its compiled wrapper): the current configuration's.
+        self._wrappers: dict[tuple[str, int], tuple[Any, Any]] = {}
+        #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
+        self._wrappers_generation = -1
+        #: Configurations already compiled, oldest first (``keep``, ``recall``).
+        self._kept: OrderedDict[Any, Kept] = OrderedDict()
+        #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
+        self._view_backend: str | None = None
 
     # -- what it is ----------------------------------------------------------------------------
     @property
@@ -166,16 +200,144 @@ class Workload:
                 if b.expected is not b.original and b.problem() is None}
 
     # -- compiling ---------------------------------------------------------------------------------
-    def compile(self, obj: Any) -> Any:
-        """An entry compiled behind the session's recording, in a cache region of its own."""
-        return compiled_copy(obj, self.options.compile_options(), recording=self.recording, copy=False)
+    def compile(self, obj: Any, name: str = "") -> Any:
+        """An entry compiled behind the session's recording, in a cache region of its own. The current
+        configuration's wrapper of the same object is handed back as it is (its compiled code kept); one
+        that has none gets, during a first-view pass, a wrapper of its own that compiles with Dynamo only."""
+        key = (name, id(obj))
+        known = self._wrappers.get(key)
+        if known is not None and known[0] is obj:  # kept (a first-view pass, too, runs the code kept)
+            return known[1]
+        options = self.options.compile_options()
+        if self._view_backend is not None:
+            options = dataclasses.replace(options, mode=None)
+        compiled = compiled_copy(obj, options, recording=self.recording, copy=False, backend=self._view_backend)
+        region = torch_compat.region_of(compiled)
+        if region is not None:
+            self.recording.regions[region] = name
+        if self._view_backend is None and name:
+            self._wrappers[key] = (obj, compiled)
+        return compiled
 
     def wrap(self, name: str, obj: Any) -> Any:
         """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
         other names as they are."""
         if name in self.entries and self.engine.mode(name) != "disable":
-            return self.compile(obj)
+            return self.compile(obj, name)
         return obj
+
+    # -- configurations ------------------------------------------------------------------------------
+    def config_key(self) -> Any:
+        """What identifies the current configuration: every toggle and every option."""
+        return (tuple(sorted(self.toggles.items())), repr(self.options))
+
+    def toggle_copies(self, code: types.CodeType) -> Replay:
+        """The copies a toggle's run of ``code`` runs on: the kept ones refreshed in place to equal the user's
+        objects now, or (when they cannot be) made anew, which starts a new generation."""
+        roots, _ = self._roots(code)
+        if self.copies is not None and self.copies.refused is None:
+            if self.copies.refresh({label: real for label, (_, real) in roots.items()}) is None:
+                return self.copies
+        self.copies = self.replay(code)
+        self.generation += 1
+        return self.copies
+
+    def copies_still_valid(self) -> bool:
+        """Whether compiled code run on the current toggle copies can be kept: it was compiled on them, or
+        they hold nothing whose identity Dynamo guards (only tensors, and containers and values)."""
+        copies = self.copies
+        if copies is None or copies.refused is not None:
+            return False
+        return self._wrappers_generation == self.generation or _identity_free(copies)
+
+    def recall(self, key: Any) -> Kept | None:
+        """The kept configuration ``key``, rebound (its wrappers the current ones), or None when it is not
+        kept or was compiled on copies no longer valid."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        if kept.generation != self.generation and not (self.copies is not None and _identity_free(self.copies)):
+            del self._kept[key]
+            return None
+        self._kept.move_to_end(key)
+        self._wrappers = dict(kept.wrappers)
+        self._wrappers_generation = kept.generation
+        self.engine.rebind(self.entries)
+        return kept
+
+    def keep(self, key: Any, report: Report) -> None:
+        """Keep the current configuration's compiled code and report (a toggle back to it recalls them)."""
+        self._kept[key] = Kept(dict(self._wrappers), report, self._wrappers_generation)
+        self._kept.move_to_end(key)
+
+    def room_for(self, key: Any) -> bool:
+        """Whether a new configuration ``key`` can be kept beside the others (else: drop them all first)."""
+        return key in self._kept or len(self._kept) < KEEP_CONFIGS
+
+    @property
+    def kept_count(self) -> int:
+        return len(self._kept)
+
+    def affected(self, changed: Collection[str]) -> set[str] | None:
+        """The entries whose compiled code a change of the names ``changed`` can alter: each entry that is one
+        of them or reaches one (through the functions, globals and containers its code names). None: every
+        entry (a torch callable, a library function, a method, or an entry nbcompile cannot read through)."""
+        if any(is_torch_name(n) or library.is_library_name(n) or "." in n for n in changed):
+            return None
+        targets = {n: self.tracked.get(n) for n in changed}
+        out: set[str] = set()
+        for entry in self.entries:
+            original = torch_compat.unwrap_compiled(self.bindings[entry].original)
+            if entry in targets:
+                out.add(entry)
+            elif not isinstance(unwrap(original), types.FunctionType):
+                return None
+            elif self._reaches(unwrap(original).__code__, targets, set()):
+                out.add(entry)
+        return out
+
+    def _reaches(self, code: types.CodeType, targets: dict[str, Any], seen: set[int]) -> bool:
+        if id(code) in seen:
+            return False
+        seen.add(id(code))
+        codes = list(torch_compat.iter_code_objects(code))
+        names = {n for c in codes for n in (*c.co_names, *c.co_freevars)}
+        if names & set(targets):
+            return True
+        return any(self._may_call(self.namespace.get(n, _MISSING), targets, seen) for n in names)
+
+    def _may_call(self, value: Any, targets: dict[str, Any], seen: set[int], depth: int = 0) -> bool:
+        """Whether ``value`` (a global the code names) may call one of ``targets``: a function of the cell
+        that reaches one, a container holding one, or an object of a class the user wrote."""
+        if value is _MISSING or isinstance(value, (types.ModuleType, torch.Tensor, str, bytes, int, float, bool,
+                                                   type(None))):
+            return False
+        plain = torch_compat.unwrap_compiled(value)
+        if any(plain is t or unwrap(plain) is t for t in targets.values() if t is not None):
+            return True
+        if isinstance(plain, (list, tuple, set, frozenset, dict)) and depth < 3:
+            items = list(plain.values()) if isinstance(plain, dict) else list(plain)
+            return any(self._may_call(v, targets, seen, depth + 1) for v in items[:1000])
+        fn = unwrap(plain)
+        if isinstance(fn, types.FunctionType):
+            if not user_code(fn.__code__):
+                return False  # a library function: it cannot call the cell's functions by name
+            return self._reaches(fn.__code__, targets, seen)
+        cls = plain if isinstance(plain, type) else type(plain)
+        return any(isinstance(f, types.FunctionType) and user_code(f.__code__)
+                   for f in vars(cls).values()) if cls.__module__ not in ("builtins",) else False
+
+    @contextlib.contextmanager
+    def first_view(self, backend: str = "eager") -> Iterator[None]:
+        """For the duration, the entries bound to wrappers of their own that compile with ``backend``
+        (Dynamo only, by default): the first view's pass. The current wrappers are bound back after."""
+        self._view_backend = backend
+        try:
+            self.engine.rebind(self.entries)
+            yield
+        finally:
+            self._view_backend = None
+            self.engine.rebind(self.entries)
 
     def own(self, obj: Any) -> None:
         """Claim an entry defined outside the cell, by its code's file and lines."""
@@ -201,19 +363,29 @@ class Workload:
         return codes
 
     def drop_compiled_code(self) -> None:
-        drop_compiled(self.owned_codes())  # never the code another thread is running
+        """Every configuration's compiled code dropped (never the code another thread is running)."""
+        drop_compiled(self.owned_codes())
+        self._wrappers.clear()
+        self._kept.clear()
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
         session: a re-run, a toggle or a later session compiles them as a fresh process would."""
         torch_compat.restore_code_state(self.code_state, self.recording.codes)
 
-    def restart(self) -> None:
-        """Compiled code dropped and the entries compiled anew: a fresh cache region, so library frames
-        are compiled (and captured) again as well, and setting a toggle back gives the same graphs."""
-        self.drop_compiled_code()
+    def restart(self, affected: Collection[str] | None = None, *, rebind: bool = True) -> None:
+        """The entries compiled anew, each in a fresh cache region, so library frames are compiled (and
+        captured) again as well, and setting a toggle back gives the same graphs. ``affected``: only those
+        entries (the others keep their compiled code); None: every entry, every configuration's compiled code
+        dropped first. ``rebind=False``: the names are bound next by a first-view pass."""
+        if affected is None:
+            self.drop_compiled_code()
+        else:
+            self._wrappers = {k: v for k, v in self._wrappers.items() if k[0] not in affected}
+        self._wrappers_generation = self.generation if self.copies is not None else -1
         self.forget_dynamism()
-        self.engine.rebind(self.entries)
+        if rebind:  # else a first-view pass binds them next (``first_view``)
+            self.engine.rebind(self.entries)
 
     # -- library functions -----------------------------------------------------------------------
     def track(self, name: str) -> None:
@@ -413,3 +585,14 @@ class Workload:
     def unshare(self) -> None:
         """Share no more tensors with runs on copies (one wrote a tensor the user's run only read)."""
         self.read_only = None
+
+
+_MISSING = object()
+
+
+def _identity_free(copies: Replay) -> bool:
+    """Whether the copies hold nothing whose identity compiled code guards: only tensors, containers and
+    plain values (a module, an optimizer or an object of the user's would be guarded by its id)."""
+    return all(isinstance(c, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
+                              frozenset, str, bytes, int, float, bool, type(None)))
+               and not isinstance(c, torch.nn.Parameter) for c in copies.memo.values())

@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import os
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from typing import Any, NoReturn
 
 import torch
@@ -114,6 +115,10 @@ class Session:
         self.accepted: list[Rewrite] = []
         #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
         self._deferred = 0
+        #: While the backend compiles (the complete stage), since when: the panel's progress line.
+        self._compiling = False
+        self._stage_began = time.perf_counter()
+        self.recording.progress = self._on_progress
 
     # -- public surface ------------------------------------------------------------------
     @property
@@ -174,9 +179,14 @@ class Session:
         """Evaluate the `--run` expression again, on the user's objects (the user asked for a run); its value
         is returned and kept in the report."""
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
-        return self._run_noted(on_copies=False)
+        if self.report.stage == "dynamo":  # the cell's first view came from a pass on copies: the run compiles anew
+            self.recording.report = self._new_report()
+        with self._backend_stage():
+            result = self._run_noted(on_copies=False)
+        self.workload.keep(self.workload.config_key(), self.report)  # served again on copies when they hold
+        return result                                                # nothing guarded by identity
 
-    def _run_noted(self, *, on_copies: bool) -> Any:
+    def _run_noted(self, *, on_copies: bool, view_only: bool = False) -> Any:
         """``_run``, noting the recompiles it made (``_run_made``): what feeds the recompile fixes' trials."""
         __tracebackhide__ = True  # noqa: F841
         report = self.report
@@ -185,29 +195,32 @@ class Session:
         before = {r.compile_id for r in report.recompiles}
         began = time.perf_counter()
         try:
-            return self._run(on_copies=on_copies)
+            return self._run(on_copies=on_copies, view_only=view_only)
         finally:
             self._run_made |= {r.compile_id for r in report.recompiles} - before
-            self.workload.run_s = time.perf_counter() - began  # what applying a fix search's choice takes
+            if not view_only:
+                self.workload.run_s = time.perf_counter() - began  # what applying a fix search's choice takes
 
-    def _run(self, *, on_copies: bool) -> Any:
+    def _run(self, *, on_copies: bool, view_only: bool = False) -> Any:
         """The --run expression, compiled, then judged against eager (``check.judge``). ``on_copies``: the run
-        is a toggle's (or an option's) re-run: it runs on copies of the state it reaches, the module entries
-        compiled anew around their copies, and the random-number state is put back after, so the user's
-        objects are as the user's last run left them. Nothing runs when no copy can be made."""
+        is a toggle's (or an option's) re-run: it runs on the toggle copies of the state it reaches (refreshed
+        to equal the user's objects: ``Workload.toggle_copies``), the module entries compiled around their
+        copies, and the random-number state is put back after, so the user's objects are as the user's last
+        run left them. Nothing runs when no copy can be made. ``view_only``: the first view's pass (Dynamo
+        only): no check, no result kept."""
         __tracebackhide__ = True  # noqa: F841
         if self.workload.run_code is None:
             raise NbcompileError("this session has no --run expression; add --run EXPR to the %%compile line")
         self._check_open()
         code = self.workload.run_code
-        mine = self.workload.replay(code) if on_copies else None
+        mine = self.workload.toggle_copies(code) if on_copies else None
         if mine is not None and mine.refused is not None:
             why = mine.refused.removeprefix("not compared: ")
             self.report.check = Check(True, None, f"not run: toggles re-run --run on copies of your objects, and {why}",
                                       compared=False)
             self.recording.notify()
             return None
-        replay = self.workload.replay(code) if self.options.check else None
+        replay = self.workload.replay(code) if self.options.check and not view_only else None
         # the user's own run: which tensors it leaves unwritten, so runs on copies of a state over the copy
         # budget can share those rather than copy them (toggles, trials)
         watch = self.workload.watch(code) if mine is None and (replay is None or replay.refused is not None
@@ -238,7 +251,8 @@ class Session:
                     if mine.shared_written() is not None:
                         self.workload.unshare()
                 raise
-        self.report.result = result
+        if not view_only:
+            self.report.result = result
         if watch is not None:
             self.workload.read_only = watch.done()
         audited = mine if mine is not None else replay
@@ -358,7 +372,7 @@ class Session:
         try:
             self.engine.apply(name, mode)
             self._after_toggle()
-            self._restart()
+            self._restart({name})
         except BaseException as exc:
             self._roll_back(lambda: self.engine.apply(name, previous), old_report)
             if isinstance(exc, StaleError):
@@ -582,11 +596,13 @@ class Session:
 
         try:
             put(wanted)
+            changed: Collection[str] | None = {n for n in wanted if previous.get(n, "compile") != wanted[n]}
             if updated != previous_options:
                 self.options = updated
                 self._trials.clear()
+                changed = None
             self._after_toggle()
-            self._restart()
+            self._restart(changed)
         except BaseException as exc:
             def undo() -> None:
                 self.options = previous_options
@@ -764,13 +780,145 @@ class Session:
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
 
-    def _restart(self) -> None:
-        self.workload.restart()
-        self.recording.report = self._new_report()
-        if self.workload.run_code is not None:
-            self._run_noted(on_copies=True)
-        else:
+    def _restart(self, changed: Collection[str] | None = None) -> None:
+        """The configuration just set, compiled and run on copies. One kept from before is rebound and re-run
+        (nothing compiles). Otherwise the entries ``changed`` can alter (every entry for an option change,
+        None) compile anew, in fresh cache regions, the others keep their compiled code and their part of the
+        report: first with Dynamo only (the first view, drawn at once: ``Report.stage == "dynamo"``) when the
+        backend generates code, then with the backend (``"complete"``)."""
+        w = self.workload
+        old = self.report
+        code = w.run_code
+        if code is None:
+            w.restart()
+            self.recording.report = self._new_report()
             self.recording.notify()
+            return
+        key = w.config_key()
+        w.toggle_copies(code)
+        valid = w.copies_still_valid()
+        kept = w.recall(key) if valid else None
+        if kept is not None:
+            self.recording.report = kept.report
+            kept.report.notice = ""
+            self._run_noted(on_copies=True)
+            return
+        affected = w.affected(changed) if changed is not None and valid and w.room_for(key) else None
+        if self.first_view_wanted():
+            w.restart(affected, rebind=False)
+            self._view_pass(old, affected)
+            if not w.copies_still_valid():  # the pass left copies that had to be made anew
+                affected = None
+        report = self._compile_stage(old, affected)
+        if report is None:  # an entry thought out of reach compiled, or the copies changed: every entry anew
+            report = self._compile_stage(old, None)
+            assert report is not None
+        w.keep(key, report)
+
+    def _compile_stage(self, old: Report, affected: Collection[str] | None) -> Report | None:
+        """The entries ``affected`` (None: all) compiled by the backend in fresh regions and --run re-run on
+        copies; the report takes over ``old``'s items of the entries that kept their code. None: the kept
+        code did not serve (an entry outside ``affected`` compiled, or the copies were made anew)."""
+        generation = self.workload.generation
+        self.workload.restart(affected)
+        report = self._new_report()
+        self.recording.report = report
+        with self._backend_stage():
+            self._run_noted(on_copies=True)
+        if affected is not None:
+            if self.workload.generation != generation or self._strays(report, affected):
+                return None
+            self._carry(report, old, affected)
+        return report
+
+    def _view_pass(self, old: Report, affected: Collection[str] | None) -> None:
+        """The first view: --run on copies with the entries ``affected`` (None: all) compiled by Dynamo only,
+        the others as they are; drawn at once. A pass that fails draws nothing (the complete stage says why)."""
+        first = self._new_report()
+        first.stage = "dynamo"
+        self.recording.report = first
+        try:
+            with self.workload.first_view():
+                self._run_noted(on_copies=True, view_only=True)
+        except Exception:  # noqa: BLE001  the backend's run, next, fails the same way and is reported
+            return
+        if affected is not None:
+            self._carry(first, old, affected)
+        self.recording.notify()
+        self.show_stage()
+
+    def first_view_wanted(self) -> bool:
+        """Whether a change shows Dynamo's view before the backend compiles: someone can see it (a panel, or
+        the report displayed where it can be replaced), the backend generates code (not ``eager`` or
+        ``aot_eager``), there is --run to run, and ``NBCOMPILE_FIRST_VIEW`` is not 0."""
+        return (self._panel is not None or self.display_id is not None) and self._two_stages()
+
+    def _two_stages(self) -> bool:
+        return (self.options.backend not in ("eager", "aot_eager") and self.workload.run_code is not None
+                and os.environ.get("NBCOMPILE_FIRST_VIEW", "1") != "0")
+
+    def first_view(self) -> bool:
+        """Before the cell's own run (in a kernel, where the report it displays can be replaced): Dynamo's view
+        of it from a pass on copies (``Report.stage == "dynamo"``); ``run()`` then compiles with the backend
+        into a fresh report. Returns whether there is one to show (none for ``eager`` or ``aot_eager``, or
+        when the pass cannot run on copies or fails)."""
+        if not self._two_stages():
+            return False
+        try:
+            self._view_pass(self.report, None)
+        except KeyboardInterrupt:
+            self.recording.report = self._new_report()
+            raise
+        if self.report.stage != "dynamo" or self.report.check is not None:
+            self.recording.report = self._new_report()  # not run on copies (they say why): no first view
+            return False
+        return True
+
+    def show_stage(self) -> None:
+        """Draw the first view now, inside the change that made it (the panel redraws whole once; the
+        complete stage then updates what it adds)."""
+        if self._panel is not None:
+            self._panel.show_first_view()
+        else:
+            self.update_display()
+
+    @contextlib.contextmanager
+    def _backend_stage(self) -> Iterator[None]:
+        self._compiling, self._stage_began = True, time.perf_counter()
+        try:
+            yield
+        finally:
+            self._compiling = False
+
+    def show_complete(self) -> None:
+        """The cell's own run is done after its first view: the panel updates what the complete stage adds
+        (whole only when the graphs changed), and the report output is replaced."""
+        if self._panel is not None:
+            self._panel.complete_view()
+        else:
+            self.update_display()
+        self.mark_drawn()
+
+    def _on_progress(self, report: Report) -> None:
+        """A frame compiled during the backend's stage: the panel's progress line says how far it is."""
+        if self._panel is not None and self._compiling:
+            self._panel.show_progress(report, time.perf_counter() - self._stage_began)
+
+    def _carry(self, report: Report, old: Report, affected: Collection[str]) -> None:
+        entry_of = self.recording.entry_of
+        kept = {cid for cid, entry in entry_of.items() if entry and entry not in affected}
+        order: dict[str, int] = {}
+        for frame in old.frames:
+            order.setdefault(entry_of.get(frame.compile_id, ""), len(order))
+        for entry in self.entries:
+            order.setdefault(entry, len(order))
+        report.carry(old, kept, lambda cid: order.get(entry_of.get(cid, ""), len(order)))
+
+    def _strays(self, report: Report, affected: Collection[str]) -> bool:
+        """Whether an entry outside ``affected`` compiled in ``report`` (its kept code did not serve)."""
+        entry_of = self.recording.entry_of
+        return any(entry_of.get(f.compile_id, "") not in affected and entry_of.get(f.compile_id, "")
+                   for f in report.frames)
 
     # -- set-up ----------------------------------------------------------------------------
     def _new_report(self, options: CellOptions | None = None) -> Report:
@@ -803,7 +951,7 @@ class Session:
         try:
             for entry in self.entries:
                 binding = self.engine.bindings[entry]
-                binding.write(self.workload.compile(binding.original))
+                binding.write(self.workload.compile(binding.original, entry))
                 self.workload.own(binding.original)
             for name, mode in self.options.initial_toggles():
                 self.engine.apply(name, mode)

@@ -406,6 +406,9 @@ class Report:
     #: The breaks grouped by site, one per cause with its event count (``Report.add`` keeps it in step
     #: with ``breaks``, dropped events included: the counts add up to ``break_count``).
     causes: list[Cause] = field(default_factory=list)
+    #: ``"dynamo"`` while only Dynamo's view is in (graphs, breaks, guards, recompiles: a pass on copies with no
+    #: code generation, shown first); ``"complete"`` once kernels, timings and the check are in.
+    stage: Literal["dynamo", "complete"] = "complete"
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
     result: Any = field(default=None, repr=False, compare=False)
 
@@ -477,6 +480,18 @@ class Report:
                 self.dropped[kind] = self.dropped.get(kind, 0) + 1
                 return
         items.append(item)
+
+    def carry(self, old: Report, compile_ids: set[str], rank: Any) -> None:
+        """Take over ``old``'s items of the compiles ``compile_ids`` (the entries a change did not recompile:
+        their compiled code was kept, so they compile nothing now), each list then in ``rank(compile_id)``
+        order (the entries' order; stable within one)."""
+        for kind in ("frames", "graphs", "breaks", "recompiles", "kernels", "errors"):
+            kept = [item for item in getattr(old, kind) if item.compile_id in compile_ids]
+            if kept:
+                setattr(self, kind, sorted([*kept, *getattr(self, kind)], key=lambda item: rank(item.compile_id)))
+        functions = {f.function for f in self.frames}
+        self.fallbacks += [f for f in old.fallbacks if f.function in functions and f not in self.fallbacks]
+        self.causes = group_causes(self.breaks)
 
     def _count_cause(self, brk: GraphBreak) -> None:
         key = cause_key(brk)

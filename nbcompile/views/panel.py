@@ -253,6 +253,13 @@ def _failed(guard: str, subjects: list[str]) -> bool:
     return False
 
 
+def _shape(report: Report) -> tuple[Any, ...]:
+    """What the graph views draw of a report: a complete stage with the same shape needs no whole redraw."""
+    return (report.graph_count, report.break_count, report.recompile_count,
+            tuple((g.function, g.op_count) for g in report.graphs),
+            tuple((c.cell_line, c.lineno, c.count) for c in report.causes))
+
+
 def _label(name: str, note: str = "", shown: str | None = None, title: str | None = None) -> widgets.HTML:
     """A row's name in a column of its own: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
     in an ellipsis, with the whole name (or ``title``) on hover, instead of running under the buttons; in a
@@ -316,6 +323,17 @@ class Panel(widgets.VBox):
         self.style_html = widgets.HTML(f"<style>{PANEL_CSS}</style>")
         self.title = widgets.HTML()
         self.status = widgets.HTML()
+        #: While only Dynamo's view is in: what follows, and the backend's progress (frames compiled, elapsed).
+        self.stage_html = widgets.HTML()
+        #: A first view was drawn inside the change now running: the change ends with ``complete_view``.
+        self._first_drawn = False
+        #: A change is running; the changes made meanwhile, in order (``_act``).
+        self._acting = False
+        self._queued: list[tuple[Callable[[], None], dict[str, Any]]] = []
+        #: The frames of the first view drawn last (the progress line's "of N").
+        self._view_frames = 0
+        #: What the last whole redraw drew (``complete_view`` redraws whole only when it changed).
+        self._drawn_shape: Any = None
         self.copies_note = widgets.HTML(f"<span class='nbcompile-copies-note' style='color:#555'>"
                                         f"{_e(COPIES_NOTE)}</span>")
         self.causes_html = widgets.HTML()
@@ -376,7 +394,8 @@ class Panel(widgets.VBox):
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
             self.tabs.set_title(i, name)
         self.children = [
-            self.style_html, self.title, self.status, widgets.HTML("<b>Functions</b>"), self.copies_note,
+            self.style_html, self.title, self.status, self.stage_html, widgets.HTML("<b>Functions</b>"),
+            self.copies_note,
             self.functions_box, widgets.HTML("<b>Torch ops</b>"), self.ops_box, self.controls, self.tabs,
         ]
         self.refresh()
@@ -493,7 +512,23 @@ class Panel(widgets.VBox):
         return run_source(self.session.report.check) if self.session.report.check is not None else SESSION_RUN
 
     def _act(self, action: Callable[[], None], change: dict[str, Any]) -> None:
-        """One user action, then one redraw: the session's own redraws are held while it acts."""
+        """One user action, then one redraw: the session's own redraws are held while it acts. A change made
+        while another runs (a click handled while the first view is drawn) waits for it, then runs: changes
+        never interleave."""
+        if self._acting:
+            self._queued.append((action, change))
+            return
+        self._acting = True
+        try:
+            self._act_now(action, change)
+            while self._queued:
+                self._act_now(*self._queued.pop(0))
+        finally:
+            self._acting = False
+            self._queued.clear()
+
+    def _act_now(self, action: Callable[[], None], change: dict[str, Any]) -> None:
+        self._first_drawn = False
         try:
             with self.session.batched():
                 action()
@@ -504,11 +539,52 @@ class Panel(widgets.VBox):
                 change["owner"].value = change["old"]
             finally:
                 self._syncing = False
+            self._first_drawn = False
             self.refresh()
             return
         self.last_error = None
-        self.refresh()
+        if self._first_drawn:  # the first view was drawn whole already: the complete stage updates what it adds
+            self.complete_view()
+        else:
+            self.refresh()
         self.last_effect, self.last_diff = None, None  # shown once, by the redraw that follows the change
+
+    # -- stages -------------------------------------------------------------------------------
+    def show_first_view(self) -> None:
+        """Dynamo's view is in (``Report.stage == "dynamo"``): drawn whole now, while the backend compiles."""
+        self.refresh()
+        self._first_drawn = True
+        self._view_frames = self.session.report.frame_count
+
+    def show_progress(self, report: Report, elapsed_s: float) -> None:
+        """The backend compiled one more frame: the stage line says how far it is (nothing else is drawn)."""
+        of = f" of {self._view_frames}" if self._view_frames >= report.frame_count else ""
+        self.stage_html.value = (f"<span class='nbcompile-stage' style='color:#555'>compiling with "
+                                 f"{_e(report.backend)}: {report.frame_count}{of} frames, {elapsed_s:.1f} s"
+                                 "</span>")
+
+    def complete_view(self) -> None:
+        """The complete stage is in: the views it adds to (counts, status, kernels, recompiles, guards, export,
+        the report output) are brought up to date; the panel is redrawn whole only when the graphs, breaks
+        or recompiles differ from the first view's."""
+        self._first_drawn = False
+        session = self._session_ref()
+        if session is None or session.closed:
+            return
+        report = session.report
+        if _shape(report) != self._drawn_shape:
+            self.refresh()
+            return
+        self.stage_html.value = ""
+        self._sync_controls(session)
+        self._draw_counts(report)
+        self._draw_status()
+        self._draw_guards()
+        self.recompiles_html.value = self._recompiles(report)
+        self._draw_timeline(report)
+        self.kernels_html.value = self._kernels(report)
+        self._draw_export()
+        session.update_display()
 
     # -- the fix search ----------------------------------------------------------------------
     def start_fix(self) -> None:
@@ -632,6 +708,10 @@ class Panel(widgets.VBox):
             return
         self.redraws += 1
         report = session.report
+        self._drawn_shape = _shape(report)
+        self.stage_html.value = ("<span class='nbcompile-stage' style='color:#555'>Dynamo's view: graphs, breaks, "
+                                 "guards and recompiles; kernels, timings and the check follow</span>"
+                                 if report.stage == "dynamo" else "")
         self.title.value = f"<b>{_e(report.title)}</b>"
         missing = [n for n in session.functions if n not in self.function_rows and not _construction(n)]
         if missing:  # library functions tracked since (the fix search tracks the holders of breaks)

@@ -1,0 +1,241 @@
+"""The fast loop (issue 24): Dynamo's view first, kernels after; a toggle back compiles nothing; a toggle
+recompiles only the entries that reach the toggled function. Every claim is shown by counting compiles
+(Dynamo's own frame counter and the report's compile ids), never by timing."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+import torch._dynamo.utils as dynamo_utils
+
+import nbcompile
+from nbcompile.core import torch_compat
+from nbcompile.engine import workload as workload_ops
+from nbcompile.engine.state import Replay, Slot
+
+pytestmark = pytest.mark.skipif(not torch_compat.CACHE_REGIONS, reason=torch_compat.MISSING.get("cache regions", ""))
+
+CELL = """
+import torch
+def helper(x):
+    print("helper saw", tuple(x.shape))
+    return torch.sin(x) * 2
+def f(x):
+    return helper(x).cos() + 1
+def g(x):
+    return torch.tanh(x) * 3
+"""
+
+TRAINING_CELL = """
+import torch
+def log_loss(loss):
+    print("loss", float(loss))
+    return loss
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+def train_step(x):
+    loss = model(x).pow(2).mean()
+    log_loss(loss)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+"""
+
+
+def _compiled_frames() -> int:
+    """Frames Dynamo compiled so far in this process (its own counter)."""
+    return dynamo_utils.counters["frames"]["ok"]  # read here, never held: the audit watches this module
+
+
+def _run(ip, line: str, cell: str):
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_cell_magic("compile", line, cell)
+    return nbcompile.last()
+
+
+def _shape(report):
+    return (report.graph_count, report.break_count, sorted((g.function, g.op_count) for g in report.graphs))
+
+
+def test_toggle_back_compiles_nothing_and_restores_the_report(ip):
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
+    start = _shape(session.report)
+    disabled = session.set("helper", "disable")
+    assert disabled.break_count < start[1]
+    seen_disabled = _shape(disabled)
+    session.set("helper", "compile")
+    assert _shape(session.report) == start
+    before = _compiled_frames()
+    back = session.set("helper", "disable")
+    assert _compiled_frames() == before, "a toggle back to a configuration compiled before compiled again"
+    assert back is disabled and _shape(back) == seen_disabled and back.check.ok
+    session.set("helper", "compile")
+    assert _compiled_frames() == before
+    assert _shape(session.report) == start and session.report.check.ok
+
+
+def test_a_toggle_recompiles_only_the_entries_that_reach_the_function(ip):
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
+    assert sorted(session.entries) == ["f", "g"]
+    g_frames = [fr.compile_id for fr in session.report.frames if fr.function == "g"]
+    report = session.set("helper", "disable")
+    entry_of = session.recording.entry_of
+    new = [fr for fr in report.frames if fr.compile_id not in g_frames]
+    assert new and {entry_of[fr.compile_id] for fr in new} == {"f"}, "an entry that never calls helper compiled"
+    assert [fr.compile_id for fr in report.frames if fr.function == "g"] == g_frames  # kept, and reported
+    # the same report as a session that compiled everything with helper disabled from the start
+    fresh = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel --disable helper', CELL)
+    assert _shape(fresh.report) == _shape(report)
+    assert [fr.function for fr in fresh.report.frames] == [fr.function for fr in report.frames]
+
+
+def test_the_500_function_cell_recompiles_one_function(ip):
+    defs = "".join(f"def f{i}(x):\n    return torch.sin(x) * {i}\n" for i in range(60))
+    ip.user_ns["x"] = torch.randn(4)
+    ip.run_cell("def run_all(x):\n    return [globals()[f'f{i}'](x) for i in range(60)]")
+    session = _run(ip, '--backend eager --run "run_all(x)" --no-panel', "import torch\n" + defs)
+    assert len(session.entries) == 60 and session.report.graph_count == 60
+    before = _compiled_frames()
+    report = session.set("f7", "disable")
+    assert _compiled_frames() == before, "disabling f7 compiles nothing: every other entry keeps its code"
+    assert report.graph_count == 59 and report.check.ok
+    report = session.set("f7", "compile")  # back to the cell's own configuration: kept, nothing compiles
+    assert _compiled_frames() == before and report.graph_count == 60 and report.check.ok
+
+
+def test_a_training_step_toggles_and_back_on_the_same_copies(ip):
+    ip.user_ns["xb"] = torch.randn(4, 8)
+    session = _run(ip, '--backend eager --run "train_step(xb)" --no-panel', TRAINING_CELL)
+    model = ip.user_ns["model"]
+    weights = [p.detach().clone() for p in model.parameters()]
+    first = session.set("log_loss", "disable")
+    assert first.check.ok, first.check.message
+    second = session.set("log_loss", "compile")
+    assert second.check.ok, second.check.message
+    before = _compiled_frames()
+    again = session.set("log_loss", "disable")
+    assert _compiled_frames() == before and again.check.ok and again.check.compared, again.check.message
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True)), "a toggle trained"
+    # the user trains a step: the copies follow (refreshed in place), the kept code still serves
+    ip.user_ns["train_step"](ip.user_ns["xb"])
+    with contextlib.redirect_stdout(io.StringIO()):
+        back = session.set("log_loss", "compile")
+    assert back.check.ok and back.check.compared, back.check.message
+
+
+def test_refresh_gives_the_copies_the_users_values_and_keeps_their_identity():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    opt = torch.optim.AdamW(model.parameters())
+    space = {"model": model, "opt": opt}
+    roots = {name: (Slot(space, name, name), value) for name, value in space.items()}
+    replay = Replay.capture(roots)
+    twin_model, twin_opt = replay.copies["model"], replay.copies["opt"]
+    params = list(twin_model.parameters())
+    twin_model(torch.randn(3, 4)).sum().backward()  # the copies take a step: values and state move
+    twin_opt.step()
+    twin_model.extra = 5  # what a run added stays behind nowhere
+    assert replay.refresh(space) is None
+    assert replay.copies["model"] is twin_model and list(twin_model.parameters()) == params
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin_model.parameters(), strict=True))
+    assert all(p.grad is None for p in twin_model.parameters()) and not twin_opt.state
+    assert not hasattr(twin_model, "extra")
+    # the copies step again, then the user: made on both sides, the copies' own state takes the values
+    twin_model(torch.randn(3, 4)).sum().backward()
+    twin_opt.step()
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    assert replay.refresh(space) is None
+    pairs = list(zip(model.parameters(), twin_model.parameters(), strict=True))
+    assert all(torch.equal(opt.state[p]["exp_avg"], twin_opt.state[t]["exp_avg"]) and torch.equal(p.grad, t.grad)
+               for p, t in pairs)
+    # state the copies never made has no copy to take the values: the refresh says why, in one line
+    fresh = Replay.capture({"model": roots["model"]})
+    opt2 = torch.optim.SGD(model.parameters(), momentum=0.9)
+    space2 = {"model": model, "opt2": opt2}
+    replay2 = Replay.capture({**{"model": roots["model"]}, "opt2": (Slot(space2, "opt2", "opt2"), opt2)})
+    model(torch.randn(3, 4)).sum().backward()
+    opt2.step()
+    problem = replay2.refresh({"model": model, "opt2": opt2})
+    assert problem is not None and "made after the copies" in problem and "\n" not in problem
+    assert fresh.refresh({"model": model}) is None
+    with torch.no_grad():
+        model[0].weight.data = torch.zeros(5, 4)
+    problem = replay.refresh(space)
+    assert problem is not None and "shape" in problem
+
+
+def test_configurations_kept_are_bounded_and_freed_on_reset(ip, monkeypatch):
+    monkeypatch.setattr(workload_ops, "KEEP_CONFIGS", 2)
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
+    session.set("helper", "disable")
+    session.set("g", "disable")
+    assert session.workload.kept_count <= 2
+    session.set("helper", "compile")  # a third configuration: every one dropped first, then this one kept
+    assert session.workload.kept_count <= 2
+    code = session.workload.tracked["f"].__code__
+    assert torch_compat.cache_entries(code)
+    session.reset()
+    assert session.workload.kept_count == 0
+    assert not torch_compat.cache_entries(code), "reset left compiled code of a kept configuration behind"
+
+
+def test_two_stages_in_order_with_inductor_and_one_redraw_per_click(ip):
+    ip.user_ns["x"] = torch.randn(16)
+    session = _run(ip, '--run "(f(x), g(x))"', CELL)
+    panel = session.panel()
+    seen: list[tuple] = []
+    frames_then: list[int] = []
+    show = panel.show_first_view
+
+    def first_view():
+        report = session.report
+        kernels_of = {session.recording.entry_of.get(k.compile_id) for k in report.kernels}
+        seen.append((report.stage, sorted(kernels_of), report.check))
+        frames_then.append(_compiled_frames())
+        show()
+
+    panel.show_first_view = first_view
+    redraws = panel.redraws
+    panel.function_rows["helper"].value = "disable"
+    assert panel.last_error is None
+    # g never calls helper: its kernels were kept (and shown); f's come with the complete stage
+    assert seen == [("dynamo", ["g"], None)], "the first view came before f's kernels and the check"
+    report = session.report
+    assert report.stage == "complete" and report.check.ok
+    assert {session.recording.entry_of.get(k.compile_id) for k in report.kernels} == {"f", "g"}
+    assert _compiled_frames() > frames_then[0], "the backend compiled after the first view"
+    assert panel.redraws - redraws == 1
+    assert "nbcompile-stage" not in panel.stage_html.value
+    # back: kept, so no first view and nothing compiled
+    before = _compiled_frames()
+    panel.function_rows["helper"].value = "compile"
+    assert _compiled_frames() == before and len(seen) == 1 and session.report.stage == "complete"
+
+
+def test_a_click_during_a_change_waits_for_it(ip):
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--run "(f(x), g(x))"', CELL)
+    panel = session.panel()
+    order: list[str] = []
+    show = panel.show_first_view
+
+    def first_view():
+        order.append(f"first view: {dict(session.toggles)}")
+        if len(order) == 1:
+            panel.function_rows["g"].value = "disable"  # a second click while the first change runs
+            order.append("clicked")
+        show()
+
+    panel.show_first_view = first_view
+    panel.function_rows["helper"].value = "disable"
+    assert "'helper': 'disable'" in order[0] and "'g': 'compile'" in order[0] and order[1] == "clicked"
+    assert len(order) == 3 and "'g': 'disable'" in order[2], order
+    assert session.toggles["helper"] == "disable" and session.toggles["g"] == "disable"
+    assert session.report.stage == "complete"
