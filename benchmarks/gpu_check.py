@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import platform
 import subprocess
@@ -23,6 +24,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 FILES = ["tests/test_big_state.py", "tests/test_search_speed.py", "tests/test_search_harm.py",
          "tests/test_config_fixes.py", "tests/test_custom_op_autograd.py", "tests/test_inductor.py",
          "tests/test_rewrite_search.py", "tests/test_fix_search.py"]
+
+
+def _files() -> list[str]:
+    """The test files the check runs: ``FILES``, or those ``GPU_CHECK_FILES`` names (space-separated)."""
+    return os.environ.get("GPU_CHECK_FILES", "").split() or FILES
 
 
 def run(out: pathlib.Path) -> int:
@@ -36,11 +42,12 @@ def run(out: pathlib.Path) -> int:
         triton_version = None
     env = {"torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-           "cuda": torch.version.cuda}
+           "cuda": torch.version.cuda, "files": _files()}
     (out / "env.json").write_text(json.dumps(env))
     print(json.dumps(env), flush=True)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"--junitxml={out / 'junit.xml'}", *FILES], capture_output=True, text=True, timeout=540)
+                           f"--junitxml={out / 'junit.xml'}", *_files()], capture_output=True, text=True,
+                          timeout=int(os.environ.get("GPU_CHECK_TIMEOUT", "540")))
     (out / "pytest.log").write_text(done.stdout + done.stderr)
     print("\n".join(line for line in done.stdout.splitlines() if "passed" in line or line.startswith("FAILED")))
     return done.returncode
@@ -58,8 +65,9 @@ def summary(folder: pathlib.Path, before: pathlib.Path | None) -> dict:
     suite = _suite(folder)
     names = [f"{c.get('classname')}::{c.get('name')}" for c in suite.findall("testcase")]
     out = {"benchmark": "gpu_check", "machine": "the lent device machine (nvidia-h100-x1, 16 CPU cores)", **env,
-           "files": FILES, "tests": int(suite.get("tests", 0)), "failures": int(suite.get("failures", 0)),
-           "errors": int(suite.get("errors", 0)), "skipped": int(suite.get("skipped", 0)),
+           "files": env.get("files", FILES), "tests": int(suite.get("tests", 0)),
+           "failures": int(suite.get("failures", 0)), "errors": int(suite.get("errors", 0)),
+           "skipped": int(suite.get("skipped", 0)),
            "seconds": float(suite.get("time", 0.0)), "cuda_tests": [n for n in names if "cuda" in n]}
     if before is not None:
         earlier = _suite(before)

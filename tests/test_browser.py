@@ -75,6 +75,19 @@ RECOMPILE_CELL = (
 )
 
 
+# Inductor, its FX graph cache off: the backend's stage takes seconds after Dynamo's view is drawn
+STAGES_CELL = (
+    '%%compile --run "outer(torch.randn(64, 64))"\n'
+    "import torch\n"
+    "torch._inductor.config.fx_graph_cache = False\n"
+    "def helper(x):\n"
+    '    print("in helper")\n'
+    "    return torch.nn.functional.gelu(x @ x.T).softmax(-1)\n"
+    "def outer(x):\n"
+    "    return helper(x.sin()).cos() + x.tanh().sum(0)"
+)
+
+
 def _notebook(path: pathlib.Path, source: str = CELL) -> None:
     def cell(source: str) -> dict:
         return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
@@ -142,6 +155,7 @@ def lab(tmp_path_factory):
     _notebook(root / "breaks.ipynb")
     _notebook(root / "failed_toggle.ipynb", FAILING_ALLOW_CELL)
     _notebook(root / "recompiles.ipynb", RECOMPILE_CELL)
+    _notebook(root / "stages.ipynb", STAGES_CELL)
     config = root / ".jupyter"
     _settings(config)
     server, base = _start_server(root, config, "server.log")
@@ -350,6 +364,52 @@ def test_a_failed_toggle_keeps_the_panel_and_shows_the_error(lab, browser):
     page.wait_for_selector(".nbcompile-report .nbcompile-notice:has-text('boom')")  # the kept report says so
     _wait_for_markers(page, "10")
     _shot(panel, "panel_failed_toggle.png", docs=True)
+    page.close()
+
+
+_WATCH_STAGES = """() => {
+  window.__stages = [];
+  const look = () => {
+    for (const panel of document.querySelectorAll('.nbcompile-panel')) {
+      const stage = panel.querySelector('.nbcompile-status-stage') ? 'dynamo' : 'complete';
+      const line = panel.querySelector('.nbcompile-status-check');
+      const check = line && /check ok/.test(line.textContent) ? '+check' : '';
+      const counts = panel.querySelector('.nbcompile-counts');
+      const state = stage + check;
+      const last = window.__stages[window.__stages.length - 1];
+      if (!last || last.state !== state) {
+        window.__stages.push({ state, counts: counts ? counts.textContent : '', t: performance.now() });
+      }
+    }
+  };
+  new MutationObserver(look).observe(document.body, { subtree: true, childList: true, characterData: true });
+}"""
+
+
+def test_the_panel_shows_dynamos_view_before_the_kernels(lab, browser):
+    base, _ = lab
+    page = _open(browser, base, "stages.ipynb", "stages")
+    _wait_for_kernel(page)
+    page.evaluate(_WATCH_STAGES)
+    _command(page, "notebook:run-all-cells")
+    page.wait_for_function("() => window.__stages.some(s => s.state === 'complete+check')", timeout=300_000)
+    stages = page.evaluate("() => window.__stages")
+    assert stages[0]["state"] == "dynamo", stages  # graphs and breaks first, no check yet
+    assert "2 graphs, 1 break" in stages[0]["counts"], stages
+    done = next(s for s in stages if s["state"] == "complete+check")
+    assert done["t"] > stages[0]["t"], stages
+    assert "2 graphs, 1 break" in done["counts"], stages
+    panel = page.locator(".nbcompile-panel").first
+    assert "Dynamo's view" not in panel.inner_text()
+    # a toggle: Dynamo's view of the new configuration first, then the kernels; back again at once
+    page.evaluate("() => { window.__stages = []; }")
+    _toggle(page, "helper", "disable")
+    page.wait_for_function("() => window.__stages.some(s => s.state === 'complete+check'"
+                           " && s.counts.includes('1 graph'))", timeout=300_000)
+    stages = page.evaluate("() => window.__stages")
+    assert stages[0]["state"] == "dynamo" and "1 graph" in stages[0]["counts"], stages
+    _toggle(page, "helper", "compile")
+    page.wait_for_selector(".nbcompile-panel .nbcompile-counts:has-text('2 graphs, 1 break')")
     page.close()
 
 

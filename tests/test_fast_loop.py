@@ -171,14 +171,18 @@ def test_refresh_gives_the_copies_the_users_values_and_keeps_their_identity():
 
 
 def test_configurations_kept_are_bounded_and_freed_on_reset(ip, monkeypatch):
-    monkeypatch.setattr(workload_ops, "KEEP_CONFIGS", 2)
+    monkeypatch.setattr(workload_ops, "KEEP_CONFIGS", 1)
     ip.user_ns["x"] = torch.randn(8)
     session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
-    session.set("helper", "disable")
-    session.set("g", "disable")
-    assert session.workload.kept_count <= 2
-    session.set("helper", "compile")  # a third configuration: every one dropped first, then this one kept
-    assert session.workload.kept_count <= 2
+    w = session.workload
+    session.set("helper", "disable")  # the cell's configuration forgotten: f's region of it is an orphan
+    assert w.kept_count == 1 and w._orphans == 1
+    session.set("g", "disable")  # g's region of the cell's configuration: two orphans, the bound for 2 entries
+    assert w.kept_count == 1 and w._orphans == 2
+    before = _compiled_frames()
+    session.set("helper", "compile")  # no room: every configuration's code dropped, every entry compiled anew
+    assert w.kept_count == 1 and w._orphans == 0
+    assert _compiled_frames() > before and session.report.check.ok
     code = session.workload.tracked["f"].__code__
     assert torch_compat.cache_entries(code)
     session.reset()
@@ -239,3 +243,37 @@ def test_a_click_during_a_change_waits_for_it(ip):
     assert len(order) == 3 and "'g': 'disable'" in order[2], order
     assert session.toggles["helper"] == "disable" and session.toggles["g"] == "disable"
     assert session.report.stage == "complete"
+
+
+def test_a_backend_error_after_the_first_view_rolls_back(ip):
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+
+    def fails(gm, example_inputs):
+        raise RuntimeError("codegen failed")
+
+    register_backend(fails, name="nbcompile_test_fails")
+    try:
+        ip.user_ns["x"] = torch.randn(8)
+        session = _run(ip, '--run "(f(x), g(x))"', CELL)
+        panel = session.panel()
+        good = session.report
+        seen: list[str] = []
+        show = panel.show_first_view
+
+        def first_view():
+            seen.append(session.report.stage)
+            show()
+
+        panel.show_first_view = first_view
+        with pytest.raises(nbcompile.NbcompileError, match="codegen failed"):
+            with contextlib.redirect_stdout(io.StringIO()):
+                session.configure(backend="nbcompile_test_fails")
+        assert seen == ["dynamo"], "Dynamo's view of the new options was drawn before the backend failed"
+        assert session.options.backend == "inductor" and session.report is good
+        assert "rolled back" in session.report.notice
+        before = _compiled_frames()
+        session.set("helper", "disable")  # the session goes on: compiles anew (nothing kept survived the roll back)
+        assert _compiled_frames() > before and session.report.check.ok
+    finally:
+        _BACKENDS.pop("nbcompile_test_fails", None)
+        _COMPILER_FNS.pop("nbcompile_test_fails", None)

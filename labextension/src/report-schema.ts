@@ -28,6 +28,7 @@ export interface NbcompileReport {
   notice: string;
   torch_log: string[];
   causes: Cause[];
+  stage: 'dynamo' | 'complete';
   schema_version: number;
   graph_count: number;
   break_count: number;

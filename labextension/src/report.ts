@@ -210,9 +210,16 @@ export function compileErrors(report: IReport): IReport['errors'] {
   return report.errors.filter(e => e.fail_type !== 'check');
 }
 
+/** What a report at its first stage says (``stage === 'dynamo'``); as the Python renderer says it. */
+export const STAGE_DYNAMO =
+  "graphs, breaks, guards and recompiles from Dynamo's trace; kernels, timings and the check follow";
+
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
+  if (report.stage === 'dynamo') {
+    lines.push({ kind: 'stage', severity: 'info', label: "Dynamo's view", text: STAGE_DYNAMO, detail: '' });
+  }
   const check = report.check;
   if (check) {
     // the check names the run its figures come from: the panel's re-run on copies or a Fix-tab trial differ

@@ -30,7 +30,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   const sites = [brk(4, 'print'), brk(5, 'item'), brk(6, 'return')];
   const breaks = sites.flatMap(b => [b, b, b]);
   return {
-    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1,
+    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete',
     graph_count: 4, break_count: 9, splits: 3, recompile_count: 0, frame_count: 4, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks, causes: sites.map(b => cause(b, 3)), ...extra
@@ -134,4 +134,13 @@ test('the check line names the run its figures come from, as the check says it',
   expect(label('copies')).toBe('check ok (re-run on copies after a toggle)');
   expect(label('trial')).toBe('check ok (a trial on copies)');
   expect(label('')).toBe("check ok (the session's run)");
+});
+
+test("a report at its first stage says so first: Dynamo's view, kernels and the check to follow", () => {
+  const first = report({ stage: 'dynamo' });
+  expect(statusLines(first)[0]).toMatchObject({ kind: 'stage', severity: 'info', label: "Dynamo's view" });
+  expect(statusLines(first)[0].text).toContain('kernels, timings and the check follow');
+  expect(statusLines(report({ stage: 'complete' })).map(l => l.kind)).not.toContain('stage');
+  const node = renderReport(first);
+  expect(node.querySelector('.nbcompile-status-stage')?.textContent).toContain("Dynamo's view");
 });

@@ -62,8 +62,11 @@ def _no_lint(_name: str) -> list[LintWarning]:
 
 
 #: How many configurations (toggles and options) a session keeps the compiled code of: a toggle back to one
-#: of them rebinds it and compiles nothing. A new configuration past it drops every configuration's compiled
-#: code first (what a toggle did before any was kept), so at most this many are held at once.
+#: of them rebinds it and compiles nothing. Past it the oldest is forgotten; its entries' compiled code stays
+#: on their code objects (torch frees a code's cache regions only all at once) until, with as many such regions
+#: as this many configurations of every entry, a new configuration drops all compiled code first (what every
+#: toggle did before any was kept). So the compiled code held stays within about twice this many
+#: configurations of every entry.
 KEEP_CONFIGS = int(os.environ.get("NBCOMPILE_KEEP_CONFIGS", "4"))
 
 
@@ -126,6 +129,8 @@ class Workload:
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
         self._kept: OrderedDict[Any, Kept] = OrderedDict()
+        #: Compiled wrappers of configurations forgotten (``keep``), whose code stays until a full drop.
+        self._orphans = 0
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
         self._view_backend: str | None = None
 
@@ -266,13 +271,18 @@ class Workload:
         return kept
 
     def keep(self, key: Any, report: Report) -> None:
-        """Keep the current configuration's compiled code and report (a toggle back to it recalls them)."""
+        """Keep the current configuration's compiled code and report (a toggle back to it recalls them); past
+        ``KEEP_CONFIGS`` the oldest is forgotten, and the regions only it used are counted as orphans."""
         self._kept[key] = Kept(dict(self._wrappers), report, self._wrappers_generation)
         self._kept.move_to_end(key)
+        while len(self._kept) > KEEP_CONFIGS:
+            _, gone = self._kept.popitem(last=False)
+            used = {id(w[1]) for kept in self._kept.values() for w in kept.wrappers.values()}
+            self._orphans += sum(1 for w in gone.wrappers.values() if id(w[1]) not in used)
 
     def room_for(self, key: Any) -> bool:
-        """Whether a new configuration ``key`` can be kept beside the others (else: drop them all first)."""
-        return key in self._kept or len(self._kept) < KEEP_CONFIGS
+        """Whether a new configuration ``key`` may compile beside the code kept (else: drop it all first)."""
+        return key in self._kept or self._orphans < KEEP_CONFIGS * max(1, len(self.entries))
 
     @property
     def kept_count(self) -> int:
@@ -367,6 +377,7 @@ class Workload:
         drop_compiled(self.owned_codes())
         self._wrappers.clear()
         self._kept.clear()
+        self._orphans = 0
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the

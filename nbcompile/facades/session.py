@@ -183,8 +183,9 @@ class Session:
             self.recording.report = self._new_report()
         with self._backend_stage():
             result = self._run_noted(on_copies=False)
-        self.workload.keep(self.workload.config_key(), self.report)  # served again on copies when they hold
-        return result                                                # nothing guarded by identity
+        if torch_compat.CACHE_REGIONS:  # served again on copies when they hold nothing guarded by identity
+            self.workload.keep(self.workload.config_key(), self.report)
+        return result
 
     def _run_noted(self, *, on_copies: bool, view_only: bool = False) -> Any:
         """``_run``, noting the recompiles it made (``_run_made``): what feeds the recompile fixes' trials."""
@@ -796,7 +797,7 @@ class Session:
             return
         key = w.config_key()
         w.toggle_copies(code)
-        valid = w.copies_still_valid()
+        valid = torch_compat.CACHE_REGIONS and w.copies_still_valid()  # without regions every toggle drops all
         kept = w.recall(key) if valid else None
         if kept is not None:
             self.recording.report = kept.report
@@ -813,7 +814,8 @@ class Session:
         if report is None:  # an entry thought out of reach compiled, or the copies changed: every entry anew
             report = self._compile_stage(old, None)
             assert report is not None
-        w.keep(key, report)
+        if torch_compat.CACHE_REGIONS:
+            w.keep(key, report)
 
     def _compile_stage(self, old: Report, affected: Collection[str] | None) -> Report | None:
         """The entries ``affected`` (None: all) compiled by the backend in fresh regions and --run re-run on
@@ -854,8 +856,9 @@ class Session:
         return (self._panel is not None or self.display_id is not None) and self._two_stages()
 
     def _two_stages(self) -> bool:
-        return (self.options.backend not in ("eager", "aot_eager") and self.workload.run_code is not None
-                and os.environ.get("NBCOMPILE_FIRST_VIEW", "1") != "0")
+        # the first view's compiles need a cache region of their own, or the backend's stage would find them
+        return (torch_compat.CACHE_REGIONS and self.options.backend not in ("eager", "aot_eager")
+                and self.workload.run_code is not None and os.environ.get("NBCOMPILE_FIRST_VIEW", "1") != "0")
 
     def first_view(self) -> bool:
         """Before the cell's own run (in a kernel, where the report it displays can be replaced): Dynamo's view

@@ -370,12 +370,18 @@ def check_line(check: Check, source: str | None = None) -> StatusLine:
     return StatusLine("check", severity, short(message), detail, label=f"{head} ({source})")
 
 
+#: What a report at its first stage says (``Report.stage == "dynamo"``).
+STAGE_DYNAMO = "graphs, breaks, guards and recompiles from Dynamo's trace; kernels, timings and the check follow"
+
+
 def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
     """What the report's header says beyond its counts, one line per kind, worst first within none: the
     check (with the run its figures come from, ``source``, else the check's own ``run``), compile errors,
     the notice (a change that failed and was rolled back), fallbacks to eager, recompile-limit warnings,
     lint warnings, torch's own log (folded)."""
     lines = []
+    if report.stage == "dynamo":
+        lines.append(StatusLine("stage", "info", STAGE_DYNAMO, label="Dynamo's view"))
     if report.check is not None:
         lines.append(check_line(report.check, source))
     errors = compile_errors(report)

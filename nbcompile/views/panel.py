@@ -709,9 +709,7 @@ class Panel(widgets.VBox):
         self.redraws += 1
         report = session.report
         self._drawn_shape = _shape(report)
-        self.stage_html.value = ("<span class='nbcompile-stage' style='color:#555'>Dynamo's view: graphs, breaks, "
-                                 "guards and recompiles; kernels, timings and the check follow</span>"
-                                 if report.stage == "dynamo" else "")
+        self.stage_html.value = ""  # the stage itself is a status line; this one is the backend's progress
         self.title.value = f"<b>{_e(report.title)}</b>"
         missing = [n for n in session.functions if n not in self.function_rows and not _construction(n)]
         if missing:  # library functions tracked since (the fix search tracks the holders of breaks)
@@ -830,7 +828,7 @@ class Panel(widgets.VBox):
             said = short(error or "")
             lines.append(StatusLine("errors", "error", said, error if error and said.rstrip("…") != error else "",
                                     label="last error"))
-        if report.check is None:
+        if report.check is None and report.stage != "dynamo":  # at Dynamo's view, its stage line says it follows
             lines.append(StatusLine("check", "info", "", label="check: off" if not session.options.check
                                     else "check: not run yet"))
         for line in status_lines(report, self.check_source()):
