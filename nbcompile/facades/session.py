@@ -802,6 +802,7 @@ class Session:
         if kept is not None:
             self.recording.report = kept.report
             kept.report.notice = ""
+            self._after_toggle()  # what the toggles say now (a change since may have written the kept report's)
             self._run_noted(on_copies=True)
             return
         affected = w.affected(changed) if changed is not None and valid and w.room_for(key) else None
@@ -867,6 +868,7 @@ class Session:
         when the pass cannot run on copies or fails)."""
         if not self._two_stages():
             return False
+        self.workload.restart(None, rebind=False)  # the pass's entries compile by Dynamo only, in regions of their own
         try:
             self._view_pass(self.report, None)
         except KeyboardInterrupt:
