@@ -173,11 +173,18 @@ class NbcompileMagics(Magics):
         session.source = "\n" + cell  # shown and exported as the user wrote it
         session.line = line
         # Dynamo's view first (a pass on copies with no code generation), shown while the backend compiles
-        shown = options.run is not None and widgets_supported() and session.first_view()
-        if shown:
-            _display(session)
-        finish = session.show_complete if shown else (lambda: _display(session))
+        shown = [False]
+
+        def finish() -> None:
+            if shown[0]:
+                session.show_complete()
+            else:
+                _display(session)
+
         try:
+            if options.run is not None and widgets_supported() and session.first_view():
+                _display(session)
+                shown[0] = True
             result = session.run() if options.run is not None else None
         except torch_compat.DYNAMO_ERRORS as exc:  # the user's code did not compile: one line, the report above
             finish()
