@@ -277,3 +277,17 @@ def test_a_backend_error_after_the_first_view_rolls_back(ip):
     finally:
         _BACKENDS.pop("nbcompile_test_fails", None)
         _COMPILER_FNS.pop("nbcompile_test_fails", None)
+
+
+def test_a_cold_inductor_backward_compiled_in_a_toggle_is_the_compilers_writing(ip):
+    """Inductor compiles a training graph's backward at the first backward call, outside Dynamo's frame
+    conversion; with its caches off it writes build directories then: the compiler's, not the run's."""
+    import torch._inductor.config as inductor_config
+
+    ip.user_ns["xb"] = torch.randn(4, 8)
+    with inductor_config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        session = _run(ip, '--run "train_step(xb)" --no-panel', TRAINING_CELL)
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = session.set("log_loss", "disable")
+    assert report.check.ok and report.check.compared, report.check.message
+    assert not report.notice

@@ -686,13 +686,18 @@ def _compiling() -> bool:
     here = inspect.currentframe()
     frame: types.FrameType | None = here.f_back.f_back if here is not None and here.f_back is not None else None
     while frame is not None:
-        if frame.f_code.co_filename.endswith(_CONVERT_FRAME):
+        name = frame.f_code.co_filename
+        if name.endswith(_CONVERT_FRAME) or (name.startswith(_TORCH_DIR) and _INDUCTOR_DIR in name):
             return True
         frame = frame.f_back
     return False
 
 
 _CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
+#: Inductor compiles a training graph's backward at the first backward call, outside any frame conversion:
+#: its code cache, its build directories and its compile workers are the compiler's too.
+_TORCH_DIR = os.path.dirname(inspect.getfile(torch))
+_INDUCTOR_DIR = os.sep + "_inductor" + os.sep
 
 
 @contextlib.contextmanager

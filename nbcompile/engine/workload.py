@@ -121,6 +121,8 @@ class Workload:
         #: The copies toggles run --run on: made once, then refreshed in place before each run (``Replay.refresh``)
         #: so the compiled code of every configuration, which guards on their identities, stays valid.
         self.copies: Replay | None = None
+        #: The copies were refreshed (or made) for a run that has not taken them yet.
+        self._copies_ready = False
         #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
         self.generation = 0
         #: (entry, id(the object compiled)) -> (that object, its compiled wrapper): the current configuration's.
@@ -236,15 +238,19 @@ class Workload:
         """What identifies the current configuration: every toggle and every option."""
         return (tuple(sorted(self.toggles.items())), repr(self.options))
 
-    def toggle_copies(self, code: types.CodeType) -> Replay:
+    def toggle_copies(self, code: types.CodeType, *, for_run: bool = True) -> Replay:
         """The copies a toggle's run of ``code`` runs on: the kept ones refreshed in place to equal the user's
-        objects now, or (when they cannot be) made anew, which starts a new generation."""
+        objects now, or (when they cannot be) made anew, which starts a new generation. ``for_run=False``:
+        only to know which (a change deciding what to compile): the next run takes them as they are."""
+        if for_run and self._copies_ready and self.copies is not None:
+            self._copies_ready = False
+            return self.copies
         roots, _ = self._roots(code)
-        if self.copies is not None and self.copies.refused is None:
-            if self.copies.refresh({label: real for label, (_, real) in roots.items()}) is None:
-                return self.copies
-        self.copies = self.replay(code)
-        self.generation += 1
+        if self.copies is None or self.copies.refused is not None or \
+                self.copies.refresh({label: real for label, (_, real) in roots.items()}) is not None:
+            self.copies = self.replay(code)
+            self.generation += 1
+        self._copies_ready = not for_run
         return self.copies
 
     def copies_still_valid(self) -> bool:

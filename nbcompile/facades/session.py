@@ -796,7 +796,7 @@ class Session:
             self.recording.notify()
             return
         key = w.config_key()
-        w.toggle_copies(code)
+        w.toggle_copies(code, for_run=False)
         valid = torch_compat.CACHE_REGIONS and w.copies_still_valid()  # without regions every toggle drops all
         kept = w.recall(key) if valid else None
         if kept is not None:
