@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 import symtable
 import sys
@@ -360,13 +361,21 @@ def _after_preamble(body: list[Any]) -> int:
     return at
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(source: str) -> ast.Module | None:
+    """The cell's syntax tree, parsed once per source (every toggle exports the snippet again); only read."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
 def unnested_entries(entries: list[str], source: str, namespace: Mapping[str, Any] | None = None) -> list[str]:
     """The entries less the methods (``Block.forward``) whose class a compiled module instance of the
     entries holds (``model = Net()``, a ``Net`` made of ``Block``s): compiling the module compiles them."""
     held: set[str] = set()
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parsed(source)
+    if tree is None:
         return entries
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     made = {t.id: n.value.func.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)

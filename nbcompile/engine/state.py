@@ -202,10 +202,12 @@ def imported_modules(code: types.CodeType) -> list[types.ModuleType]:
     return found
 
 
-def import_names(code: types.CodeType) -> set[str]:
-    """The absolute module names ``code`` (nested code included) imports inside itself."""
-    return {ins.argval for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each)
-            if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str) and ins.argval}
+@functools.lru_cache(maxsize=4096)
+def import_names(code: types.CodeType) -> frozenset[str]:
+    """The absolute module names ``code`` (nested code included) imports inside itself (read once per code:
+    every run on copies asks again)."""
+    return frozenset({ins.argval for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each)
+            if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str) and ins.argval})
 
 
 class Reached(dict[str, "Slot"]):

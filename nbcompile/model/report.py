@@ -9,6 +9,7 @@ JupyterLab extension) only read it. The JSON schema shipped in
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -515,14 +516,10 @@ class Report:
         short = name.split(".")[-1]
         if span is not None:
             spans = span if isinstance(span, list) else [span]
-
-            def within(filename: str, line: int) -> bool:
-                return any(filename == f and a <= line <= b for f, a, b in spans)
-
-            frames = [f for f in self.frames if within(f.filename, f.firstlineno)]
+            frames = self._within("frames", "firstlineno", spans)
             ids = {f.compile_id for f in frames}
-            breaks = [b for b in self.breaks if within(b.filename, b.lineno)]
-            causes = [c for c in self.causes if within(c.filename, c.lineno)]
+            breaks = self._within("breaks", "lineno", spans)
+            causes = self._within("causes", "lineno", spans)
 
             def mine(item: Any) -> bool:
                 return item.compile_id in ids
@@ -550,6 +547,30 @@ class Report:
             warnings=[w for w in self.warnings if w.function == name],
             dropped={},
         )
+
+    def _within(self, kind: str, line: str, spans: list[tuple[str, int, int]]) -> list[Any]:
+        """The items of ``kind`` whose (filename, ``line``) falls in one of ``spans``, in the list's order; by
+        an index of the list per file and line, made once per list and length (a panel of 500 functions asks
+        500 times)."""
+        items = getattr(self, kind)
+        cache = self.__dict__.setdefault("_indexes", {})
+        key = (kind, id(items), len(items))
+        index = cache.get(kind)
+        if index is None or index[0] != key:
+            by_file: dict[str, list[tuple[int, int]]] = {}
+            for i, item in enumerate(items):
+                by_file.setdefault(item.filename, []).append((getattr(item, line), i))
+            for entries in by_file.values():
+                entries.sort()
+            index = cache[kind] = (key, by_file)
+        found: set[int] = set()
+        for filename, first, last in spans:
+            entries = index[1].get(filename, [])
+            at = bisect.bisect_left(entries, (first, -1))
+            while at < len(entries) and entries[at][0] <= last:
+                found.add(entries[at][1])
+                at += 1
+        return [items[i] for i in sorted(found)]
 
     # -- views ----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
