@@ -291,3 +291,29 @@ def test_a_cold_inductor_backward_compiled_in_a_toggle_is_the_compilers_writing(
             report = session.set("log_loss", "disable")
     assert report.check.ok and report.check.compared, report.check.message
     assert not report.notice
+
+
+def test_a_click_handled_inside_a_proof_waits_for_it(ip):
+    """A kernel can handle a widget's message while a proof or trial holds the names (its event loop turned
+    from inside it): the change waits for the names to be given back; it never reads them as redefined."""
+    import asyncio
+
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))"', CELL)
+    panel = session.panel()
+
+    async def click_inside_a_scratch_run():
+        with session.workload.scratch({}, lambda _name, obj: obj):
+            assert session.busy
+            panel.function_rows["helper"].value = "disable"  # handled here, from inside
+            assert session.toggles["helper"] == "compile"  # queued
+            with pytest.raises(nbcompile.NbcompileError, match="running"):
+                session.set("g", "disable")
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if session.toggles["helper"] == "disable":
+                break
+
+    asyncio.run(click_inside_a_scratch_run())
+    assert session.toggles["helper"] == "disable" and session.stale is None and panel.last_error is None
+    assert session.report.check.ok

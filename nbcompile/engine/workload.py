@@ -131,6 +131,9 @@ class Workload:
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
         self._kept: OrderedDict[Any, Kept] = OrderedDict()
+        #: Scratch runs under way (``scratch``): the names hold scratch values, so no change may start now. A
+        #: kernel can handle a widget's message while one runs (its event loop turned from inside it).
+        self.busy = 0
         #: Compiled wrappers of configurations forgotten (``keep``), whose code stays until a full drop.
         self._orphans = 0
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
@@ -556,6 +559,7 @@ class Workload:
             for name, slot in slots.items():
                 slot.set(scratch[name])
 
+        self.busy += 1  # the user's names hold scratch values: no change may start (a click handled meanwhile)
         with REGISTRY.suspended(lent, "disallow"):
             try:
                 for name, mode in modes.items():
@@ -569,6 +573,7 @@ class Workload:
                 for slot, value in before.items():
                     slot.set(value)
                 engine.undo_all()
+                self.busy -= 1
 
     def spec(self, code: types.CodeType, also_track: tuple[str, ...] = (), backend: str | None = None) -> Spec:
         """Scratch runs of ``code`` (the ``--run`` expression): fresh compiled copies of the entries, with

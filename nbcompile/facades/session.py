@@ -153,6 +153,11 @@ class Session:
         return self.recording.report
 
     @property
+    def busy(self) -> bool:
+        """Whether a scratch run (a proof, a trial) holds the names now: a change must wait for it."""
+        return self.workload.busy > 0
+
+    @property
     def stale(self) -> str | None:
         """None while the session owns its names; else one line saying why it no longer does."""
         if self._stale is None and not self._closed:
@@ -361,7 +366,7 @@ class Session:
         previous toggle is put back (and its report kept) and the error is
         raised with one line that says what happened and why.
         """
-        self._check_open()
+        self._check_idle()
         if not isinstance(name, str):
             name = self._name_of(name)
         self.engine.validate(name, mode)
@@ -429,7 +434,7 @@ class Session:
         (or is interrupted), the previous options (and report) are put back
         and the error is raised with one line.
         """
-        self._check_open()
+        self._check_idle()
         valid = ("backend", "mode", "fullgraph", "dynamic", "dynamo_config")
         unknown = sorted(set(changes) - set(valid))
         if unknown:
@@ -578,7 +583,7 @@ class Session:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
         toggle and option is put back (and the report kept) and the error says why in one line. The new
         report's fixes are proven after (``verify_soon``), by ``prove_by`` when given (the fix search's end)."""
-        self._check_open()
+        self._check_idle()
         for name, mode in toggles.items():
             self.engine.validate(name, mode)
         valid = ("backend", "mode", "fullgraph", "dynamic", "dynamo_config")
@@ -972,6 +977,13 @@ class Session:
             raise NbcompileError("this session was reset; run its %%compile cell again")
         if self.stale is not None:
             raise NbcompileError(self.stale)
+
+    def _check_idle(self) -> None:
+        """A change never starts while a scratch run holds the session's names (it would read them as
+        redefined): a kernel can handle a widget's message from inside one."""
+        self._check_open()
+        if self.busy:
+            raise NbcompileError("a proof or a trial of this session is running; change it again when it ends")
 
 
 def create_session(

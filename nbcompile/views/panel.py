@@ -16,6 +16,7 @@ after each ``set``, ``configure``, ``run`` or ``bench``.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import importlib.util
 import os
@@ -515,8 +516,10 @@ class Panel(widgets.VBox):
         """One user action, then one redraw: the session's own redraws are held while it acts. A change made
         while another runs (a click handled while the first view is drawn) waits for it, then runs: changes
         never interleave."""
-        if self._acting:
+        if self._acting or self.session.busy:
             self._queued.append((action, change))
+            if not self._acting:  # a proof or a trial holds the names: handled here from inside it; run after
+                self._drain_later()
             return
         self._acting = True
         try:
@@ -526,6 +529,28 @@ class Panel(widgets.VBox):
         finally:
             self._acting = False
             self._queued.clear()
+
+    def _drain_later(self) -> None:
+        """Run the queued changes once no scratch run holds the names (on a later turn of the event loop)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            return  # no event loop: nothing can be handled from inside a scratch run, so nothing waits
+
+        def drain() -> None:
+            if not self._queued or self._acting:
+                return
+            if self.session.busy:
+                loop.call_later(0.05, drain)
+                return
+            action, change = self._queued.pop(0)
+            self._act(action, change)
+            if self._queued:
+                loop.call_soon(drain)
+
+        loop.call_later(0.05, drain)
 
     def _act_now(self, action: Callable[[], None], change: dict[str, Any]) -> None:
         self._first_drawn = False

@@ -37,6 +37,9 @@ class PanelSession(Protocol):
     def report(self) -> Report: ...
 
     @property
+    def busy(self) -> bool: ...
+
+    @property
     def toggles(self) -> dict[str, str]: ...
 
     @property
