@@ -358,6 +358,17 @@ def _nbytes(t: torch.Tensor) -> int:
         return t.numel() * t.element_size()
 
 
+#: How many swaps (``Replay.swapped``, ``Workload.scratch``) hold the user's names now: copies, originals or
+#: scratch values are bound in their place. A change of a session must not start meanwhile (a kernel can
+#: handle a widget's message from inside one): it would read them as redefined.
+SWAPPED = [0]
+
+
+def swapping() -> bool:
+    """Whether the user's names hold swapped-in values now (``SWAPPED``)."""
+    return SWAPPED[0] > 0
+
+
 class Replay:
     """Copies of the state a run reaches, taken before it, to run a second time on."""
 
@@ -698,6 +709,7 @@ class Replay:
                                 **(override or {})}
         saved: list[tuple[Slot, Any]] = []
         try:
+            SWAPPED[0] += 1
             for slot, value in put.items():
                 saved.append((slot, slot.get()))
                 slot.set(value)
@@ -707,6 +719,7 @@ class Replay:
             self.outcomes = [(labels[slot], before, slot.get()) for slot, before in saved if slot in labels]
             for slot, before in reversed(saved):
                 slot.set(before)
+            SWAPPED[0] -= 1
 
     def shared_written(self) -> str | None:
         """The first shared tensor a run on the copies changed (in place, or its grad), by its label; None

@@ -31,6 +31,7 @@ from ..core.options import CellOptions
 from ..model.report import LintWarning, Report
 from . import check as check_ops
 from . import custom_ops, library
+from . import state as state_ops
 from .compiler import compiled_copy, drop_compiled
 from .state import Reached, ReadOnly, Replay, Slot, reach, user_code
 from .toggles import REGISTRY, Binding, Toggles, binding_for
@@ -131,9 +132,6 @@ class Workload:
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
         self._kept: OrderedDict[Any, Kept] = OrderedDict()
-        #: Scratch runs under way (``scratch``): the names hold scratch values, so no change may start now. A
-        #: kernel can handle a widget's message while one runs (its event loop turned from inside it).
-        self.busy = 0
         #: Compiled wrappers of configurations forgotten (``keep``), whose code stays until a full drop.
         self._orphans = 0
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
@@ -559,8 +557,8 @@ class Workload:
             for name, slot in slots.items():
                 slot.set(scratch[name])
 
-        self.busy += 1  # the user's names hold scratch values: no change may start (a click handled meanwhile)
         with REGISTRY.suspended(lent, "disallow"):
+            state_ops.SWAPPED[0] += 1  # the user's names hold scratch values: no change may start meanwhile
             try:
                 for name, mode in modes.items():
                     if is_torch_name(name) and mode != "compile":
@@ -573,7 +571,7 @@ class Workload:
                 for slot, value in before.items():
                     slot.set(value)
                 engine.undo_all()
-                self.busy -= 1
+                state_ops.SWAPPED[0] -= 1
 
     def spec(self, code: types.CodeType, also_track: tuple[str, ...] = (), backend: str | None = None) -> Spec:
         """Scratch runs of ``code`` (the ``--run`` expression): fresh compiled copies of the entries, with

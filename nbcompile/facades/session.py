@@ -37,6 +37,7 @@ from ..core.text import callable_name, plural
 from ..engine import check as check_ops
 from ..engine import library, trial
 from ..engine import snippet as export_ops
+from ..engine import state as state_ops
 from ..engine import timing as bench_ops
 from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objects, cell_key, plan_cell
 from ..engine.custom_ops import export_code
@@ -154,8 +155,9 @@ class Session:
 
     @property
     def busy(self) -> bool:
-        """Whether a scratch run (a proof, a trial) holds the names now: a change must wait for it."""
-        return self.workload.busy > 0
+        """Whether a run on copies, an eager reference or a scratch run (a proof, a trial) holds the user's
+        names now: a change must wait for it."""
+        return state_ops.swapping()
 
     @property
     def stale(self) -> str | None:
