@@ -73,7 +73,7 @@ def test_toggle_back_compiles_nothing_and_restores_the_report(ip):
     before = _compiled_frames()
     back = session.set("helper", "disable")
     assert _compiled_frames() == before, "a toggle back to a configuration compiled before compiled again"
-    assert back is disabled and _shape(back) == seen_disabled and back.check.ok
+    assert back is not disabled and _shape(back) == seen_disabled and back.check.ok  # a copy: the kept one stays
     session.set("helper", "compile")
     assert _compiled_frames() == before
     assert _shape(session.report) == start and session.report.check.ok
@@ -317,3 +317,84 @@ def test_a_click_handled_inside_a_proof_waits_for_it(ip):
     asyncio.run(click_inside_a_scratch_run())
     assert session.toggles["helper"] == "disable" and session.stale is None and panel.last_error is None
     assert session.report.check.ok
+
+
+# --- attacks found in review -----------------------------------------------------------------------------
+
+def test_a_failed_option_change_leaves_no_wrapper_of_it_bound(ip):
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
+    with pytest.raises(nbcompile.NbcompileError):
+        with contextlib.redirect_stdout(io.StringIO()):
+            session.configure(fullgraph=True)  # helper's print breaks the graph: refused, rolled back
+    assert session.options.fullgraph is False
+    with contextlib.redirect_stdout(io.StringIO()):
+        session.run()  # the entries run the kept options' code, not fullgraph's
+    assert session.report.break_count >= 1
+
+
+def test_a_kept_configuration_whose_code_no_longer_serves_is_compiled_anew(ip):
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --no-dynamic --run "(f(x), g(x))" --no-panel', CELL)
+    session.set("helper", "disable")
+    session.set("helper", "compile")
+    ip.user_ns["x"] = torch.randn(8)  # the user's state changed shape: the kept code's guards fail
+    with contextlib.redirect_stdout(io.StringIO()):
+        back = session.set("helper", "disable")
+    fresh = _run(ip, '--backend eager --no-dynamic --run "(f(x), g(x))" --no-panel --disable helper', CELL)
+    assert (back.graph_count, back.break_count, back.recompile_count) == \
+        (fresh.report.graph_count, fresh.report.break_count, fresh.report.recompile_count)
+    assert back.recompile_count == 0 and back.check.ok
+
+
+def test_refresh_refuses_state_kept_outside_a_dict_and_refreshes_a_deque():
+    import collections
+    import random
+
+    space = {"hist": collections.deque([1, 2]), "rng": random.Random(0)}
+    roots = {name: (Slot(space, name, name), value) for name, value in space.items()}
+    replay = Replay.capture({"hist": roots["hist"]})
+    replay.copies["hist"].append(3)
+    assert replay.refresh({"hist": space["hist"]}) is None and list(replay.copies["hist"]) == [1, 2]
+    replay = Replay.capture({"rng": roots["rng"]})
+    problem = replay.refresh({"rng": space["rng"]})
+    assert problem is not None and "cannot refresh in place" in problem
+
+
+SHAPES_CELL = """
+import torch
+def f(x):
+    return torch.sin(x) * 2
+"""
+
+
+def test_the_cells_first_view_leaves_no_dynamism_behind(ip):
+    ip.user_ns["a"], ip.user_ns["b"] = torch.randn(4), torch.randn(8)
+    plain = _run(ip, '--run "(f(a), f(b))" --no-panel', SHAPES_CELL)
+    expected = (plain.report.frame_count, plain.report.recompile_count)
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_cell_magic("compile", '--run "(f(a), f(b))" --no-panel', SHAPES_CELL)
+    session = nbcompile.last()
+    session.recording.report = session._new_report()
+    assert session.first_view() and session.report.stage == "dynamo"
+    with contextlib.redirect_stdout(io.StringIO()):
+        session.run()
+    assert (session.report.frame_count, session.report.recompile_count) == expected
+    assert session.report.stage == "complete"
+
+
+def test_a_function_passed_as_an_argument_is_reached_through_the_view_pass(ip):
+    cell = """
+import torch
+def helper(x):
+    print("helper")
+    return x * 2
+def f(t, fn):
+    return fn(t).sin() * 2
+"""
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--run "f(x, helper)"', cell)
+    session.panel()
+    report = session.set("helper", "disable")  # f does not name helper: thought out of reach, yet it is
+    fresh = _run(ip, '--run "f(x, helper)" --no-panel --disable helper', cell)
+    assert (report.graph_count, report.break_count) == (fresh.report.graph_count, fresh.report.break_count)

@@ -19,6 +19,7 @@ costs nothing.
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -552,11 +553,17 @@ class Replay:
                     if problem:
                         return problem
                 return None
+            if isinstance(real, collections.deque) and isinstance(twin, collections.deque):
+                return graft_items([(None, v) for v in real], twin, where, depth, keyed=False)
             state = getattr(real, "__dict__", None)
-            if isinstance(state, dict) and isinstance(getattr(twin, "__dict__", None), dict):
+            if isinstance(state, dict) and isinstance(getattr(twin, "__dict__", None), dict) \
+                    and _plain_class(type(real)):
                 return graft_items(list(state.items()), twin.__dict__, where, depth, keyed=True)
-            return None if type(real) is type(twin) and not hasattr(real, "__slots__") else \
-                f"{where} ({type(real).__name__}) cannot be compared"
+            if isinstance(state, dict) and isinstance(getattr(twin, "__dict__", None), dict) \
+                    and isinstance(real, (torch.nn.Module, torch.optim.Optimizer)):
+                return graft_items(list(state.items()), twin.__dict__, where, depth, keyed=True)
+            # state held outside a __dict__ (a generator's, a random.Random's, an array's): not refreshed in place
+            return f"{where} ({type(real).__name__}) holds state nbcompile cannot refresh in place"
 
         def graft_value(real: Any, twin: Any, where: str, depth: int) -> str | None:
             expected = mapped(real)
@@ -601,6 +608,10 @@ class Replay:
                 if twin != wanted:
                     twin.clear()
                     twin.update(wanted)
+            elif isinstance(twin, collections.deque):
+                if len(twin) != len(contents) or any(a is not b for a, (_, b) in zip(twin, contents, strict=False)):
+                    twin.clear()
+                    twin.extend(v for _, v in contents)
             return None
 
         for label, real in self.reals.items():
@@ -742,6 +753,17 @@ class Replay:
             if moved or real.grad is not None or twin.grad is not None:
                 out.append((self.labels.get(id(real), "a tensor"), real, twin))
         return out
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not by C code
+_OWN_STATE = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__deepcopy__", "__slots__")
+
+
+def _plain_class(cls: type) -> bool:
+    """A class whose instances keep all their state in their ``__dict__``: written in Python all the way up,
+    none of its classes copying or pickling itself its own way (a ``random.Random`` keeps its state in C)."""
+    return all(klass is object or (klass.__flags__ & _HEAPTYPE and not any(n in vars(klass) for n in _OWN_STATE))
+               for klass in cls.__mro__)
 
 
 def _graft_tensor(real: torch.Tensor, twin: Any, where: str) -> str | None:

@@ -76,7 +76,7 @@ class Kept:
     """One configuration's compiled code (its entries' wrappers, each a cache region of its own) and the
     report its compile made."""
 
-    wrappers: dict[tuple[str, int], tuple[Any, Any]]
+    wrappers: dict[tuple[str, int, str], tuple[Any, Any]]
     report: Report
     #: The generation of the toggle copies its code was compiled on (``Workload.copies``).
     generation: int
@@ -126,8 +126,9 @@ class Workload:
         self._copies_ready = False
         #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
         self.generation = 0
-        #: (entry, id(the object compiled)) -> (that object, its compiled wrapper): the current configuration's.
-        self._wrappers: dict[tuple[str, int], tuple[Any, Any]] = {}
+        #: (entry, id(the object compiled), the options) -> (that object, its compiled wrapper): the current
+        #: configuration's.
+        self._wrappers: dict[tuple[str, int, str], tuple[Any, Any]] = {}
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
@@ -212,7 +213,7 @@ class Workload:
         """An entry compiled behind the session's recording, in a cache region of its own. The current
         configuration's wrapper of the same object is handed back as it is (its compiled code kept); one
         that has none gets, during a first-view pass, a wrapper of its own that compiles with Dynamo only."""
-        key = (name, id(obj))
+        key = (name, id(obj), repr(self.options))
         known = self._wrappers.get(key)
         if known is not None and known[0] is obj:  # kept (a first-view pass, too, runs the code kept)
             return known[1]
@@ -279,7 +280,11 @@ class Workload:
 
     def keep(self, key: Any, report: Report) -> None:
         """Keep the current configuration's compiled code and report (a toggle back to it recalls them); past
-        ``KEEP_CONFIGS`` the oldest is forgotten, and the regions only it used are counted as orphans."""
+        ``KEEP_CONFIGS`` the oldest is forgotten, and the regions only it used are counted as orphans. Not a
+        configuration with a function under ``allow_in_graph``, ``nonstrict_trace`` or ``custom_op``: each
+        use makes the object it runs as anew (a copy, an operator), which its kept code would not accept."""
+        if any(mode in ("allow_in_graph", "nonstrict_trace", "custom_op") for mode in self.engine.modes.values()):
+            return
         self._kept[key] = Kept(dict(self._wrappers), report, self._wrappers_generation)
         self._kept.move_to_end(key)
         while len(self._kept) > KEEP_CONFIGS:
@@ -340,9 +345,15 @@ class Workload:
             if not user_code(fn.__code__):
                 return False  # a library function: it cannot call the cell's functions by name
             return self._reaches(fn.__code__, targets, seen)
-        cls = plain if isinstance(plain, type) else type(plain)
+        if isinstance(plain, torch.nn.Module):  # a library container (nn.Sequential) of the user's modules
+            return any(self._user_class(type(m)) for m in plain.modules())
+        return self._user_class(plain if isinstance(plain, type) else type(plain))
+
+    @staticmethod
+    def _user_class(cls: type) -> bool:
+        """A class with a method the user wrote (in its MRO): its instances may call the cell's functions."""
         return any(isinstance(f, types.FunctionType) and user_code(f.__code__)
-                   for f in vars(cls).values()) if cls.__module__ not in ("builtins",) else False
+                   for klass in cls.__mro__ if klass.__module__ != "builtins" for f in vars(klass).values())
 
     @contextlib.contextmanager
     def first_view(self, backend: str = "eager") -> Iterator[None]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import io
 import os
@@ -418,12 +419,12 @@ class Session:
         raise self._failed(message(describe_failure(exc))) from exc
 
     def _roll_back(self, undo: Callable[[], None], old_report: Report) -> None:
+        self.workload.drop_compiled_code()  # first: the undo's rebind must not find the failed change's wrappers
         try:
             undo()
             self._after_toggle()
         except StaleError:
             pass
-        self.workload.drop_compiled_code()
         self.recording.report = old_report
         self.recording.notify()
 
@@ -805,19 +806,23 @@ class Session:
         key = w.config_key()
         w.toggle_copies(code, for_run=False)
         valid = torch_compat.CACHE_REGIONS and w.copies_still_valid()  # without regions every toggle drops all
+        old.result = None  # a report kept for a configuration holds no run value (the next run gives one)
         kept = w.recall(key) if valid else None
         if kept is not None:
-            self.recording.report = kept.report
-            kept.report.notice = ""
+            # on a copy: the kept report stays as its compile made it, whatever this run does
+            self.recording.report = copy.deepcopy(dataclasses.replace(kept.report, result=None, notice=""))
             self._after_toggle()  # what the toggles say now (a change since may have written the kept report's)
+            compiled = len(self.recording.entry_of)
             self._run_noted(on_copies=True)
-            return
+            if len(self.recording.entry_of) == compiled:
+                return
+            # the kept code did not serve (a guard failed: your state changed since): compiled anew, whole
+            valid = False
         affected = w.affected(changed) if changed is not None and valid and w.room_for(key) else None
         if self.first_view_wanted():
             w.restart(affected, rebind=False)
-            self._view_pass(old, affected)
-            if not w.copies_still_valid():  # the pass left copies that had to be made anew
-                affected = None
+            if self._view_pass(old, affected) or not w.copies_still_valid():
+                affected = None  # an entry thought out of reach compiled, or the copies were made anew
         report = self._compile_stage(old, affected)
         if report is None:  # an entry thought out of reach compiled, or the copies changed: every entry anew
             report = self._compile_stage(old, None)
@@ -841,9 +846,11 @@ class Session:
             self._carry(report, old, affected)
         return report
 
-    def _view_pass(self, old: Report, affected: Collection[str] | None) -> None:
+    def _view_pass(self, old: Report, affected: Collection[str] | None) -> bool:
         """The first view: --run on copies with the entries ``affected`` (None: all) compiled by Dynamo only,
-        the others as they are; drawn at once. A pass that fails draws nothing (the complete stage says why)."""
+        the others as they are; drawn at once. A pass that fails draws nothing (the complete stage says why).
+        Returns whether an entry outside ``affected`` compiled (its kept code did not serve: every entry must
+        compile anew, and its old items are not shown)."""
         first = self._new_report()
         first.stage = "dynamo"
         self.recording.report = first
@@ -851,11 +858,13 @@ class Session:
             with self.workload.first_view():
                 self._run_noted(on_copies=True, view_only=True)
         except Exception:  # noqa: BLE001  the backend's run, next, fails the same way and is reported
-            return
-        if affected is not None:
+            return False
+        strays = affected is not None and self._strays(first, affected)
+        if affected is not None and not strays:
             self._carry(first, old, affected)
         self.recording.notify()
         self.show_stage()
+        return strays
 
     def first_view_wanted(self) -> bool:
         """Whether a change shows Dynamo's view before the backend compiles: someone can see it (a panel, or
@@ -881,6 +890,8 @@ class Session:
         except KeyboardInterrupt:
             self.recording.report = self._new_report()
             raise
+        finally:
+            self.workload.forget_dynamism()  # the cell's own run compiles as if the pass had not run
         if self.report.stage != "dynamo" or self.report.check is not None:
             self.recording.report = self._new_report()  # not run on copies (they say why): no first view
             return False

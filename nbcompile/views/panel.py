@@ -528,7 +528,9 @@ class Panel(widgets.VBox):
                 self._act_now(*self._queued.pop(0))
         finally:
             self._acting = False
-            self._queued.clear()
+            if self._queued:  # an interrupt: the changes still waiting are dropped, and their widgets say so
+                self._queued.clear()
+                self.refresh()
 
     def _drain_later(self) -> None:
         """Run the queued changes once no scratch run holds the names (on a later turn of the event loop)."""
