@@ -606,12 +606,16 @@ class Panel(widgets.VBox):
         self._sync_controls(session)
         self._draw_counts(report)
         self._draw_status()
+        self._draw_compiled(report)
+        session.update_display()
+
+    def _draw_compiled(self, report: Report) -> None:
+        """The views of what compiling added: guards, recompiles and their timeline, kernels, the export."""
         self._draw_guards()
         self.recompiles_html.value = self._recompiles(report)
         self._draw_timeline(report)
         self.kernels_html.value = self._kernels(report)
         self._draw_export()
-        session.update_display()
 
     # -- the fix search ----------------------------------------------------------------------
     def start_fix(self) -> None:
@@ -756,11 +760,7 @@ class Panel(widgets.VBox):
         self._draw_figure(report)
         self.source_html.value = source_view(session.source, report, session.cell.spans)
         self.causes_html.value = self._causes(report, session.cell.spans)
-        self._draw_guards()
-        self.recompiles_html.value = self._recompiles(report)
-        self._draw_timeline(report)
-        self.kernels_html.value = self._kernels(report)
-        self._draw_export()
+        self._draw_compiled(report)
         self._draw_bench()
         session.update_display()
 
