@@ -11,6 +11,7 @@ code (no properties, no ``__getattr__``) and kept as short strings: no user obje
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect as _inspect
 import re
@@ -74,6 +75,7 @@ def global_names(guards: Iterable[str]) -> frozenset[str]:
     return frozenset(m[1] for guard in guards for m in _GLOBAL.finditer(guard))
 
 
+@functools.lru_cache(maxsize=8192)
 def subject_of(expr: str) -> str:
     """Dynamo's source expression as the user writes it: ``G['SCALE']`` -> ``SCALE``,
     ``L['x'].size()[0]`` -> ``x.shape[0]``, ``self._modules['drop'].training`` -> ``self.drop.training``."""

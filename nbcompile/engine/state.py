@@ -175,40 +175,61 @@ def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleTyp
     skip = {id(space) for space in exclude}
     generated = (torch_compat.compile_cache_dir(), os.path.join(tempfile.gettempdir(), "torchinductor_"),
                  os.path.join(os.path.expanduser("~"), ".triton"))
+    if _JUDGED_UNDER[0] != generated:  # torch's cache directory moved: every module is judged again
+        _JUDGED.clear()
+        _JUDGED_UNDER[0] = generated
     found = []
     for name, module in list(sys.modules.items()):
-        path = str(getattr(module, "__file__", None) or "")
-        if (isinstance(module, types.ModuleType) and "__main__" not in (name, module.__name__)
-                and name.split(".", 1)[0] != _OWN_PACKAGE and id(vars(module)) not in skip
-                and (path.endswith(".py") or made_at_run_time(module))
-                and not path.startswith(generated)  # not torch's generated kernels
-                and _user_module(module)):
+        judged = _JUDGED.get(name)
+        if judged is not None and judged[0] is module:  # a module with a file, judged once (every run asks)
+            mine = judged[1]
+        else:
+            mine = _is_user_module(name, module, generated)
+            if getattr(module, "__file__", None):  # one without: whether it is the user's depends on its package
+                _JUDGED[name] = (module, mine)
+        if mine and id(vars(module)) not in skip:
             found.append(module)
     return found
+
+
+#: name -> (the module, whether it is the user's), for ``user_modules``, under the paths of ``_JUDGED_UNDER``.
+_JUDGED: dict[str, tuple[Any, bool]] = {}
+_JUDGED_UNDER: list[tuple[str, ...]] = [()]
+
+
+def _is_user_module(name: str, module: Any, generated: tuple[str, ...]) -> bool:
+    path = str(getattr(module, "__file__", None) or "")
+    return (isinstance(module, types.ModuleType) and "__main__" not in (name, module.__name__)
+            and name.split(".", 1)[0] != _OWN_PACKAGE
+            and (path.endswith(".py") or made_at_run_time(module))
+            and not path.startswith(generated)  # not torch's generated kernels
+            and _user_module(module))
 
 
 def imported_modules(code: types.CodeType) -> list[types.ModuleType]:
     """The modules ``code`` (nested code included) imports inside itself (``import metrics``,
     ``from pkg import mod``), as they are in ``sys.modules`` now: the code's ``IMPORT_NAME``s."""
     found: list[types.ModuleType] = []
-    for each in torch_compat.iter_code_objects(code):
-        names = [ins.argval for ins in dis.get_instructions(each)
-                 if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str)]
-        for name in names:
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):
-                module = sys.modules.get(".".join(parts[:i]))
-                if isinstance(module, types.ModuleType) and module not in found:
-                    found.append(module)
+    for name in _import_names(code):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            module = sys.modules.get(".".join(parts[:i]))
+            if isinstance(module, types.ModuleType) and module not in found:
+                found.append(module)
     return found
 
 
 @functools.lru_cache(maxsize=4096)
+def _import_names(code: types.CodeType) -> tuple[str, ...]:
+    """The module names ``code`` (nested code included) imports inside itself, in order (read once per
+    code: every run on copies asks again)."""
+    return tuple(ins.argval for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each)
+                 if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str) and ins.argval)
+
+
 def import_names(code: types.CodeType) -> frozenset[str]:
-    """The absolute module names ``code`` (nested code included) imports inside itself (read once per code:
-    every run on copies asks again)."""
-    return frozenset({ins.argval for each in torch_compat.iter_code_objects(code) for ins in dis.get_instructions(each)
-            if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str) and ins.argval})
+    """The absolute module names ``code`` (nested code included) imports inside itself."""
+    return frozenset(_import_names(code))
 
 
 class Reached(dict[str, "Slot"]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect as _inspect
 import io
 import linecache
@@ -56,6 +57,13 @@ def code_of(obj: Any) -> types.CodeType | None:
     obj = getattr(obj, "__func__", obj)
     code = getattr(obj, "__code__", None)
     return code if isinstance(code, types.CodeType) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def code_span(code: types.CodeType) -> tuple[str, int, int]:
+    """(filename, first line, last line) of ``code``: where a report's items of its function are."""
+    lines = [line for _, _, line in code.co_lines() if line]
+    return code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno)
 
 
 def _no_lint(_name: str) -> list[LintWarning]:

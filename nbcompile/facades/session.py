@@ -44,14 +44,18 @@ from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objec
 from ..engine.custom_ops import export_code
 from ..engine.search import PROOFS_TAIL_S, FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
-from ..engine.workload import Workload, code_of, unwrap
+from ..engine.workload import Workload, code_of, code_span, unwrap
 from ..model.render import MIME_TYPE
-from ..model.report import Check, CompileError, LintWarning, Report, Rewrite
+from ..model.report import Check, CompileError, LintWarning, PartCounts, Report, Rewrite
 from .rewrites import CellRewrites, accepted_cell
 
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
 _BY_CELL: dict[Hashable, Session] = {}
+
+
+#: ``Session._function_spans`` of an entry that is not a function of the cell: the whole report is its part.
+_WHOLE = object()
 
 
 def sessions() -> list[Session]:
@@ -93,6 +97,8 @@ class Session:
         #: What the session runs, handed to the engine (trials, timing, the search) in its place.
         self.workload = Workload(namespace, filename=filename, options=options, tracked=tracked, entries=entries,
                                  recording=self.recording, label=label, lint=self.lint)
+        #: name -> (the tracked function, where its report items are): ``_function_spans``, once per function.
+        self._spans: dict[str, tuple[Any, Any]] = {}
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
         self.recording.advise = lambda brk: self._advisor()(brk)
@@ -693,18 +699,31 @@ class Session:
     def function_report(self, name: str) -> Report:
         """The part of the report about one tracked function, joined by its code (not its short name);
         for an entry that is not a function of the cell (an nn.Module instance), the whole report."""
-        if name not in self.workload.tracked and name in self.entries:
-            return self.report
-        code = code_of(self.workload.tracked.get(name))
-        if code is None:
-            return self.report.for_function(name)
-        lines = [line for _, _, line in code.co_lines() if line]
-        spans = [(code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno))]
-        original = self.workload.tracked[name]
-        if name in self.entries and unwrap(original) is not original:
+        spans = self._function_spans(name)
+        return self.report if spans is _WHOLE else self.report.for_function(name, spans)
+
+    def function_counts(self, name: str) -> PartCounts:
+        """``function_report(name)``'s frames, breaks, causes and recompiles, counted without making it."""
+        spans = self._function_spans(name)
+        return PartCounts.of(self.report) if spans is _WHOLE else self.report.part_counts(name, spans)
+
+    def _function_spans(self, name: str) -> Any:
+        """Where ``name``'s items are: its code's span (and torch's wrapper frame for a decorated entry), None
+        to join by its short name (no code), ``_WHOLE`` for an entry that is not a function of the cell."""
+        original = self.workload.tracked.get(name)
+        known = self._spans.get(name)
+        if known is not None and known[0] is original:  # a panel row asks at every redraw
+            return known[1]
+        if original is None and name in self.entries:
+            return _WHOLE
+        code = code_of(original)
+        spans = None if code is None else [code_span(code)]
+        if spans is not None and name in self.entries and unwrap(original) is not original:
             # torch.compile of a decorated entry (@torch.no_grad()) compiles a frame torch adds around it
             spans.append(torch_compat.WRAPPER_FRAME_SPAN)
-        return self.report.for_function(name, spans)
+        if original is not None:
+            self._spans[name] = (original, spans)
+        return spans
 
     def reset(self) -> None:
         """Undo every registration, give back every name still holding what the session put there,

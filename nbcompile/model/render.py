@@ -6,6 +6,7 @@ HTML goes through ``html.escape``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -167,7 +168,12 @@ def plain(text: str, stack: Mapping[str, str] | None = None) -> str:
 def guard_text(guard: str, stack: Mapping[str, str] | None = None) -> str:
     """A guard as the user reads it: ``EQUALS_MATCH: G['SCALE'] == 2`` -> ``EQUALS_MATCH: SCALE == 2``,
     ``___check_obj_id(G['helper'].__code__, 1396...)`` -> ``helper.__code__ is the same object``."""
-    text = plain(guard, stack)
+    return _guard_text(guard, tuple(sorted(stack.items())) if stack else ())
+
+
+@functools.lru_cache(maxsize=16384)
+def _guard_text(guard: str, stack: tuple[tuple[str, str], ...]) -> str:  # a panel of 500 frames asks each redraw
+    text = plain(guard, dict(stack) if stack else None)
     if "___check_" in text:
         text = _OBJ_ID.sub(lambda m: f"{m['expr']} is the same object", text)
         text = _TYPE_ID.sub(lambda m: f"type({m['expr']}) is the same type", text)
@@ -219,18 +225,22 @@ def graph_places(report: Report, spans: Mapping[str, tuple[int, int]] | None = N
     stops: dict[str, list[tuple[str, int]]] = {}
     for b in report.breaks:
         stops.setdefault(b.compile_id, []).append((b.filename, b.lineno))
-    return [_place(g, frames.get(g.compile_id), stops.get(g.compile_id, []), spans or {}) for g in report.graphs]
+    by_short: dict[str, list[tuple[str, tuple[int, int]]]] = {}  # a cell of 500 functions: not 500 x 500 looks
+    for tracked, span in (spans or {}).items():
+        by_short.setdefault(tracked.rsplit(".", 1)[-1], []).append((tracked, span))
+    return [_place(g, frames.get(g.compile_id), stops.get(g.compile_id, []), by_short) for g in report.graphs]
 
 
-def _place(graph: Graph, frame: Any, stops: list[tuple[str, int]], spans: Mapping[str, tuple[int, int]]) -> str:
+def _place(graph: Graph, frame: Any, stops: list[tuple[str, int]],
+           spans: Mapping[str, list[tuple[str, tuple[int, int]]]]) -> str:
     name = function_label(graph.function)
     if frame is None or not frame.filename or not frame.firstlineno:
         return name
     if not is_cell_file(frame.filename):
         return f"{name} ({short_path(frame.filename)}:{frame.firstlineno})"
     first, short = frame.firstlineno, user_function(graph.function)
-    for tracked, (start, end) in spans.items():
-        if tracked.rsplit(".", 1)[-1] == short and start <= first <= end:
+    for tracked, (start, end) in spans.get(short, ()):
+        if start <= first <= end:
             last = min((line for file, line in stops if file == frame.filename and first <= line <= end), default=end)
             lines = f"cell line {first}" if last <= first else f"cell lines {first}\u2013{last}"
             resumed_at = name[len(short):].strip()[1:-1]  # "after line 25", from "f (after line 25)"

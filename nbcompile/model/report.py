@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -374,6 +375,19 @@ class Fix:
         return self.action.toggles if self.action is not None and self.action.kind == "toggle" else {}
 
 
+class PartCounts(typing.NamedTuple):
+    """How many frames, breaks, causes and recompiles one function's part of a report has."""
+
+    frames: int
+    breaks: int
+    causes: int
+    recompiles: int
+
+    @classmethod
+    def of(cls, report: Report) -> PartCounts:
+        return cls(len(report.frames), len(report.breaks), len(report.causes), len(report.recompiles))
+
+
 @dataclass
 class Report:
     """What torch.compile did for one session or one ``nbcompile.inspect`` call."""
@@ -521,8 +535,8 @@ class Report:
             breaks = self._within("breaks", "lineno", spans)
             causes = self._within("causes", "lineno", spans)
 
-            def mine(item: Any) -> bool:
-                return item.compile_id in ids
+            graphs, recompiles = self._of_ids("graphs", ids), self._of_ids("recompiles", ids)
+            kernels, errors = self._of_ids("kernels", ids), self._of_ids("errors", ids)
         else:
             def named(function: str) -> bool:
                 return function == short or function.startswith(f"torch_dynamo_resume_in_{short}_at_")
@@ -532,21 +546,49 @@ class Report:
             breaks = [b for b in self.breaks if b.function == short]
             causes = [c for c in self.causes if c.function == short]
 
-            def mine(item: Any) -> bool:
-                return named(item.function)
+            graphs = [g for g in self.graphs if named(g.function)]
+            recompiles = [r for r in self.recompiles if named(r.function)]
+            kernels = [k for k in self.kernels if k.compile_id in ids]
+            errors = [e for e in self.errors if named(e.function)]
         return dataclasses.replace(
             self,
             title=f"{self.title} [{name}]",
-            graphs=[g for g in self.graphs if mine(g)],
+            graphs=graphs,
             breaks=breaks,
             causes=causes,
             frames=frames,
-            recompiles=[r for r in self.recompiles if mine(r)],
-            kernels=[k for k in self.kernels if k.compile_id in ids],
-            errors=[e for e in self.errors if mine(e)],
+            recompiles=recompiles,
+            kernels=kernels,
+            errors=errors,
             warnings=[w for w in self.warnings if w.function == name],
             dropped={},
         )
+
+    def part_counts(self, name: str, span: Any = None) -> PartCounts:
+        """``len`` of the frames, breaks, causes and recompiles of ``for_function(name, span)``, without making
+        that part (a panel of 500 functions asks for each row's counts at every redraw)."""
+        if span is None:
+            return PartCounts.of(self.for_function(name))
+        spans = span if isinstance(span, list) else [span]
+        frames = self._within("frames", "firstlineno", spans)
+        recompiles = len(self._of_ids("recompiles", {f.compile_id for f in frames})) if self.recompiles else 0
+        return PartCounts(len(frames), len(self._within("breaks", "lineno", spans)),
+                          len(self._within("causes", "lineno", spans)), recompiles)
+
+    def _of_ids(self, kind: str, ids: set[str]) -> list[Any]:
+        """The items of ``kind`` whose compile id is one of ``ids``, in the list's order; by an index of the
+        list per compile id, made once per list and length (as ``_within``'s)."""
+        items = getattr(self, kind)
+        cache = self.__dict__.setdefault("_indexes", {})
+        key = (kind, id(items), len(items))
+        index = cache.get(("ids", kind))
+        if index is None or index[0] != key:
+            by_id: dict[str, list[int]] = {}
+            for i, item in enumerate(items):
+                by_id.setdefault(item.compile_id, []).append(i)
+            index = cache[("ids", kind)] = (key, by_id)
+        found = sorted(i for each in ids for i in index[1].get(each, ()))
+        return [items[i] for i in found]
 
     def _within(self, kind: str, line: str, spans: list[tuple[str, int, int]]) -> list[Any]:
         """The items of ``kind`` whose (filename, ``line``) falls in one of ``spans``, in the list's order; by
@@ -609,8 +651,7 @@ class Report:
                                                 if x.changes else x.reason) for x in r.recompiles]
 
         def guards(r: Report) -> list[str]:  # object ids differ from compile to compile: not a change
-            return [f"{label(f.function)}: {re.sub(r'0x[0-9a-f]{6,}|[0-9]{8,}', '<id>', g)}"
-                    for f in r.frames for g in f.guards]
+            return [f"{label(f.function)}: {_without_ids(g)}" for f in r.frames for g in f.guards]
 
         return ReportDiff(
             counts={name: (getattr(self, f"{name}_count"), getattr(other, f"{name}_count"))
@@ -642,6 +683,11 @@ def group_causes(breaks: list[GraphBreak]) -> list[Cause]:
         else:
             causes[key] = Cause.of(brk)
     return list(causes.values())
+
+
+@functools.lru_cache(maxsize=16384)
+def _without_ids(guard: str) -> str:
+    return re.sub(r"0x[0-9a-f]{6,}|[0-9]{8,}", "<id>", guard)
 
 
 def _added_removed(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:

@@ -4,11 +4,15 @@ class's ``forward``; its own counts are that forward's, never the whole session'
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from ..core import torch_compat
 from ..model.render import is_cell_file
-from ..model.report import Report
+from ..model.report import PartCounts, Report
 from .protocols import PanelSession
+
+T = TypeVar("T")
 
 
 def module_class(source: str, name: str) -> str | None:
@@ -32,16 +36,29 @@ def entry_part(session: PanelSession, name: str) -> Report:
     an ``nn.Module`` entry's, its class's ``forward`` (a call of the module runs it, with what it inlines and
     its resumed parts); a module of a class from elsewhere (``nn.Linear``), the ``forward`` frames outside the
     cell; a function from elsewhere, its frames by name."""
-    if name in session.functions or name not in session.entries:
-        return session.function_report(name)
+    return _entry(session, name, session.function_report, session.report.for_function)
+
+
+def entry_counts(session: PanelSession, name: str, functions: Collection[str] | None = None,
+                 entries: Collection[str] | None = None) -> PartCounts:
+    """``entry_part``'s frames, breaks, causes and recompiles, counted without making the part (a row's counts;
+    ``functions`` and ``entries``: the session's, as sets, when every row asks)."""
+    return _entry(session, name, session.function_counts, session.report.part_counts, functions, entries)
+
+
+def _entry(session: PanelSession, name: str, of_function: Callable[[str], T], of_report: Callable[..., T],
+           functions: Collection[str] | None = None, entries: Collection[str] | None = None) -> T:
+    functions = session.functions if functions is None else functions
+    if name in functions or name not in (session.entries if entries is None else entries):
+        return of_function(name)
     report = session.report
     if "." in name:
-        return report.for_function(name)
+        return of_report(name)
     cls = module_class(session.source, name)
-    if cls is not None and f"{cls}.forward" in session.functions:
-        return session.function_report(f"{cls}.forward")
+    if cls is not None and f"{cls}.forward" in functions:
+        return of_function(f"{cls}.forward")
     # a module of an installed class: torch.compile of it compiles torch's wrapper around its call, and its
     # forward's frames when a break splits it (from their first line on; the cell's own classes aside)
     spans = [(f.filename, f.firstlineno, 10**9) for f in report.frames
              if f.function == "forward" and f.filename and not is_cell_file(f.filename)]
-    return report.for_function("forward", [*spans, torch_compat.WRAPPER_FRAME_SPAN])
+    return of_report("forward", [*spans, torch_compat.WRAPPER_FRAME_SPAN])

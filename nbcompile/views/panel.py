@@ -64,7 +64,7 @@ from ..model.render import (
     check_source as run_source,
 )
 from ..model.report import Report, ReportDiff, Rewrite
-from .entries import entry_part, module_class
+from .entries import entry_counts, module_class
 from .protocols import PanelSession
 
 #: Most characters of kernel code shown per kernel in the Kernels tab.
@@ -246,6 +246,8 @@ BUTTON_MARGIN_PX = 6
 def _failed(guard: str, subjects: list[str]) -> bool:
     """Whether a guard line checks one of the expressions a recompile named (``x.shape[0]``, ``SCALE``)."""
 
+    if not subjects:
+        return False
     text = subject_of(guard)
     for subject in subjects:
         root = re.split(r"[.\[(]", subject.removeprefix("type(").removeprefix("len("), maxsplit=1)[0]
@@ -341,9 +343,10 @@ class Panel(widgets.VBox):
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
         self.op_rows: dict[str, widgets.ToggleButtons] = {}
+        functions = session.functions
         self.functions_box = widgets.VBox(
-            [self._entry_row(name) for name in session.entries if name not in session.functions]
-            + [self._function_row(name) for name in session.functions if not _construction(name)])
+            [self._entry_row(name) for name in session.entries if name not in set(functions)]
+            + [self._function_row(name) for name in functions if not _construction(name)])
         self.ops_box = widgets.VBox()
         self.controls = self._controls(session)
         self.figure_output = widgets.Output(layout=widgets.Layout(width="60%"))
@@ -745,7 +748,8 @@ class Panel(widgets.VBox):
         missing = [n for n in session.functions if n not in self.function_rows and not _construction(n)]
         if missing:  # library functions tracked since (the fix search tracks the holders of breaks)
             self.functions_box.children = [*self.functions_box.children, *(self._function_row(n) for n in missing)]
-        gone = [n for n in self.function_rows if n not in session.functions]
+        functions = set(session.functions)
+        gone = [n for n in self.function_rows if n not in functions]
         if gone:
             self.functions_box.children = [row for row in self.functions_box.children
                                            if not any(self.function_rows[n] in row.children for n in gone)]
@@ -813,10 +817,11 @@ class Panel(widgets.VBox):
     def _sync_controls(self, session: PanelSession) -> None:
         self._syncing = True
         try:
+            toggles = session.toggles  # a copy each time it is read: once, not once per row
             for name, toggle in self.function_rows.items():
-                toggle.value = session.toggles.get(name, "compile")
+                toggle.value = toggles.get(name, "compile")
             for name, toggle in self.op_rows.items():
-                toggle.value = session.toggles.get(name, "compile")
+                toggle.value = toggles.get(name, "compile")
             opts = session.options
             self.backend.value, self.mode.value = opts.backend, opts.mode or "default"
             self.fullgraph.value, self.dynamic.value = opts.fullgraph, _dynamic_label(opts.dynamic)
@@ -824,12 +829,14 @@ class Panel(widgets.VBox):
             self._syncing = False
 
     def _draw_counts(self, report: Report) -> None:
+        functions, entries = set(self.session.functions), set(self.session.entries)
         for name, counts in self.function_counts.items():
-            part = entry_part(self.session, name)  # each row its own counts: a module entry, its forward's
-            causes = f" ({plural(len(part.causes), 'cause')})" if len(part.causes) < len(part.breaks) else ""
-            counts.value = (f"<span style='color:#555'>{plural(len(part.frames), 'frame')}, "
-                            f"{plural(len(part.breaks), 'break')}{causes}, "
-                            f"{plural(len(part.recompiles), 'recompile')}</span>")
+            # each row its own counts: a module entry, its forward's
+            part = entry_counts(self.session, name, functions, entries)
+            causes = f" ({plural(part.causes, 'cause')})" if part.causes < part.breaks else ""
+            counts.value = (f"<span style='color:#555'>{plural(part.frames, 'frame')}, "
+                            f"{plural(part.breaks, 'break')}{causes}, "
+                            f"{plural(part.recompiles, 'recompile')}</span>")
 
     def _draw_ops(self, session: PanelSession, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ..capture.cell import CellFunctions
 from ..core.options import CellOptions
 from ..model.fixsearch import FixSearch
-from ..model.report import Report, Rewrite
+from ..model.report import PartCounts, Report, Rewrite
 
 
 class SearchRun(Protocol):
@@ -65,6 +65,8 @@ class PanelSession(Protocol):
     def accept(self, rewrite: Rewrite) -> str: ...
 
     def function_report(self, name: str) -> Report: ...
+
+    def function_counts(self, name: str) -> PartCounts: ...
 
     def fix_run(self, budget_s: float = 60.0,
                 progress: Callable[[FixSearch], None] | None = None) -> SearchRun: ...
