@@ -159,3 +159,20 @@ def test_imported_modules_reads_each_code_once_and_sees_modules_loaded_since(tmp
         assert state.import_names(uses.__code__) == frozenset({"nbc_many_late"})
     finally:
         sys.modules.pop("nbc_many_late", None)
+
+
+def test_a_changes_reference_copy_reaches_what_its_copies_reached_and_no_later_change_does(ip):
+    """A change reaches the state its --run reads once, for its copies and its reference copy; the next change
+    reaches it anew: a global the user rebinds between two clicks is what both runs of the next change read."""
+    ip.user_ns["x"] = torch.ones(4)
+    ip.run_cell("SCALE = 2.0")
+    cell = "import torch\ndef h(x):\n    return x * 3\ndef f(x):\n    return h(x) * SCALE\n"
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel', cell)
+    report = session.set("h", "disable")
+    assert report.check.ok and report.check.compared, report.check.message
+    assert session.workload._roots_once is None, "the change is over: what it reached is forgotten"
+    assert torch.equal(report.result, torch.full((4,), 6.0))
+    ip.run_cell("SCALE = 5.0")
+    report = session.set("h", "compile")
+    assert report.check.ok and report.check.compared, report.check.message
+    assert torch.equal(report.result, torch.full((4,), 15.0)), "the copies and the reference read SCALE anew"

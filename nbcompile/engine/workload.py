@@ -60,6 +60,12 @@ def code_of(obj: Any) -> types.CodeType | None:
 
 
 @functools.lru_cache(maxsize=4096)
+def _names_of(code: types.CodeType) -> frozenset[str]:
+    """The global, attribute and free names ``code`` (nested code included) uses (read once per code)."""
+    return frozenset(n for c in torch_compat.iter_code_objects(code) for n in (*c.co_names, *c.co_freevars))
+
+
+@functools.lru_cache(maxsize=4096)
 def code_span(code: types.CodeType) -> tuple[str, int, int]:
     """(filename, first line, last line) of ``code``: where a report's items of its function are."""
     lines = [line for _, _, line in code.co_lines() if line]
@@ -132,6 +138,8 @@ class Workload:
         self.copies: Replay | None = None
         #: The copies were refreshed (or made) for a run that has not taken them yet.
         self._copies_ready = False
+        #: (code, roots, reached) of a change's copies, for its reference copy: ``toggle_copies``, ``forget_roots``.
+        self._roots_once: tuple[types.CodeType, dict[str, tuple[Slot, Any]], Reached] | None = None
         #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
         self.generation = 0
         #: (entry, id(the object compiled), the options) -> (that object, its compiled wrapper): the current
@@ -174,10 +182,14 @@ class Workload:
 
     def evaluate(self, code: types.CodeType) -> Any:
         """``code`` evaluated in the namespace (a scratch locals dict: nothing is assigned there)."""
+        self._roots_once = None  # a run (its audit puts back what it changes, but a run is a run): reach anew
         return eval(code, self.namespace, {})
 
     # -- copies ------------------------------------------------------------------------------------
     def _roots(self, code: types.CodeType) -> tuple[dict[str, tuple[Slot, Any]], Reached]:
+        once, self._roots_once = self._roots_once, None
+        if once is not None and once[0] is code:  # a change's copies found them: its reference copy takes them
+            return once[1], once[2]
         originals = [b.original for b in self.bindings.values()]
         roots = {}
         reached = reach(self.namespace, code, originals)
@@ -185,6 +197,11 @@ class Workload:
             binding = self.bindings.get(slot.key) if slot.owner is self.namespace else None
             roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
         return roots, reached
+
+    def forget_roots(self) -> None:
+        """What a change's copies reached, kept for its reference copy (``toggle_copies``), forgotten: the change
+        is over."""
+        self._roots_once = None
 
     def replay(self, code: types.CodeType) -> Replay:
         """Copies of what ``code`` reaches in the namespace (compiled entries by their original). Over the
@@ -255,7 +272,9 @@ class Workload:
         if for_run and self._copies_ready and self.copies is not None:
             self._copies_ready = False
             return self.copies
-        roots, _ = self._roots(code)
+        roots, reached = self._roots(code)
+        if not for_run:  # a change deciding: its run's reference copy (``replay``) reaches what this reached
+            self._roots_once = (code, roots, reached)
         if self.copies is None or self.copies.refused is not None or \
                 self.copies.refresh({label: real for label, (_, real) in roots.items()}) is not None:
             self.copies = self.replay(code)
@@ -330,9 +349,8 @@ class Workload:
         if id(code) in seen:
             return False
         seen.add(id(code))
-        codes = list(torch_compat.iter_code_objects(code))
-        names = {n for c in codes for n in (*c.co_names, *c.co_freevars)}
-        if names & set(targets):
+        names = _names_of(code)
+        if not names.isdisjoint(targets):
             return True
         return any(self._may_call(self.namespace.get(n, _MISSING), targets, seen) for n in names)
 

@@ -822,8 +822,15 @@ class Session:
             self.recording.report = self._new_report()
             self.recording.notify()
             return
-        key = w.config_key()
         w.toggle_copies(code, for_run=False)
+        try:
+            self._restart_on_copies(old, changed)
+        finally:
+            w.forget_roots()  # what the copies reached is this change's only
+
+    def _restart_on_copies(self, old: Report, changed: Collection[str] | None) -> None:
+        w = self.workload
+        key = w.config_key()
         valid = torch_compat.CACHE_REGIONS and w.copies_still_valid()  # without regions every toggle drops all
         old.result = None  # a report kept for a configuration holds no run value (the next run gives one)
         kept = w.recall(key) if valid else None

@@ -570,10 +570,39 @@ class Report:
         if span is None:
             return PartCounts.of(self.for_function(name))
         spans = span if isinstance(span, list) else [span]
+        if not self.recompiles:  # the common case: counted by the indexes alone, no part made
+            return PartCounts(self._count_within("frames", "firstlineno", spans),
+                              self._count_within("breaks", "lineno", spans),
+                              self._count_within("causes", "lineno", spans), 0)
         frames = self._within("frames", "firstlineno", spans)
-        recompiles = len(self._of_ids("recompiles", {f.compile_id for f in frames})) if self.recompiles else 0
-        return PartCounts(len(frames), len(self._within("breaks", "lineno", spans)),
-                          len(self._within("causes", "lineno", spans)), recompiles)
+        return PartCounts(len(frames), self._count_within("breaks", "lineno", spans),
+                          self._count_within("causes", "lineno", spans),
+                          len(self._of_ids("recompiles", {f.compile_id for f in frames})))
+
+    def _count_within(self, kind: str, line: str, spans: list[tuple[str, int, int]]) -> int:
+        """``len(self._within(kind, line, spans))``; by two bisections for one span."""
+        if len(spans) != 1:
+            return len(self._within(kind, line, spans))
+        filename, first, last = spans[0]
+        entries = self._index(kind, line).get(filename, [])
+        return bisect.bisect_left(entries, (last + 1, -1)) - bisect.bisect_left(entries, (first, -1))
+
+    def _index(self, kind: str, line: str) -> dict[str, list[tuple[int, int]]]:
+        """filename -> sorted (``line`` of the item, its place) for the items of ``kind``: made once per list and
+        length (a panel of 500 functions asks 500 times)."""
+        items = getattr(self, kind)
+        cache = self.__dict__.setdefault("_indexes", {})
+        key = (kind, id(items), len(items))
+        index = cache.get(kind)
+        if index is None or index[0] != key:
+            by_file: dict[str, list[tuple[int, int]]] = {}
+            for i, item in enumerate(items):
+                by_file.setdefault(item.filename, []).append((getattr(item, line), i))
+            for entries in by_file.values():
+                entries.sort()
+            index = cache[kind] = (key, by_file)
+        by: dict[str, list[tuple[int, int]]] = index[1]
+        return by
 
     def _of_ids(self, kind: str, ids: set[str]) -> list[Any]:
         """The items of ``kind`` whose compile id is one of ``ids``, in the list's order; by an index of the
@@ -595,19 +624,10 @@ class Report:
         an index of the list per file and line, made once per list and length (a panel of 500 functions asks
         500 times)."""
         items = getattr(self, kind)
-        cache = self.__dict__.setdefault("_indexes", {})
-        key = (kind, id(items), len(items))
-        index = cache.get(kind)
-        if index is None or index[0] != key:
-            by_file: dict[str, list[tuple[int, int]]] = {}
-            for i, item in enumerate(items):
-                by_file.setdefault(item.filename, []).append((getattr(item, line), i))
-            for entries in by_file.values():
-                entries.sort()
-            index = cache[kind] = (key, by_file)
+        index = self._index(kind, line)
         found: set[int] = set()
         for filename, first, last in spans:
-            entries = index[1].get(filename, [])
+            entries = index.get(filename, [])
             at = bisect.bisect_left(entries, (first, -1))
             while at < len(entries) and entries[at][0] <= last:
                 found.add(entries[at][1])

@@ -818,10 +818,11 @@ class Panel(widgets.VBox):
         self._syncing = True
         try:
             toggles = session.toggles  # a copy each time it is read: once, not once per row
-            for name, toggle in self.function_rows.items():
-                toggle.value = toggles.get(name, "compile")
-            for name, toggle in self.op_rows.items():
-                toggle.value = toggles.get(name, "compile")
+            for rows in (self.function_rows, self.op_rows):
+                for name, toggle in rows.items():
+                    mode = toggles.get(name, "compile")
+                    if toggle.value != mode:  # a row of 500 validated only when it changes
+                        toggle.value = mode
             opts = session.options
             self.backend.value, self.mode.value = opts.backend, opts.mode or "default"
             self.fullgraph.value, self.dynamic.value = opts.fullgraph, _dynamic_label(opts.dynamic)
