@@ -13,7 +13,7 @@ and ``lint-imports`` check the rule.
 
 from __future__ import annotations
 
-from .core.errors import NbcompileError
+from .core.errors import NbcompileError, RecompileRefused
 from .engine.snippet import export
 from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
 from .engine.toggles import available_function_modes
@@ -61,6 +61,7 @@ __all__ = [
     "Kernel",
     "LintWarning",
     "NbcompileError",
+    "RecompileRefused",
     "Recompile",
     "Report",
     "Session",

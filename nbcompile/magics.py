@@ -31,7 +31,7 @@ from .model.render import MIME_TYPE, set_effect
 from .views.env import widgets_supported
 from .views.status import status_table
 
-LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache")
+LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache", "stance")
 
 
 def _names(values: list[str]) -> list[str]:
@@ -202,7 +202,7 @@ class NbcompileMagics(Magics):
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
         """`%nbcompile status [NAME]|set NAME MODE|report [NAME]|export [NAME]|bench [EXPR]|panel [NAME]|reset [NAME]|
-        fix [--budget S]|load PATH [--follow]|cache save|load|list PATH [--trust]`.
+        fix [--budget S]|load PATH [--follow]|cache save|load|list PATH [--trust]|stance [NAME]`.
 
         A subcommand acts on the live session that owns NAME (the latest if several; for ``bench``, the first
         name EXPR calls), else on the latest session; ``--cell N`` chooses the session of cell ``In [N]``."""
@@ -262,6 +262,19 @@ class NbcompileMagics(Magics):
             print(set_effect(args[0], args[1], before, session.report))
             if not widgets_supported():  # else the panel and the report shown by the cell are redrawn in place
                 _display(session)
+            return None
+        if command == "stance":
+            if len(args) > 1:
+                raise UsageError(f"%nbcompile stance: usage: %nbcompile stance [NAME] [--cell N] (stances: "
+                                 f"{', '.join(torch_compat.STANCES)})")
+            session = _session_for(command, None, cell)
+            try:
+                chosen = session.stance(args[0] if args else None)
+            except NbcompileError as exc:
+                raise UsageError(f"%nbcompile stance: {exc}") from None
+            entries = ", ".join(session.entries)
+            print(f"stance {chosen} around the calls of {entries}" + ("" if chosen == "default" else
+                  "; %nbcompile stance default gives them back"))
             return None
         if command == "bench":
             expr = " ".join(args) or None

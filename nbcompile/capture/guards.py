@@ -22,6 +22,7 @@ import torch
 
 from ..core.text import code_text, cut, plain_text
 from ..model.report import Fix, FixAction, GuardChange, MarkKind
+from .global_state import state_fixes
 
 #: Most guard changes kept per recompile.
 MAX_CHANGES = 8
@@ -49,6 +50,17 @@ _DTYPES = {"Float": "torch.float32", "Double": "torch.float64", "Half": "torch.f
            "ComplexDouble": "torch.complex128"}
 
 Lookup = Callable[[str], Any]
+
+
+def entry_ids(entries: Iterable[str]) -> list[str]:
+    """The compile ids of the cache entries a ``recompile_reasons`` payload names (``0/1: ...``), newest first."""
+    ids: list[str] = []
+    for text in entries:
+        for line in str(text).splitlines():
+            match = _ENTRY.match(line)
+            if match is not None and match["id"] not in ids:
+                ids.append(match["id"])
+    return ids
 
 
 def failed_guards(reasons: Any) -> list[str]:
@@ -347,7 +359,10 @@ def limit_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> l
     fixes: list[Fix] = []
     for change in changes_[:1]:
         shape = _SHAPE.match(change.subject)
-        if shape is not None:
+        stated = state_fixes(change)
+        if stated:
+            fixes.extend(stated)
+        elif shape is not None:
             dynamic, mark = _dynamic_fixes(change, shape)
             fixes.extend([mark, dynamic])
         elif change.subject in globals_ and _number(change.before):
@@ -365,7 +380,10 @@ def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) 
     fixes: list[Fix] = []
     for change in changes_[:1]:
         shape = _SHAPE.match(change.subject)
-        if shape is not None:
+        stated = state_fixes(change)
+        if stated:
+            fixes.extend(stated)
+        elif shape is not None:
             fixes.extend(_dynamic_fixes(change, shape))
             if change.before.startswith(">="):
                 fixes.append(Fix(f"torch._dynamo.decorators.mark_unbacked({shape['name']}, {shape['dim']})",
@@ -524,6 +542,14 @@ def plain_subject(subject: str, stack: Mapping[str, str], where: str) -> str:
 #: torch's reason when a cache entry's guarded object was freed (``Cache line invalidated because opt got
 #: deallocated``): the entry was for an object that no longer exists.
 _DEALLOCATED = re.compile(r"Cache line invalidated because (?P<name>[^\n]{1,200}?) got deallocated$")
+
+
+def stated_reason(stated: list[GuardChange], summary: str) -> str:
+    """A recompile's reason from the global state's changes (``torch function mode: none -> MyMode``), with
+    the count of earlier entries that failed too, as torch's summary gives it."""
+    _, more = _split_more(summary)
+    text = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in stated)
+    return f"{text} {more.strip()}" if more.strip() else text
 
 
 def plain_reason(summary: str, stack: Mapping[str, str]) -> str:

@@ -52,6 +52,7 @@ from ..core.text import cut, function_label, plain_text, user_function
 from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
 from .cell import cell_line_of
+from .global_state import GlobalState, is_internal
 from .records import (
     CompilationMetrics,
     CppGuards,
@@ -159,6 +160,10 @@ class _Pending:
     #: only there then).
     guard_changes: list[GuardChange] = field(default_factory=list)
     output_code: list[str] = field(default_factory=list)
+    #: The global state the compile ran under (read at ``dynamo_start``, inside the call that compiles).
+    state: GlobalState | None = None
+    #: How many of ``guard_changes`` (the first) are the global state's, read from the states recorded.
+    stated: int = 0
 
 
 class _TraceHandler(logging.Handler):
@@ -244,6 +249,9 @@ class Hub:
         self._users = 0
         self._strings: dict[int, str] = {}
         self._pending: dict[str, _Pending] = {}
+        #: compile id -> the global state it compiled under, the newest ``MAX_STATES`` (a recompile's reason
+        #: names the state that changed, never its values: they are compared with these).
+        self._states: collections.OrderedDict[str, GlobalState] = collections.OrderedDict()
         self._owners: list[weakref.ref[Recording]] = []
         self._local = threading.local()
         #: The damaged records skipped live, newest last (``RecordError`` messages).
@@ -397,12 +405,45 @@ class Hub:
         pending.recompile_reasons = record.reasons
         frame = None if self.offline else torch_compat.recompiling_frame()
         lookup = guard_ops.frame_lookup(frame[1], frame[2]) if frame else _missing
-        pending.guard_changes = guard_ops.changes(record.reasons.guards, lookup)
+        guards = record.reasons.guards
+        stated = self._state_changes(record.envelope.compile_id, record.reasons.entries, guards)
+        if stated is None:
+            pending.guard_changes = guard_ops.changes(guards, lookup)
+        else:  # the state's values, then the user's values the other guards name
+            rest = guard_ops.changes([g for g in guards if not is_internal(g)], lookup)
+            pending.guard_changes = (stated + rest)[:guard_ops.MAX_CHANGES]
+            pending.stated = len(stated)
         if frame is not None and not pending.filename:  # no dynamo_start: the recompile limit
             pending.filename, pending.lineno = frame[0].co_filename, frame[0].co_firstlineno
             pending.function = frame[0].co_name
         if pending.active is None and self._stack():
             pending.active = weakref.ref(self._stack()[-1])
+
+    def _state_changes(self, compile_id: str, entries: tuple[str, ...],
+                       guards: tuple[str, ...]) -> list[GuardChange] | None:
+        """The global state's changes from the compile whose guards failed (the newest entry the reason names;
+        else the frame's previous compile) to this call, when the reason is internal or empty; None when it
+        names only the user's values, offline, or when the earlier state was not recorded."""
+        if self.offline or (guards and not any(is_internal(g) for g in guards)):
+            return None
+        failed = guard_ops.entry_ids(entries) or [_previous_compile(compile_id)]
+        now = GlobalState.now()
+        # against each cache entry that failed, the nearest first: a call under a mode, after a call under
+        # no_grad, differs from the first compile by the mode alone (and from the no_grad one by both)
+        found = [before.changes(now) for each in failed if (before := self._states.get(each)) is not None]
+        found = [changed for changed in found if changed]
+        return min(found, key=len) if found else None
+
+    def refused_changes(self, message: str, globals_: Mapping[str, Any]) -> list[GuardChange]:
+        """What changed for a recompile that ``fail_on_recompile`` refused, from torch's error (the failed guards
+        of each cache entry): the global state's values against the states recorded, the user's values as the
+        guards give them (a global's new value read from ``globals_``, the function's)."""
+        lines = tuple(message.splitlines())
+        guards = tuple(guard_ops.failed_guards(lines))
+        stated = self._state_changes("", lines, guards) or []
+        lookup = guard_ops.frame_lookup({}, globals_)
+        rest = guard_ops.changes([g for g in guards if not is_internal(g)] if stated else list(guards), lookup)
+        return (stated + rest)[:guard_ops.MAX_CHANGES]
 
     def _on_guards(self, record: CppGuards) -> None:
         pending = self._get_pending(record.envelope.compile_id)
@@ -437,6 +478,8 @@ class Hub:
         active = self._stack()
         if active:
             pending.active = weakref.ref(active[-1])
+        if not self.offline:
+            pending.state = GlobalState.now()
 
     def _owner_for(self, pending: _Pending, metrics: CompilationMetrics) -> Recording | None:
         for ref in (pending.backend_owner, pending.active):
@@ -454,6 +497,10 @@ class Hub:
     def _on_metrics(self, metrics: CompilationMetrics) -> None:
         compile_id = metrics.envelope.compile_id
         pending = self._pending.pop(compile_id, None) or _Pending(compile_id)
+        if pending.state is not None:  # any compile's, a session's or not: a later one may recompile against it
+            self._states[compile_id] = pending.state
+            while len(self._states) > MAX_STATES:
+                self._states.popitem(last=False)
         owner = self._owner_for(pending, metrics)
         if owner is None:
             return
@@ -464,6 +511,17 @@ class Hub:
         _apply(owner, pending, metrics)
         owner.notify()
         owner.compiled()
+
+
+#: The most compiles whose global state is remembered.
+MAX_STATES = 4096
+
+
+def _previous_compile(compile_id: str) -> str:
+    """``3/2`` -> ``3/1``: the frame's compile before this one ("" for a first compile)."""
+    frame, _, count = compile_id.partition("/")
+    count = count.split("_", 1)[0]
+    return f"{frame}/{int(count) - 1}" if count.isdigit() and int(count) > 0 else ""
 
 
 _LIMIT_HIT = "recompile limit exceeded"
@@ -588,8 +646,10 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
     if artifact is not None or metrics.recompile_reason is not None:
         # The artifact lists every failed cache entry; the metrics only the newest (torch 2.13 writes both).
         reasons = artifact if artifact is not None and artifact.entries else metrics.recompile_reason or Reasons(())
-        recompile = Recompile(function, compile_id, guard_ops.plain_reason(reasons.summary, stack),
-                              list(pending.guard_changes))
+        reason = guard_ops.plain_reason(reasons.summary, stack)
+        if pending.stated:  # torch names the state that changed, never its values ("GLOBAL_STATE changed: ...")
+            reason = guard_ops.stated_reason(pending.guard_changes[:pending.stated], reasons.summary)
+        recompile = Recompile(function, compile_id, reason, list(pending.guard_changes))
         if not recompile.changes:
             recompile.changes = guard_ops.changes(reasons.guards, _missing)
         recompile.changes = _plain_changes(recompile.changes, stack, where)

@@ -7,6 +7,11 @@ class NbcompileError(ValueError):
     """A user error: bad option, name or mode. Its message is one line that says what is valid."""
 
 
+class RecompileRefused(RuntimeError):
+    """A call of a session's entry that would recompile, refused by the stance ``fail_on_recompile``: the
+    guard that changed and its line, in nbcompile's words (torch's own error is its ``__cause__``)."""
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     """The innermost exception behind a compile failure (Dynamo wraps the user's ``ValueError``)."""
     seen = {id(exc)}

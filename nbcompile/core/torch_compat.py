@@ -267,6 +267,28 @@ def force_eager() -> Any:
     return set_stance("force_eager")
 
 
+#: The stances ``%nbcompile stance`` sets for a session's calls (``torch.compiler.set_stance``).
+STANCES = ("default", "fail_on_recompile", "eager_on_recompile", "eager_then_compile")
+#: How torch's error for a recompile that ``fail_on_recompile`` refuses starts.
+RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
+
+
+def current_stance() -> str | None:
+    """The stance ``torch.compiler.set_stance`` set now (``default``, ``force_eager``, ...); None where torch
+    has none."""
+    if "stance" in MISSING:  # pragma: no cover - torch < 2.6
+        return None
+    return str(torch._dynamo.eval_frame._stance.stance)
+
+
+def stance(name: str) -> Any:
+    """The context of ``torch.compiler.set_stance(name)`` (the stance before is restored after). Only ever
+    entered at once: torch sets the stance when this is called, not when the context is entered."""
+    if "stance" in MISSING:  # pragma: no cover - torch < 2.6
+        raise NbcompileError(f"torch {torch.__version__} has no torch.compiler.set_stance (torch 2.6 or later)")
+    return torch.compiler.set_stance(name)
+
+
 def inductor_fallback_random() -> bool:
     """Whether Inductor draws random numbers with eager's generator (``torch._inductor.config.fallback_random``):
     then a compiled run's random values match an eager run's from the same seed."""
@@ -306,6 +328,10 @@ def _probe() -> None:
         "tensor version counter": lambda: torch.zeros(1)._version,
         "inductor cache switch": lambda: __import__("torch._inductor.config", fromlist=["x"]).force_disable_caches,
         "registries": lambda: [_registry(name)() for name in _REGISTRIES],
+        "stance": lambda: (torch.compiler.set_stance, torch._dynamo.eval_frame._stance.stance),
+        "mode stacks": lambda: (torch.overrides._get_current_function_mode_stack,
+                                __import__("torch.utils._python_dispatch",
+                                           fromlist=["x"])._get_current_dispatch_mode_stack),
         "resume cache": lambda: __import__(
             "torch._dynamo.resume_execution", fromlist=["ContinueExecutionCache"]
         ).ContinueExecutionCache.cache,
@@ -318,6 +344,36 @@ def _probe() -> None:
 
 
 _probe()
+
+
+# --- the global state a compile is guarded on ------------------------------------------------
+
+def mode_stacks() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The class names of the torch function modes and the dispatch modes active now, outermost first; None
+    where torch has no readable stack."""
+    if "mode stacks" in MISSING:  # pragma: no cover - older torch
+        return None
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    try:
+        function = torch.overrides._get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+        dispatch = _get_current_dispatch_mode_stack()
+    except Exception:  # pragma: no cover - a torch whose stacks read otherwise
+        return None
+    return tuple(type(m).__name__ for m in function), tuple(type(m).__name__ for m in dispatch)
+
+
+def autocast_states() -> tuple[tuple[str, bool, str], ...]:
+    """(device type, enabled, dtype) of autocast for the CPU and, where present, CUDA."""
+    out = []
+    for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+        try:
+            enabled = bool(torch.is_autocast_enabled(device))
+            dtype = torch.get_autocast_dtype(device)
+        except (AttributeError, TypeError, RuntimeError):  # pragma: no cover - torch < 2.4
+            continue
+        out.append((device, enabled, str(dtype)))
+    return tuple(out)
 
 
 # --- automatic-dynamic memory (torch._dynamo.pgo) ---------------------------------------------

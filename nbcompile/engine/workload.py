@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..capture.hub import Recording
+from ..capture.hub import HUB, Recording
 from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
@@ -34,6 +34,7 @@ from . import check as check_ops
 from . import custom_ops, library
 from . import state as state_ops
 from .compiler import compiled_copy, drop_compiled
+from .stance import Stances
 from .state import Reached, ReadOnly, Replay, Slot, reach, user_code
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
@@ -138,6 +139,9 @@ class Workload:
         self.copies: Replay | None = None
         #: The copies were refreshed (or made) for a run that has not taken them yet.
         self._copies_ready = False
+        #: ``%nbcompile stance``: the stance around the calls of the entries (a layer each, while not default).
+        self.stances = Stances(lambda message, filename, line, globals_: (
+            HUB.refused_changes(message, globals_), self.recording.cell_line(filename, line) if filename else None))
         #: (code, roots, reached) of a change's copies, for its reference copy: ``toggle_copies``, ``forget_roots``.
         self._roots_once: tuple[types.CodeType, dict[str, tuple[Slot, Any]], Reached] | None = None
         #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
@@ -257,8 +261,13 @@ class Workload:
         """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
         other names as they are."""
         if name in self.entries and self.engine.mode(name) != "disable":
-            return self.compile(obj, name)
+            return self.stances.layer(self.compile(obj, name))
         return obj
+
+    def set_stance(self, name: str) -> None:
+        """``torch.compiler.set_stance(name)`` around the user's calls of the entries (``Stances``)."""
+        self.stances.set(name)
+        self.engine.rebind(self.entries)
 
     # -- configurations ------------------------------------------------------------------------------
     def config_key(self) -> Any:
@@ -419,6 +428,7 @@ class Workload:
     def drop_compiled_code(self) -> None:
         """Every configuration's compiled code dropped (never the code another thread is running)."""
         drop_compiled(self.owned_codes())
+        self.stances.clear()
         self._wrappers.clear()
         self._kept.clear()
         self._orphans = 0

@@ -725,6 +725,18 @@ class Session:
             self._spans[name] = (original, spans)
         return spans
 
+    def stance(self, name: str | None = None) -> str:
+        """``torch.compiler.set_stance(name)`` around the user's calls of this session's entries only (not
+        nbcompile's own runs, not other code): ``fail_on_recompile``, ``eager_on_recompile``,
+        ``eager_then_compile`` or ``default``. A recompile ``fail_on_recompile`` refuses raises
+        ``RecompileRefused`` naming what changed and its line. Without ``name``: the stance now. ``reset``
+        gives every call back its plain compiled code."""
+        if name is None:
+            return self.workload.stances.name
+        self._check_idle()
+        self.workload.set_stance(name)
+        return name
+
     def reset(self) -> None:
         """Undo every registration, give back every name still holding what the session put there,
         drop the compiled code of the cell's functions. Names the user redefined or deleted stay as they are."""

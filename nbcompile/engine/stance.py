@@ -1,0 +1,106 @@
+"""``%nbcompile stance NAME``: ``torch.compiler.set_stance`` around the calls of a session's entries only.
+
+The stance is set by a layer around each compiled entry (a function's wrapper, a module's ``forward``), for
+the user's calls: not for nbcompile's own runs on copies and references (the names are swapped then), and not
+inside a stance the caller set. A recompile ``fail_on_recompile`` refuses raises ``RecompileRefused`` with the
+guard that changed and its line; torch's error is its cause."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..core import torch_compat
+from ..core.errors import NbcompileError, RecompileRefused
+from ..model.report import GuardChange
+from . import state
+
+#: torch's error names the refused frame: "filename: '<ipython-input-3-..>', function name: 'f', line number: 3".
+_WHERE = re.compile(r"filename: '(?P<file>[^']*)', function name: '(?P<fn>[^']*)', line number: (?P<line>\d+)")
+
+#: (torch's message, the refused frame's file and line, its globals) -> (what changed, the cell line).
+Explain = Callable[[str, str, int, dict[str, Any]], tuple[list[GuardChange], int | None]]
+
+
+def check_name(name: str) -> str:
+    if name not in torch_compat.STANCES:
+        raise NbcompileError(f"unknown stance {name!r}; valid: {', '.join(torch_compat.STANCES)}")
+    if torch_compat.current_stance() is None:  # pragma: no cover - torch < 2.6
+        raise NbcompileError("this torch has no torch.compiler.set_stance (torch 2.6 or later)")
+    return name
+
+
+def explanation(message: str, explain: Explain, globals_: dict[str, Any]) -> str:
+    """nbcompile's words for torch's refusal: the function, its cell line and what changed (a global's new
+    value read from ``globals_``, the function's)."""
+    where = _WHERE.search(message)
+    function, filename, line = (where["fn"], where["file"], int(where["line"])) if where else ("the function", "", 0)
+    changes, cell_line = explain(message, filename, line, globals_)
+    said = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in changes) or "a guard failed (torch's error "\
+        "below names it)"
+    at = f" (cell line {cell_line})" if cell_line is not None else (f" ({filename}:{line})" if filename else "")
+    return (f"{function}{at} would recompile, which the stance fail_on_recompile refuses: {said}; to allow it, "
+            "%nbcompile stance default (or call it as it was compiled)")
+
+
+class Stances:
+    """The layer of one session: its stance, and the modules whose ``forward`` it wraps (given back by
+    ``clear``)."""
+
+    def __init__(self, explain: Explain) -> None:
+        self.name = "default"
+        self._explain = explain
+        self._functions: dict[int, tuple[Any, Any]] = {}
+        self._modules: dict[int, tuple[torch.nn.Module, Any]] = {}
+
+    def layer(self, compiled: Any) -> Any:
+        """``compiled`` as it is bound: with the layer while the stance is not ``default``."""
+        if isinstance(compiled, torch.nn.Module):
+            if self.name != "default" and id(compiled) not in self._modules and "forward" in vars(compiled):
+                forward = vars(compiled)["forward"]
+                self._modules[id(compiled)] = (compiled, forward)
+                plain = getattr(compiled, "_orig_mod", compiled)
+                compiled.forward = self._wrap(forward, getattr(type(plain).forward, "__globals__", {}))
+            return compiled
+        if self.name == "default" or not callable(compiled):
+            return compiled
+        known = self._functions.get(id(compiled))
+        if known is None or known[0] is not compiled:
+            plain = torch_compat.unwrap_compiled(compiled)
+            known = self._functions[id(compiled)] = (compiled, self._wrap(compiled, getattr(plain, "__globals__", {})))
+        return known[1]
+
+    def set(self, name: str) -> None:
+        self.name = check_name(name)
+        if name == "default":
+            self.clear()
+
+    def clear(self) -> None:
+        """Every module's ``forward`` given back; the function layers forgotten (the next binding is plain)."""
+        for module, forward in self._modules.values():
+            if vars(module).get("forward") is not None:
+                module.forward = forward
+        self._modules.clear()
+        self._functions.clear()
+
+    def _wrap(self, fn: Any, globals_: dict[str, Any]) -> Any:
+        stances = self
+
+        @functools.wraps(fn)
+        def under_stance(*args: Any, **kwargs: Any) -> Any:
+            name = stances.name
+            if name == "default" or state.swapping() or torch_compat.current_stance() != "default":
+                return fn(*args, **kwargs)  # nbcompile's own runs, or a stance the caller set around the call
+            with torch_compat.stance(name):
+                try:
+                    return fn(*args, **kwargs)
+                except RuntimeError as exc:
+                    if torch_compat.RECOMPILE_REFUSED not in str(exc):
+                        raise
+                    raise RecompileRefused(explanation(str(exc), stances._explain, globals_)) from exc
+
+        return under_stance

@@ -1,0 +1,158 @@
+"""Issue 25: what torch does not say. A recompile whose reason is internal (``GLOBAL_STATE changed: grad_mode``,
+``___check_torch_function_mode_stack()``) names the state's values; ``%nbcompile stance`` sets a stance around
+the session's calls only and explains a refused recompile."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+import torch._dynamo.utils as dynamo_utils
+from IPython.core.error import UsageError
+from torch.overrides import TorchFunctionMode
+
+import nbcompile
+from nbcompile.core import torch_compat
+
+CELL = """
+import torch
+SCALE = 2
+def f(x):
+    return torch.sin(x) * SCALE
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.lin(x).relu()
+net = Net()
+"""
+
+
+class LoggingMode(TorchFunctionMode):
+    """A real function mode, as a user's tracer or profiler is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _run(ip, line: str, cell: str):
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_cell_magic("compile", line, cell)
+    return nbcompile.last()
+
+
+def _changes(recompile):
+    return [(c.subject, c.before, c.after) for c in recompile.changes]
+
+
+def _frames() -> int:
+    return dynamo_utils.counters["frames"]["ok"]
+
+
+def test_an_internal_recompile_names_the_states_values(ip):
+    """Grad mode, a real TorchFunctionMode, autocast and the default dtype, each switched by the user's own
+    calls: torch's reasons name the state (or an internal check) without values; the report names both."""
+    ip.user_ns["x"] = torch.randn(4, requires_grad=True)
+    ip.user_ns["LoggingMode"] = LoggingMode
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel', CELL)
+    assert session.report.recompile_count == 0
+    ip.run_cell("with torch.no_grad():\n    f(x)")
+    ip.run_cell("with LoggingMode():\n    f(x)")
+    ip.run_cell("with torch.autocast('cpu'):\n    f(x)")
+    ip.run_cell("torch.set_default_dtype(torch.float64)\ntry:\n    f(x)\nfinally:\n    torch.set_default_dtype(torch.float32)")
+    grad, mode, autocast, dtype = session.report.recompiles
+    assert _changes(grad) == [("torch.is_grad_enabled()", "True", "False")]
+    assert grad.reason == "torch.is_grad_enabled(): True -> False", grad.reason
+    assert "GLOBAL_STATE" not in grad.reason
+    # torch's reason for the first entry is ___check_torch_function_mode_stack(), for the second grad mode:
+    # against the nearest entry (the first compile) only the mode differs
+    assert _changes(mode) == [("torch function mode", "none", "LoggingMode")]
+    assert mode.reason.startswith("torch function mode: none -> LoggingMode"), mode.reason
+    assert _changes(autocast) == [("torch.is_autocast_enabled('cpu')", "False", "True")]
+    assert _changes(dtype) == [("torch.get_default_dtype()", "torch.float32", "torch.float64")]
+    fixes = [f.command or f.why for f in grad.fixes]
+    assert any("no_grad" in f for f in fixes) and any("eager_on_recompile" in f for f in fixes), fixes
+    assert any("enter the mode before the first call" in f.why for f in mode.fixes), mode.fixes
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
+def test_a_user_value_recompile_is_read_as_before(ip):
+    """The state's values join only where torch's reason is internal: a shape change reads as it did."""
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel', CELL)
+    ip.run_cell("f(torch.randn(4, 3))")
+    (recompile,) = session.report.recompiles
+    assert _changes(recompile) == [("x.dim()", "1", "2")]
+
+
+@pytest.mark.skipif(torch_compat.current_stance() is None, reason="torch has no torch.compiler.set_stance")
+def test_fail_on_recompile_refuses_with_what_changed_and_its_line(ip):
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --entry f --entry net --run "f(x), net(x)" --no-panel', CELL)
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        ip.run_line_magic("nbcompile", "stance fail_on_recompile")
+    assert "stance fail_on_recompile around the calls of f, net" in said.getvalue()
+    assert session.stance() == "fail_on_recompile"
+    assert torch_compat.current_stance() == "default", "the stance is around the session's calls only"
+    f, net = ip.user_ns["f"], ip.user_ns["net"]
+    f(ip.user_ns["x"])  # as compiled: runs
+    cases = [
+        (lambda: f(torch.randn(3, 2)), "f (cell line 5) would recompile", "x.dim(): 1 -> 2"),
+        (lambda: net(torch.randn(2, 4)), "forward (cell line 11) would recompile", "x.dim(): 1 -> 2"),
+    ]
+    for call, where, what in cases:
+        with pytest.raises(nbcompile.RecompileRefused) as caught:
+            call()
+        message = str(caught.value)
+        assert where in message and what in message and "%nbcompile stance default" in message, message
+        assert torch_compat.RECOMPILE_REFUSED in str(caught.value.__cause__)
+    with torch.no_grad(), pytest.raises(nbcompile.RecompileRefused, match=r"torch.is_grad_enabled\(\): True -> False"):
+        f(ip.user_ns["x"])
+    ip.run_cell("SCALE = 3")
+    with pytest.raises(nbcompile.RecompileRefused, match="SCALE: 2 -> 3"):
+        f(ip.user_ns["x"])
+    ip.run_cell("SCALE = 2")
+    assert isinstance(RuntimeError(), RuntimeError) and issubclass(nbcompile.RecompileRefused, RuntimeError)
+    # nbcompile's own runs are not the user's calls: a toggle compiles and re-runs on copies as before
+    report = session.set("f", "disable")
+    assert report.check is not None and report.check.ok, report.check
+    report = session.set("f", "compile")
+    assert report.check is not None and report.check.ok, report.check
+    with pytest.raises(nbcompile.RecompileRefused):
+        ip.user_ns["f"](torch.randn(3, 2))
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_line_magic("nbcompile", "stance default")
+    assert ip.user_ns["f"](torch.randn(3, 2)).shape == (3, 2)
+    assert torch_compat.current_stance() == "default"
+
+
+@pytest.mark.skipif(torch_compat.current_stance() is None, reason="torch has no torch.compiler.set_stance")
+def test_eager_on_recompile_runs_a_new_shape_eagerly_and_reset_gives_the_module_back(ip):
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --entry f --entry net --run "f(x), net(x)" --no-panel', CELL)
+    compiled_net = ip.user_ns["net"]
+    forward = vars(compiled_net)["forward"]
+    session.stance("eager_on_recompile")
+    assert vars(compiled_net)["forward"] is not forward, "the stance's layer is around the module's forward"
+    before = _frames()
+    assert ip.user_ns["f"](torch.randn(5, 5, 5)).shape == (5, 5, 5)
+    assert net_out(ip).shape == (2, 4)
+    assert _frames() == before, "a call that would recompile runs eagerly"
+    session.reset()
+    assert vars(compiled_net)["forward"] is forward, "reset gives the module its forward back"
+
+
+def net_out(ip):
+    return ip.user_ns["net"](torch.randn(2, 4))
+
+
+def test_an_unknown_stance_is_one_line_that_says_what_is_valid(ip):
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel', CELL)
+    with pytest.raises(UsageError, match="unknown stance 'bogus'; valid: default, fail_on_recompile, "
+                                         "eager_on_recompile, eager_then_compile"):
+        ip.run_line_magic("nbcompile", "stance bogus")
+    assert session.stance() == "default"
