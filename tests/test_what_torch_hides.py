@@ -62,7 +62,8 @@ def test_an_internal_recompile_names_the_states_values(ip):
     ip.run_cell("with torch.no_grad():\n    f(x)")
     ip.run_cell("with LoggingMode():\n    f(x)")
     ip.run_cell("with torch.autocast('cpu'):\n    f(x)")
-    ip.run_cell("torch.set_default_dtype(torch.float64)\ntry:\n    f(x)\nfinally:\n    torch.set_default_dtype(torch.float32)")
+    ip.run_cell("torch.set_default_dtype(torch.float64)\n"
+                "try:\n    f(x)\nfinally:\n    torch.set_default_dtype(torch.float32)")
     grad, mode, autocast, dtype = session.report.recompiles
     assert _changes(grad) == [("torch.is_grad_enabled()", "True", "False")]
     assert grad.reason == "torch.is_grad_enabled(): True -> False", grad.reason
