@@ -157,3 +157,99 @@ def test_an_unknown_stance_is_one_line_that_says_what_is_valid(ip):
                                          "eager_on_recompile, eager_then_compile"):
         ip.run_line_magic("nbcompile", "stance bogus")
     assert session.stance() == "default"
+
+
+SKIPS_CELL = """
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+class Quiet(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+def count(n):
+    return n + 1
+def f(x):
+    return torch.sin(x) * count(2)
+def under_mode(x):
+    with Quiet():
+        return f(x)
+"""
+
+
+def test_frames_run_eagerly_without_a_break_are_named_with_a_reason_and_a_line(ip):
+    """A function with no tensor op and a call under a real TorchDispatchMode: Dynamo compiles neither and
+    says nothing at its default log level; the report names both, with the cell line and why."""
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --entry count --entry f --run "count(1), under_mode(x), f(x)" --no-panel',
+                   SKIPS_CELL)
+    by_function = {s.function: s for s in session.report.skipped}
+    assert "count" in by_function and "f" in by_function, session.report.skipped
+    assert by_function["count"].lineno == 8 and "no tensor operation" in by_function["count"].reason
+    assert by_function["f"].lineno == 10 and "TorchDispatchMode" in by_function["f"].reason
+    assert session.report.break_count == 0
+    assert not any("torch" in (s.filename or "") and "site-packages" in s.filename for s in session.report.skipped)
+    text = str(session.report)
+    assert "skipped count (cell line 8): no tensor operation" in text, text
+    kinds = [line.kind for line in nbcompile.model.render.status_lines(session.report)]
+    assert "skipped" in kinds
+    assert "Run eagerly without a graph break" in session.report._repr_mimebundle_()["text/html"]
+    assert torch._dynamo.eval_frame.dynamo_tls.skip_reasons is None, "torch's own list is given back as it was"
+
+
+def test_a_cache_miss_says_what_differed_from_the_same_graph_seen_before(ip, tmp_path, monkeypatch):
+    """With Inductor: a new input shape and a changed Inductor config, each a miss of the same graph, each
+    named by the part of the key that differed."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    import torch._inductor.config as inductor_config
+
+    cell = "import torch\ndef f(x):\n    return torch.sin(x) * 2 + 1\n"
+    ip.user_ns["x"] = torch.randn(8)
+    first = _run(ip, '--backend inductor --run "f(x)" --no-panel', cell)
+    assert first.report.cache.misses >= 1 and first.report.cache.hits == 0
+    ip.user_ns["x"] = torch.randn(16)
+    second = _run(ip, '--backend inductor --run "f(x)" --no-panel', cell)
+    assert any("example_inputs[0].shape: torch.Size([8]) -> torch.Size([16])" in r
+               for r in second.report.cache.reasons), second.report.cache.reasons
+    monkeypatch.setattr(inductor_config, "max_autotune_pointwise", not inductor_config.max_autotune_pointwise)
+    third = _run(ip, '--backend inductor --run "f(x)" --no-panel', cell)
+    assert any("inductor_config[max_autotune_pointwise]" in r for r in third.report.cache.reasons), \
+        third.report.cache.reasons
+    assert any("AOTAutograd" in r and "not known" in r for r in third.report.cache.reasons)
+
+
+_WARM = """
+import contextlib, io, json, sys, torch
+from IPython.core.interactiveshell import InteractiveShell
+import nbcompile
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "nbcompile")
+ip.user_ns["x"] = torch.randn(8)
+with contextlib.redirect_stdout(io.StringIO()):
+    ip.run_cell_magic("compile", '--backend inductor --run "f(x)" --no-panel',
+                      "import torch\\ndef f(x):\\n    return torch.cos(x) * 3 - 1\\n")
+cache = nbcompile.last().report.cache
+print(json.dumps({"hits": cache.hits, "misses": cache.misses, "reasons": cache.reasons}))
+"""
+
+
+def test_a_warm_start_in_a_fresh_process_hits_and_a_cold_one_misses(tmp_path):
+    """Fresh processes, each with its own cache directory: the first (cold) misses; a second on the same
+    directory (a warm start) hits FX graph cache entries and misses none of them; a third on another, empty
+    directory misses again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(directory):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(directory), "PYTHONPATH": os.getcwd()}
+        done = subprocess.run([sys.executable, "-c", _WARM], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = run(tmp_path / "a")
+    assert cold["misses"] >= 1 and cold["hits"] == 0, cold
+    assert any("FX graph cache miss" in r and "not looked up before" in r for r in cold["reasons"]), cold
+    warm = run(tmp_path / "a")
+    assert warm["hits"] >= 1 and not any("FX graph" in r for r in warm["reasons"]), warm
+    other = run(tmp_path / "b")
+    assert other["misses"] >= 1 and other["hits"] == 0, other

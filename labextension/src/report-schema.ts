@@ -29,6 +29,8 @@ export interface NbcompileReport {
   torch_log: string[];
   causes: Cause[];
   stage: 'dynamo' | 'complete';
+  skipped: Skip[];
+  cache: CacheStats;
   schema_version: number;
   graph_count: number;
   break_count: number;
@@ -164,4 +166,15 @@ export interface Cause {
   doc_url: string | null;
   compile_ids: string[];
   count_text: string;
+}
+export interface Skip {
+  function: string;
+  reason: string;
+  filename: string;
+  lineno: number;
+}
+export interface CacheStats {
+  hits: number;
+  misses: number;
+  reasons: string[];
 }

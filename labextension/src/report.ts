@@ -214,6 +214,19 @@ export function compileErrors(report: IReport): IReport['errors'] {
 export const STAGE_DYNAMO =
   "graphs, breaks, guards and recompiles from Dynamo's trace; kernels, timings and the check follow";
 
+/** Where a skipped frame is: its cell line, or its file (from the package down) and line; as the Python renderer. */
+export function skipWhere(skip: { filename: string; lineno: number }): string {
+  if (isCellFile(skip.filename)) {
+    return `cell line ${skip.lineno}`;
+  }
+  return skip.filename ? `${shortPath(skip.filename)}:${skip.lineno}` : '?';
+}
+
+/** `FX graph / AOTAutograd cache: 3 hits, 1 miss`. */
+export function cacheText(cache: { hits: number; misses: number }): string {
+  return `FX graph / AOTAutograd cache: ${plural(cache.hits, 'hit')}, ${cache.misses} miss${cache.misses === 1 ? '' : 'es'}`;
+}
+
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
@@ -239,6 +252,16 @@ export function statusLines(report: IReport): IStatusLine[] {
   }
   if (report.notice) {
     lines.push(folded('notice', 'warn', report.notice));
+  }
+  const skipped = report.skipped ?? [];
+  if (skipped.length) {
+    const named = skipped.slice(0, 4).map(s => functionLabel(s.function)).join(', ') + (skipped.length > 4 ? ', ...' : '');
+    lines.push(folded('skipped', 'info', `${plural(skipped.length, 'frame')} run eagerly without a graph break: ${named}`,
+      skipped.map(s => `${functionLabel(s.function)} (${skipWhere(s)}): ${s.reason}`).join('\n')));
+  }
+  const cache = report.cache;
+  if (cache && (cache.hits || cache.misses)) {
+    lines.push({ kind: 'cache', severity: 'info', label: 'cache', text: cacheText(cache), detail: cache.reasons.join('\n') });
   }
   if (report.warnings.length) {
     lines.push(folded('lint', 'warn', `${report.warnings.length} lint warnings (allow_in_graph)`,

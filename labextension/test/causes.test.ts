@@ -30,7 +30,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   const sites = [brk(4, 'print'), brk(5, 'item'), brk(6, 'return')];
   const breaks = sites.flatMap(b => [b, b, b]);
   return {
-    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete',
+    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
     graph_count: 4, break_count: 9, splits: 3, recompile_count: 0, frame_count: 4, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks, causes: sites.map(b => cause(b, 3)), ...extra
@@ -143,4 +143,19 @@ test("a report at its first stage says so first: Dynamo's view, kernels and the 
   expect(statusLines(report({ stage: 'complete' })).map(l => l.kind)).not.toContain('stage');
   const node = renderReport(first);
   expect(node.querySelector('.nbcompile-status-stage')?.textContent).toContain("Dynamo's view");
+});
+
+test('frames run eagerly without a break and the cache lookups have a status line each, as in Python', () => {
+  const r = report({
+    skipped: [{ function: 'count', reason: 'no tensor operation in it', filename: '<ipython-input-3-abc>', lineno: 8 }],
+    cache: { hits: 3, misses: 1, reasons: ['FX graph cache miss [1/0]: the same graph as before, with x'] }
+  });
+  const lines = statusLines(r);
+  const skipped = lines.find(l => l.kind === 'skipped');
+  expect(skipped?.text).toBe('1 frame run eagerly without a graph break: count');
+  expect(skipped?.detail).toBe('count (cell line 8): no tensor operation in it');
+  const cache = lines.find(l => l.kind === 'cache');
+  expect(cache?.text).toBe('FX graph / AOTAutograd cache: 3 hits, 1 miss');
+  expect(cache?.detail).toContain('the same graph as before');
+  expect(statusLines(report()).map(l => l.kind)).not.toContain('cache');
 });

@@ -51,9 +51,11 @@ from ..core.names import torch_name
 from ..core.text import cut, function_label, plain_text, user_function
 from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
+from .cache_keys import KeyBook
 from .cell import cell_line_of
 from .global_state import GlobalState, is_internal
 from .records import (
+    CacheLookup,
     CompilationMetrics,
     CppGuards,
     DynamoStart,
@@ -164,6 +166,8 @@ class _Pending:
     state: GlobalState | None = None
     #: How many of ``guard_changes`` (the first) are the global state's, read from the states recorded.
     stated: int = 0
+    #: The compile's cache lookups: (hit or miss or bypass, the miss's reason or None).
+    lookups: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 class _TraceHandler(logging.Handler):
@@ -270,7 +274,10 @@ class Hub:
             OutputGraph: self._on_output_graph,
             InductorOutputCode: self._on_output_code,
             CompilationMetrics: self._on_metrics,
+            CacheLookup: self._on_cache,
         }
+        #: The FX graph cache keys looked up in this process, to say what differed on a miss.
+        self.keys = KeyBook()
 
     # -- lifetime --------------------------------------------------------------------
     @property
@@ -456,6 +463,10 @@ class Hub:
             compile_id = record.envelope.compile_id
             self._get_pending(compile_id).graphs.append(Graph(compile_id, len(ops), ops))
 
+    def _on_cache(self, record: CacheLookup) -> None:
+        compile_id = record.envelope.compile_id
+        self._get_pending(compile_id).lookups.append((record.state, self.keys.note(record, compile_id)))
+
     def _on_output_code(self, record: InductorOutputCode) -> None:
         self._get_pending(record.envelope.compile_id).output_code.append(record.code)
 
@@ -513,6 +524,8 @@ class Hub:
         owner.compiled()
 
 
+#: The most cache-miss reasons a report keeps (the counts go on).
+MAX_CACHE_REASONS = 50
 #: The most compiles whose global state is remembered.
 MAX_STATES = 4096
 
@@ -659,6 +672,12 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
                    for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
             recompile.fixes = guard_ops.recompile_fixes(recompile.changes, reasons.global_names)
         report.add("recompiles", recompile)
+
+    for looked, why in pending.lookups:
+        report.cache.hits += looked == "hit"
+        report.cache.misses += looked == "miss"
+        if why is not None and len(report.cache.reasons) < MAX_CACHE_REASONS:
+            report.cache.reasons.append(why)
 
     for text in pending.breaks:
         parsed = parse_graph_break(text)

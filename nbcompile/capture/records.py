@@ -199,6 +199,17 @@ class InductorOutputCode(Record):
 
 
 @dataclass(frozen=True)
+class CacheLookup(Record):
+    """``fx_graph_cache_{hit,miss,bypass}``, ``aotautograd_cache_{hit,miss,bypass}``: one cache lookup of a
+    compile, its key and the parts of the key torch lists (``[hash] label: value``; AOTAutograd lists none)."""
+
+    cache: str  # "fx_graph" or "aotautograd"
+    state: str  # "hit", "miss" or "bypass"
+    key: str = ""
+    components: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CompilationMetrics(Record):
     """``compilation_metrics``: closes a frame's compilation. Only the keys nbcompile reads (torch
     writes about 100); absent ones are None."""
@@ -386,6 +397,16 @@ def _parse_metrics(kind: str, envelope: Envelope, body: Any, payload: str) -> Re
     )
 
 
+def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    cache, _, state = kind.removeprefix("artifact:").rpartition("_cache_")
+    try:
+        decoded = json.loads(payload) if payload.strip() else {}
+    except ValueError as exc:
+        raise RecordError(kind, "payload", "a JSON object", payload) from exc
+    info = _mapping(kind, "payload", decoded)
+    return CacheLookup(envelope, cache, state, _str(kind, info, "key") or "", _strs(kind, info, "components"))
+
+
 #: Register your record kind here. Event name (artifacts: ``artifact:<name>``) -> (record class,
 #: parser, whether the record means nothing without a payload). Every kind not listed is ``Ignored``.
 REGISTRY: dict[str, tuple[type[Record], Parser, bool]] = {
@@ -397,6 +418,8 @@ REGISTRY: dict[str, tuple[type[Record], Parser, bool]] = {
     "dynamo_cpp_guards_str": (CppGuards, _parse_guards, True),
     "inductor_output_code": (InductorOutputCode, _parse_output_code, True),
     "compilation_metrics": (CompilationMetrics, _parse_metrics, False),
+    **{f"artifact:{cache}_cache_{state}": (CacheLookup, _parse_cache, False)
+       for cache in ("fx_graph", "aotautograd") for state in ("hit", "miss", "bypass")},
 }
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import inspect as _inspect
 import logging
 import os
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -328,6 +329,7 @@ def _probe() -> None:
         "tensor version counter": lambda: torch.zeros(1)._version,
         "inductor cache switch": lambda: __import__("torch._inductor.config", fromlist=["x"]).force_disable_caches,
         "registries": lambda: [_registry(name)() for name in _REGISTRIES],
+        "skip reasons": lambda: torch._dynamo.eval_frame.dynamo_tls.skip_reasons,
         "stance": lambda: (torch.compiler.set_stance, torch._dynamo.eval_frame._stance.stance),
         "mode stacks": lambda: (torch.overrides._get_current_function_mode_stack,
                                 __import__("torch.utils._python_dispatch",
@@ -374,6 +376,37 @@ def autocast_states() -> tuple[tuple[str, bool, str], ...]:
             continue
         out.append((device, enabled, str(dtype)))
     return tuple(out)
+
+
+# --- frames Dynamo skips --------------------------------------------------------------------
+
+#: torch's record of a skipped frame: "fn (file.py:42): reason".
+_SKIP = re.compile(r"^(?P<function>.*?) \((?P<filename>.*):(?P<lineno>\d+)\): (?P<reason>.*)$", re.S)
+
+
+@contextlib.contextmanager
+def skips_collected() -> Iterator[list[tuple[str, str, int, str]]]:
+    """The frames Dynamo skips inside the context, as (function, filename, first line, torch's reason): read
+    from the list Dynamo keeps for a ``fullgraph`` compile (``dynamo_tls.skip_reasons``), set for the context
+    and given back after. Empty where torch keeps no such list."""
+    found: list[tuple[str, str, int, str]] = []
+    if "skip reasons" in MISSING:  # pragma: no cover - older torch
+        yield found
+        return
+    tls = torch._dynamo.eval_frame.dynamo_tls
+    before = tls.skip_reasons
+    mine: list[str] = []
+    tls.skip_reasons = mine
+    try:
+        yield found
+    finally:
+        now = tls.skip_reasons  # a fullgraph compile inside starts a list of its own (and ends it with None)
+        texts = mine + (now if now is not None and now is not mine else [])
+        tls.skip_reasons = before
+        for text in texts:
+            m = _SKIP.match(str(text))
+            if m is not None:
+                found.append((m["function"], m["filename"], int(m["lineno"]), m["reason"]))
 
 
 # --- automatic-dynamic memory (torch._dynamo.pgo) ---------------------------------------------

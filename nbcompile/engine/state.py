@@ -150,8 +150,12 @@ def _user_module(module: types.ModuleType) -> bool:
 
 def user_code(code: types.CodeType) -> bool:
     """Code the user wrote (a cell, a file of theirs), not the standard library's or an installed package's."""
-    return not code.co_filename.startswith(_SYSTEM_PREFIXES) and \
-        not code.co_filename.startswith(os.path.dirname(torch.__file__))
+    return user_file(code.co_filename)
+
+
+def user_file(filename: str) -> bool:
+    """A file of the user's (a cell's, a module of theirs), not the standard library's or an installed package's."""
+    return not filename.startswith(_SYSTEM_PREFIXES) and not filename.startswith(os.path.dirname(torch.__file__))
 
 
 def made_at_run_time(module: types.ModuleType) -> bool:

@@ -30,6 +30,7 @@ from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
 from ..capture.hub import HUB, Recording
+from ..capture.skips import MAX_SKIPS, skips_of
 from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name, torch_name
@@ -241,7 +242,7 @@ class Session:
         watch = self.workload.watch(code) if mine is None and (replay is None or replay.refused is not None
                                                                or replay.shared) else None
         rng = check_ops.RngState()
-        with HUB.active(self.recording):
+        with HUB.active(self.recording), self._skips_noted():
             try:
                 if mine is None:
                     result = eval(code, self.namespace)
@@ -303,6 +304,20 @@ class Session:
             rng.restore()  # the toggle's run leaves the generators as the user's last run did
         self.recording.notify()
         return result
+
+    @contextlib.contextmanager
+    def _skips_noted(self) -> Iterator[None]:
+        """The frames Dynamo skipped during a run, in the report (``Report.skipped``), however the run ends."""
+        skipped: list[tuple[str, str, int, str]] = []
+        try:
+            with torch_compat.skips_collected() as skipped:
+                yield
+        finally:
+            report = self.report
+            known = {(s.filename, s.lineno, s.function) for s in report.skipped}
+            for skip in skips_of(skipped, state_ops.user_file):
+                if (skip.filename, skip.lineno, skip.function) not in known and len(report.skipped) < MAX_SKIPS:
+                    report.skipped.append(skip)
 
     def _shared_written(self, written: str) -> None:
         """A run on copies wrote a tensor shared with the user's objects (``Replay.shared``): say so in the

@@ -276,6 +276,11 @@ def to_text(report: Report) -> str:
         lines.append(f"  recompile {function_label(r.function)} [{r.compile_id}]: {what}{where}")
         for fix in r.fixes[:3]:
             lines.append(f"    fix: {fix_line(fix)}")
+    for sk in report.skipped:
+        lines.append(f"  skipped {function_label(sk.function)} ({skip_where(sk)}): {sk.reason}")
+    if report.cache.hits or report.cache.misses:
+        lines.append(f"  {cache_text(report)}")
+        lines.extend(f"    miss: {reason}" for reason in report.cache.reasons)
     for fb in report.fallbacks:
         lines.append(f"  FALLBACK {fb.kind}, {function_label(fb.function)}: {plain(fb.reason)}")
         for fix in fb.fixes:
@@ -412,6 +417,14 @@ def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
     warnings = limit_warnings(report)
     if warnings:
         lines.append(_folded("recompile limit", "warn", "; ".join(warnings), "\n".join(warnings)))
+    if report.skipped:
+        lines.append(_folded(
+            "skipped", "info", f"{plural(len(report.skipped), 'frame')} run eagerly without a graph break: "
+            + ", ".join(function_label(sk.function) for sk in report.skipped[:4])
+            + (", ..." if len(report.skipped) > 4 else ""),
+            "\n".join(f"{function_label(sk.function)} ({skip_where(sk)}): {sk.reason}" for sk in report.skipped)))
+    if report.cache.hits or report.cache.misses:
+        lines.append(StatusLine("cache", "info", cache_text(report), "\n".join(report.cache.reasons)))
     if report.warnings:
         lines.append(_folded("lint", "warn", f"{len(report.warnings)} lint warnings (allow_in_graph)",
                              "\n".join(f"{w.function}: {w.message}" for w in report.warnings)))
@@ -419,6 +432,19 @@ def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
         lines.append(StatusLine("torch log", "info", f"{plural(len(report.torch_log), 'record')}, kept out of the cell",
                                 "\n".join(report.torch_log)))
     return lines
+
+
+def skip_where(skip: Any) -> str:
+    """Where a skipped frame is: its cell line, or its file (from the package down) and line."""
+    if is_cell_file(skip.filename):
+        return f"cell line {skip.lineno}"
+    return f"{short_path(skip.filename)}:{skip.lineno}" if skip.filename else "?"
+
+
+def cache_text(report: Report) -> str:
+    """``FX graph / AOTAutograd cache: 3 hits, 1 miss``."""
+    return (f"FX graph / AOTAutograd cache: {plural(report.cache.hits, 'hit')}, "
+            f"{report.cache.misses} miss{'' if report.cache.misses == 1 else 'es'}")
 
 
 def status_html(lines: list[StatusLine]) -> str:
@@ -537,6 +563,10 @@ def to_html(report: Report) -> str:
         parts.append(_table(["function", "kind", "what happened", "fix"],
                             [(function_label(f.function), f.kind, plain(f.reason),
                               "; ".join(x.command or plain(x.why) for x in f.fixes)) for f in report.fallbacks]))
+    if report.skipped:
+        parts.append("<h5>Run eagerly without a graph break</h5>")
+        parts.append(_table(["function", "where", "why"],
+                            [(function_label(sk.function), skip_where(sk), sk.reason) for sk in report.skipped]))
     if report.recompiles:
         parts.append("<h5>Recompiles</h5>")
         parts.append(_table(["function", "compile id", "what changed", "line", "fix", "reason"],

@@ -228,6 +228,27 @@ class Fallback:
 
 
 @dataclass
+class Skip:
+    """A frame Dynamo skipped or ran eagerly without a graph break the user would see: ``reason`` says why
+    in a line (its skip rules, no tensor in the frame, a dispatch mode, a generator resumed, ...)."""
+
+    function: str
+    reason: str
+    filename: str = ""
+    lineno: int = 0
+
+
+@dataclass
+class CacheStats:
+    """The FX graph and AOTAutograd cache lookups of the session's compiles: ``reasons``, one line per miss
+    saying what differed in its key from the nearest key seen before, as far as torch exposes it."""
+
+    hits: int = 0
+    misses: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Kernel:
     """One kernel of Inductor's generated code."""
 
@@ -424,6 +445,10 @@ class Report:
     #: ``"dynamo"`` while only Dynamo's view is in (graphs, breaks, guards, recompiles: a pass on copies with no
     #: code generation, shown first); ``"complete"`` once kernels, timings and the check are in.
     stage: Literal["dynamo", "complete"] = "complete"
+    #: Frames of the cell's code (and the library code it reaches) Dynamo skipped without a visible break.
+    skipped: list[Skip] = field(default_factory=list)
+    #: FX graph and AOTAutograd cache hits and misses of the session's compiles, with what differed per miss.
+    cache: CacheStats = field(default_factory=CacheStats)
     #: The value of the run (the --run expression, or the inspected call). Not in JSON as is.
     result: Any = field(default=None, repr=False, compare=False)
 

@@ -1,0 +1,97 @@
+"""Why a compile missed torch's FX graph (or AOTAutograd) cache: its key's parts against the nearest key of the
+same graph looked up before in this process (``Report.cache``).
+
+Inductor's ``fx_graph_cache_miss`` artifact lists the parts of the key it computed, each with its hash
+(``[hash] example_inputs[0]: TensorMetadata(dtype=..., shape=torch.Size([8]), ...)``, ``[hash]
+inductor_config: ...``, ``[hash] torch_version: ...``). torch stores no such list beside a cache entry, so a
+miss is explained against the keys this process saw (its own earlier lookups); a graph looked up for the
+first time is said to be so. AOTAutograd lists no parts: its misses are counted, not explained.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+from ..core.text import cut
+from .records import CacheLookup
+
+#: Most keys remembered.
+MAX_KEYS = 512
+_PART = re.compile(r"^\[(?P<hash>[^\]]*)\] (?P<label>[^:]+): ?(?P<value>.*)$", re.S)
+_FIELD = re.compile(r"(\w+)=")
+
+
+def parts(components: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """label -> (hash, value) of a key's listed parts."""
+    out: dict[str, tuple[str, str]] = {}
+    for text in components:
+        m = _PART.match(text)
+        if m is not None:
+            out[m["label"].strip()] = (m["hash"], m["value"].strip())
+    return out
+
+
+def _fields(value: str) -> dict[str, str]:
+    """``TensorMetadata(dtype=a, shape=torch.Size([8]), ...)`` -> {dtype: a, shape: torch.Size([8]), ...}."""
+    inner = value[value.find("(") + 1:value.rfind(")")] if "(" in value else value
+    marks = list(_FIELD.finditer(inner))
+    out = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(inner)
+        out[m[1]] = inner[m.end():end].rstrip().rstrip(",")
+    return out
+
+
+def _difference(label: str, before: str, after: str) -> str:
+    was, now = _fields(before), _fields(after)
+    if was and now and set(was) == set(now):
+        changed = [f"{label}.{k}: {cut(was[k], 40)} -> {cut(now[k], 40)}" for k in was if was[k] != now[k]]
+        if changed:
+            return "; ".join(changed[:3])
+    if label in ("gm", "torch_version", "system_info") or len(before) > 80 or len(after) > 80:
+        return f"{label} differs"
+    return f"{label}: {cut(before, 40)} -> {cut(after, 40)}"
+
+
+class KeyBook:
+    """The keys of the lookups seen in this process, newest last, and each miss's reason."""
+
+    def __init__(self) -> None:
+        self._seen: collections.OrderedDict[str, tuple[str, dict[str, tuple[str, str]]]] = collections.OrderedDict()
+
+    def note(self, lookup: CacheLookup, compile_id: str) -> str | None:
+        """Remember ``lookup``'s key; for a miss, the line saying what differed (None for a hit or a bypass)."""
+        mine = parts(lookup.components)
+        reason = self._reason(lookup, mine, compile_id) if lookup.state == "miss" else None
+        if lookup.key:
+            self._seen[lookup.key] = (lookup.cache, mine)
+            self._seen.move_to_end(lookup.key)
+            while len(self._seen) > MAX_KEYS:
+                self._seen.popitem(last=False)
+        return reason
+
+    def _reason(self, lookup: CacheLookup, mine: dict[str, tuple[str, str]], compile_id: str) -> str:
+        which = "FX graph" if lookup.cache == "fx_graph" else "AOTAutograd"
+        head = f"{which} cache miss [{compile_id}]"
+        if not mine:
+            return f"{head}: torch lists no parts of this key, so what differed is not known"
+        graph = mine.get("gm", ("", ""))[0]
+        same_graph = [theirs for key, (cache, theirs) in self._seen.items()
+                      if cache == lookup.cache and key != lookup.key and theirs.get("gm", ("", ""))[0] == graph]
+        if not same_graph:
+            return (f"{head}: a graph not looked up before in this process (its first compile here; torch keeps "
+                    "no list of an entry's key parts to compare a cache written elsewhere with)")
+        best = min(same_graph, key=lambda theirs: _differing(theirs, mine))
+        labels = [label for label in sorted(set(best) | set(mine))
+                  if best.get(label, ("",))[0] != mine.get(label, ("",))[0]]
+        if not labels:
+            return f"{head}: the same key parts as a key seen before (an entry written by another torch or removed)"
+        said = [_difference(label, best.get(label, ("", "(none)"))[1], mine.get(label, ("", "(none)"))[1])
+                for label in labels[:4]]
+        more = f" and {len(labels) - 4} more" if len(labels) > 4 else ""
+        return f"{head}: the same graph as before, with {'; '.join(said)}{more}"
+
+
+def _differing(a: dict[str, tuple[str, str]], b: dict[str, tuple[str, str]]) -> int:
+    return sum(1 for label in set(a) | set(b) if a.get(label, ("",))[0] != b.get(label, ("",))[0])
