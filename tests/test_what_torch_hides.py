@@ -253,3 +253,79 @@ def test_a_warm_start_in_a_fresh_process_hits_and_a_cold_one_misses(tmp_path):
     assert warm["hits"] >= 1 and not any("FX graph" in r for r in warm["reasons"]), warm
     other = run(tmp_path / "b")
     assert other["misses"] >= 1 and other["hits"] == 0, other
+
+
+_RANK_JOB = """
+import os, torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ["NBC_CACHE_DIRS"].split(os.pathsep)[rank]
+def step(x):
+    y = torch.sin(x) * 2
+    dist.all_reduce(y)
+    return y.cos() + 1
+out = torch.compile(step)(torch.ones(8))
+if rank == 1 and os.environ.get("NBC_EXTRA") == "1":
+    def extra(x):
+        return torch.tanh(x) * 3
+    torch.compile(extra)(out)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_real_two_rank_job_with_one_warm_and_one_cold_cache_names_the_drift(tmp_path, monkeypatch):
+    """A real 2-rank gloo job under torchrun, Inductor on CPU: a first job warms rank 0's cache directory;
+    in the second, rank 0 reads that warm cache and rank 1 an empty one, and rank 1 compiles a frame rank 0
+    does not. The loaded trace names the cache decisions that differ and the frame one rank compiled."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent / "data"))
+    from make_traces import run_torchrun
+
+    warm, cold, unused = tmp_path / "warm", tmp_path / "cold", tmp_path / "unused"
+    monkeypatch.setenv("NBC_CACHE_DIRS", f"{warm}{__import__('os').pathsep}{unused}")
+    run_torchrun(tmp_path / "first", _RANK_JOB)
+    monkeypatch.setenv("NBC_CACHE_DIRS", f"{warm}{__import__('os').pathsep}{cold}")
+    monkeypatch.setenv("NBC_EXTRA", "1")
+    run_torchrun(tmp_path / "second", _RANK_JOB)
+    traces = nbcompile.load(tmp_path / "second")
+    zero, one = traces.ranks[0], traces.ranks[1]
+    assert zero.cache.hits >= 1 and zero.cache.misses == 0, zero.cache
+    assert one.cache.misses >= 1 and one.cache.hits == 0, one.cache
+    # the cold rank compiled the graph and logged Inductor's collective schedule; the warm one read it cached
+    assert any("all_reduce" in k for f in one.frames for k in f.collectives), [f.collectives for f in one.frames]
+    assert [f.cache for f in zero.frames if f.compile_id == "0/0"] == [["hit", "hit"]]
+    lines = traces.divergences
+    cache = [line for line in lines if "cache" in line]
+    assert cache and cache[0].startswith("rank 1: cache 0 hits") and "rank 0 compiled from a warmer cache" in cache[0]
+    assert "compile 0/0 miss" in cache[0], cache[0]
+    assert any(line.startswith("rank 1: compiled extra (") and "which rank 0 did not" in line for line in lines), lines
+    # the first job, both ranks cold and running the same code: none of these
+    first = nbcompile.load(tmp_path / "first").divergences
+    assert not any("cache" in line or "compiled extra" in line for line in first), first
+
+
+def test_collectives_in_another_order_on_one_rank_are_named():
+    """The comparison itself, on two ranks' frames whose schedules differ (a real job cannot issue its
+    collectives in different orders without hanging, which is the point of the warning)."""
+    from nbcompile.capture.logs import divergences
+    from nbcompile.model.report import Frame, Report
+
+    def rank(order):
+        report = Report()
+        report.frames.append(Frame("0/0", "step", [], 0, 0.1, "job.py", 7, collectives=order))
+        return report
+
+    same = divergences({0: rank(["all_reduce_", "all_gather_into_tensor"]),
+                        1: rank(["all_reduce_", "all_gather_into_tensor"])})
+    assert same == []
+    lines = divergences({0: rank(["all_reduce_", "all_gather_into_tensor"]),
+                         1: rank(["all_gather_into_tensor", "all_reduce_"])})
+    assert lines == ["rank 1: collectives of compile 0/0 (step) in the order all_gather_into_tensor, all_reduce_, "
+                     "against rank 0's all_reduce_, all_gather_into_tensor: ranks that issue collectives in "
+                     "different orders hang"]
+    assert divergences({0: rank([]), 1: rank(["all_reduce_"])}) == [], "a rank that read the graph from its cache " \
+        "logs no schedule: nothing to compare"

@@ -100,6 +100,8 @@ export interface Frame {
   guard_check_us: number | null;
   backend_time_s: number | null;
   inductor_time_s: number | null;
+  collectives: string[];
+  cache: string[];
 }
 export interface Recompile {
   function: string;

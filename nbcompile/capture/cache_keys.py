@@ -57,7 +57,8 @@ def _difference(label: str, before: str, after: str) -> str:
 class KeyBook:
     """The keys of the lookups seen in this process, newest last, and each miss's reason."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str = "in this process") -> None:
+        self.where = where
         self._seen: collections.OrderedDict[str, tuple[str, dict[str, tuple[str, str]]]] = collections.OrderedDict()
 
     def note(self, lookup: CacheLookup, compile_id: str) -> str | None:
@@ -80,8 +81,8 @@ class KeyBook:
         same_graph = [theirs for key, (cache, theirs) in self._seen.items()
                       if cache == lookup.cache and key != lookup.key and theirs.get("gm", ("", ""))[0] == graph]
         if not same_graph:
-            return (f"{head}: a graph not looked up before in this process (its first compile here; torch keeps "
-                    "no list of an entry's key parts to compare a cache written elsewhere with)")
+            return (f"{head}: a graph not looked up before {self.where} (torch keeps no list of a cached entry's key "
+                    "parts, so a cache written elsewhere cannot be compared)")
         best = min(same_graph, key=lambda theirs: _differing(theirs, mine))
         labels = [label for label in sorted(set(best) | set(mine))
                   if best.get(label, ("",))[0] != mine.get(label, ("",))[0]]

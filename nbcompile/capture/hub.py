@@ -56,6 +56,7 @@ from .cell import cell_line_of
 from .global_state import GlobalState, is_internal
 from .records import (
     CacheLookup,
+    CollectiveSchedule,
     CompilationMetrics,
     CppGuards,
     DynamoStart,
@@ -168,6 +169,8 @@ class _Pending:
     stated: int = 0
     #: The compile's cache lookups: (hit or miss or bypass, the miss's reason or None).
     lookups: list[tuple[str, str | None]] = field(default_factory=list)
+    #: The collective kernels Inductor scheduled in the compile's graphs.
+    collectives: list[str] = field(default_factory=list)
 
 
 class _TraceHandler(logging.Handler):
@@ -275,9 +278,10 @@ class Hub:
             InductorOutputCode: self._on_output_code,
             CompilationMetrics: self._on_metrics,
             CacheLookup: self._on_cache,
+            CollectiveSchedule: self._on_collectives,
         }
-        #: The FX graph cache keys looked up in this process, to say what differed on a miss.
-        self.keys = KeyBook()
+        #: The FX graph cache keys looked up in this process (a log: in it), to say what differed on a miss.
+        self.keys = KeyBook("in this rank's log" if offline else "in this process")
 
     # -- lifetime --------------------------------------------------------------------
     @property
@@ -467,6 +471,9 @@ class Hub:
         compile_id = record.envelope.compile_id
         self._get_pending(compile_id).lookups.append((record.state, self.keys.note(record, compile_id)))
 
+    def _on_collectives(self, record: CollectiveSchedule) -> None:
+        self._get_pending(record.envelope.compile_id).collectives.extend(record.kernels)
+
     def _on_output_code(self, record: InductorOutputCode) -> None:
         self._get_pending(record.envelope.compile_id).output_code.append(record.code)
 
@@ -524,6 +531,8 @@ class Hub:
         owner.compiled()
 
 
+#: The most collective kernels (and cache lookups) a frame keeps.
+MAX_COLLECTIVES = 200
 #: The most cache-miss reasons a report keeps (the counts go on).
 MAX_CACHE_REASONS = 50
 #: The most compiles whose global state is remembered.
@@ -744,6 +753,8 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
             trace_overhead_s=metrics.structured_logging_overhead_s or 0.0,
             backend_time_s=metrics.backend_compile_time_s,
             inductor_time_s=metrics.inductor_compile_time_s,
+            collectives=list(pending.collectives[:MAX_COLLECTIVES]),
+            cache=[looked for looked, _ in pending.lookups[:MAX_COLLECTIVES]],
         ),
     )
 

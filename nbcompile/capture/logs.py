@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import NbcompileError
+from ..core.text import function_label as label
 from ..core.text import plural
 from ..model.report import Report
 from . import guards as guard_ops
@@ -556,8 +557,9 @@ def time_breakdown(report: Report) -> str:
 
 def divergences(ranks: dict[int, Report], base: int = 0) -> list[str]:
     """One line per way a rank differs from ``base`` (``Traces`` uses its lowest rank): graphs, breaks,
-    recompiles (with what changed),
-    compile time (over twice or under half, and more than 1 s apart)."""
+    recompiles (with what changed), frames compiled on one of them only and compile ids, cache decisions
+    (hits on one, misses on the other), the order of the collectives in a graph both compiled, compile time
+    (over twice or under half, and more than 1 s apart)."""
     if base not in ranks:
         return []
     reference = ranks[base]
@@ -566,6 +568,9 @@ def divergences(ranks: dict[int, Report], base: int = 0) -> list[str]:
         report = ranks[rank]
         lines += _recompile_lines(rank, base, report, reference)
         lines += _break_lines(rank, base, report, reference)
+        lines += _frame_lines(rank, base, report, reference)
+        lines += _cache_lines(rank, base, report, reference)
+        lines += _collective_lines(rank, base, report, reference)
         if report.graph_count != reference.graph_count:
             lines.append(f"rank {rank}: {plural(report.graph_count, 'graph')} against rank {base}'s "
                          f"{reference.graph_count}")
@@ -593,6 +598,66 @@ def _recompile_lines(rank: int, base: int, report: Report, reference: Report) ->
              for (fn, what), n in extra.items()]
     lines += [f"rank {rank}: no recompile of {fn} ({what}), which rank {base} had {plural(n, 'time')}"
               for (fn, what), n in theirs.items() if n > 0]
+    return lines
+
+
+def _frame_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
+    """Frames (by function, file and first line) compiled on one rank only; then compile ids one rank has and
+    the other not, beyond those frames' (a recompile more)."""
+    def frames(rep: Report) -> dict[tuple[str, str, int], str]:
+        out: dict[tuple[str, str, int], str] = {}
+        for f in rep.frames:
+            out.setdefault((f.function, os.path.basename(f.filename), f.firstlineno), f.compile_id)
+        return out
+
+    mine, theirs = frames(report), frames(reference)
+    lines = [f"rank {rank}: compiled {label(k[0])} ({k[1]}:{k[2]}, compile {cid}), which rank {base} did not: the "
+             "ranks run different compiled code" for k, cid in mine.items() if k not in theirs]
+    lines += [f"rank {rank}: did not compile {label(k[0])} ({k[1]}:{k[2]}), which rank {base} did (compile {cid})"
+              for k, cid in theirs.items() if k not in mine]
+    explained = ({cid for k, cid in mine.items() if k not in theirs}
+                 | {cid for k, cid in theirs.items() if k not in mine})
+    my_ids = {f.compile_id for f in report.frames} - explained
+    their_ids = {f.compile_id for f in reference.frames} - explained
+    if my_ids != their_ids:
+        only_mine, only_theirs = sorted(my_ids - their_ids), sorted(their_ids - my_ids)
+        said = []
+        if only_mine:
+            said.append(f"{', '.join(only_mine[:6])}{', ...' if len(only_mine) > 6 else ''} that rank {base} has not")
+        if only_theirs:
+            said.append(f"not {', '.join(only_theirs[:6])}{', ...' if len(only_theirs) > 6 else ''}, which rank "
+                        f"{base} has")
+        lines.append(f"rank {rank}: compile ids {'; '.join(said)}")
+    return lines
+
+
+def _cache_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
+    """Cache decisions that differ: hits on one rank, misses on the other (one warm cache, one cold)."""
+    mine, theirs = report.cache, reference.cache
+    if (mine.hits, mine.misses) == (theirs.hits, theirs.misses):
+        return []
+    by_id = {f.compile_id: f.cache for f in reference.frames}
+    differ = [f"{f.compile_id} {'/'.join(f.cache) or 'none'} against {'/'.join(by_id[f.compile_id]) or 'none'}"
+              for f in report.frames if f.compile_id in by_id and f.cache != by_id[f.compile_id]]
+    where = f" (compile {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''})" if differ else ""
+    warmer = rank if mine.hits > theirs.hits else base
+    return [f"rank {rank}: cache {plural(mine.hits, 'hit')}, {mine.misses} miss{'' if mine.misses == 1 else 'es'} "
+            f"against rank {base}'s {plural(theirs.hits, 'hit')}, {theirs.misses} "
+            f"miss{'' if theirs.misses == 1 else 'es'}{where}: rank {warmer} compiled from a warmer cache, so the "
+            "ranks reach their first collective at different times (a collective can time out waiting)"]
+
+
+def _collective_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
+    """A graph both ranks compiled whose collectives Inductor scheduled in another order (or other ones).
+    A rank that took the graph from the cache logs no schedule: only graphs both logged are compared."""
+    theirs = {f.compile_id: f.collectives for f in reference.frames if f.collectives}
+    lines = []
+    for f in report.frames:
+        other = theirs.get(f.compile_id)
+        if f.collectives and other and f.collectives != other:
+            lines.append(f"rank {rank}: collectives of compile {f.compile_id} ({label(f.function)}) in the order "
+                         f"{', '.join(f.collectives[:6])}, against rank {base}'s {', '.join(other[:6])}: ranks that "
+                         "issue collectives in different orders hang")
     return lines
 
 

@@ -210,6 +210,13 @@ class CacheLookup(Record):
 
 
 @dataclass(frozen=True)
+class CollectiveSchedule(Record):
+    """``inductor_collective_schedule``: the collective kernels of a compiled graph, in Inductor's order."""
+
+    kernels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CompilationMetrics(Record):
     """``compilation_metrics``: closes a frame's compilation. Only the keys nbcompile reads (torch
     writes about 100); absent ones are None."""
@@ -407,6 +414,16 @@ def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Reco
     return CacheLookup(envelope, cache, state, _str(kind, info, "key") or "", _strs(kind, info, "components"))
 
 
+def _parse_collectives(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    try:
+        decoded = json.loads(payload)
+    except ValueError as exc:
+        raise RecordError(kind, "payload", "a JSON list of kernel names", payload) from exc
+    if not isinstance(decoded, list):
+        raise RecordError(kind, "payload", "a JSON list of kernel names", decoded)
+    return CollectiveSchedule(envelope, tuple(str(k) for k in decoded if k is not None))
+
+
 #: Register your record kind here. Event name (artifacts: ``artifact:<name>``) -> (record class,
 #: parser, whether the record means nothing without a payload). Every kind not listed is ``Ignored``.
 REGISTRY: dict[str, tuple[type[Record], Parser, bool]] = {
@@ -418,6 +435,7 @@ REGISTRY: dict[str, tuple[type[Record], Parser, bool]] = {
     "dynamo_cpp_guards_str": (CppGuards, _parse_guards, True),
     "inductor_output_code": (InductorOutputCode, _parse_output_code, True),
     "compilation_metrics": (CompilationMetrics, _parse_metrics, False),
+    "artifact:inductor_collective_schedule": (CollectiveSchedule, _parse_collectives, True),
     **{f"artifact:{cache}_cache_{state}": (CacheLookup, _parse_cache, False)
        for cache in ("fx_graph", "aotautograd") for state in ("hit", "miss", "bypass")},
 }

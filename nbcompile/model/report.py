@@ -186,6 +186,10 @@ class Frame:
     #: Of compile_time_s: the backend's part (AOTAutograd and Inductor), and Inductor's own, when torch says.
     backend_time_s: float | None = None
     inductor_time_s: float | None = None
+    #: The collective kernels Inductor scheduled in the frame's graphs, in order (a traced job's ranks compare).
+    collectives: list[str] = field(default_factory=list)
+    #: The frame's FX graph / AOTAutograd cache lookups: "hit", "miss" or "bypass", in order.
+    cache: list[str] = field(default_factory=list)
 
 
 @dataclass
