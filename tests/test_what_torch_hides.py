@@ -266,6 +266,9 @@ def step(x):
     dist.all_reduce(y)
     return y.cos() + 1
 out = torch.compile(step)(torch.ones(8))
+def local(x):
+    return x * 2 + 1
+torch.compile(local)(torch.ones(4 + rank))  # each rank its own size: no collective, another graph
 if rank == 1 and os.environ.get("NBC_EXTRA") == "1":
     def extra(x):
         return torch.tanh(x) * 3
@@ -303,6 +306,8 @@ def test_a_real_two_rank_job_with_one_warm_and_one_cold_cache_names_the_drift(tm
     assert cache and cache[0].startswith("rank 1: cache 0 hits") and "rank 0 compiled from a warmer cache" in cache[0]
     assert "compile 0/0 miss" in cache[0], cache[0]
     assert any(line.startswith("rank 1: compiled extra (") and "which rank 0 did not" in line for line in lines), lines
+    assert any(line.startswith("rank 1: compile 1/0 (local) traced its inputs with other sizes than rank 0: x [5] "
+                               "against [4]") for line in lines), lines
     # the first job, both ranks cold and running the same code: none of these
     first = nbcompile.load(tmp_path / "first").divergences
     assert not any("cache" in line or "compiled extra" in line for line in first), first

@@ -102,6 +102,9 @@ export interface Frame {
   inductor_time_s: number | null;
   collectives: string[];
   cache: string[];
+  inputs: {
+    [k: string]: string;
+  };
 }
 export interface Recompile {
   function: string;

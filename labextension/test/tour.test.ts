@@ -20,7 +20,7 @@ const ADAM = '/home/me/.venv/lib/python3.11/site-packages/torch/optim/adam.py';
 function frame(compile_id: string, fn: string, filename: string, firstlineno: number, graph_count: number): Frame {
   return {
     compile_id, function: fn, guards: [], guard_count: 0, compile_time_s: 0.1, filename, firstlineno, graph_count,
-    trace_overhead_s: 0, guard_latency_us: null, guard_check_us: null, backend_time_s: null, inductor_time_s: null, collectives: [], cache: []
+    trace_overhead_s: 0, guard_latency_us: null, guard_check_us: null, backend_time_s: null, inductor_time_s: null, collectives: [], cache: [], inputs: {}
   };
 }
 

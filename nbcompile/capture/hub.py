@@ -171,6 +171,8 @@ class _Pending:
     lookups: list[tuple[str, str | None]] = field(default_factory=list)
     #: The collective kernels Inductor scheduled in the compile's graphs.
     collectives: list[str] = field(default_factory=list)
+    #: Its graphs' inputs and their sizes, as a log lists them.
+    inputs: dict[str, str] = field(default_factory=dict)
 
 
 class _TraceHandler(logging.Handler):
@@ -465,7 +467,10 @@ class Hub:
         if self.offline:  # live: the graph the recording backend was handed
             ops = parse_graph_ops(record.code)
             compile_id = record.envelope.compile_id
-            self._get_pending(compile_id).graphs.append(Graph(compile_id, len(ops), ops))
+            pending = self._get_pending(compile_id)
+            pending.graphs.append(Graph(compile_id, len(ops), ops))
+            for name, size in record.inputs:
+                pending.inputs.setdefault(_input_name(name), size)
 
     def _on_cache(self, record: CacheLookup) -> None:
         compile_id = record.envelope.compile_id
@@ -537,6 +542,12 @@ MAX_COLLECTIVES = 200
 MAX_CACHE_REASONS = 50
 #: The most compiles whose global state is remembered.
 MAX_STATES = 4096
+
+
+def _input_name(name: str) -> str:
+    """A graph input as the user wrote it: ``l_x_`` -> ``x``, ``l_self_modules_lin_parameters_weight_`` ->
+    ``self_modules_lin_parameters_weight`` (Dynamo's flattening kept)."""
+    return name[2:].removesuffix("_") if name[:2] in ("l_", "L_") else name
 
 
 def _previous_compile(compile_id: str) -> str:
@@ -754,6 +765,7 @@ def _apply(owner: Recording, pending: _Pending, metrics: CompilationMetrics) -> 
             backend_time_s=metrics.backend_compile_time_s,
             inductor_time_s=metrics.inductor_compile_time_s,
             collectives=list(pending.collectives[:MAX_COLLECTIVES]),
+            inputs=dict(pending.inputs),
             cache=[looked for looked, _ in pending.lookups[:MAX_COLLECTIVES]],
         ),
     )

@@ -571,6 +571,7 @@ def divergences(ranks: dict[int, Report], base: int = 0) -> list[str]:
         lines += _frame_lines(rank, base, report, reference)
         lines += _cache_lines(rank, base, report, reference)
         lines += _collective_lines(rank, base, report, reference)
+        lines += _input_lines(rank, base, report, reference)
         if report.graph_count != reference.graph_count:
             lines.append(f"rank {rank}: {plural(report.graph_count, 'graph')} against rank {base}'s "
                          f"{reference.graph_count}")
@@ -658,6 +659,25 @@ def _collective_lines(rank: int, base: int, report: Report, reference: Report) -
             lines.append(f"rank {rank}: collectives of compile {f.compile_id} ({label(f.function)}) in the order "
                          f"{', '.join(f.collectives[:6])}, against rank {base}'s {', '.join(other[:6])}: ranks that "
                          "issue collectives in different orders hang")
+    return lines
+
+
+def _input_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
+    """A frame both ranks compiled (same compile id and function) whose graph inputs had other sizes: the
+    ranks compiled different graphs (tensor metadata diverges)."""
+    theirs = {(f.compile_id, f.function): f.inputs for f in reference.frames if f.inputs}
+    lines = []
+    for f in report.frames:
+        other = theirs.get((f.compile_id, f.function))
+        if not f.inputs or not other or f.inputs == other:
+            continue
+        differ = [name for name in f.inputs if name in other and f.inputs[name] != other[name]]
+        if not differ:
+            continue
+        said = "; ".join(f"{name} {f.inputs[name]} against {other[name]}" for name in differ[:3])
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        lines.append(f"rank {rank}: compile {f.compile_id} ({label(f.function)}) traced its inputs with other sizes "
+                     f"than rank {base}: {said}{more} (the ranks compiled different graphs)")
     return lines
 
 

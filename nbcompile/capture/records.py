@@ -178,9 +178,11 @@ class RecompileReasons(Record):
 
 @dataclass(frozen=True)
 class OutputGraph(Record):
-    """``dynamo_output_graph``: the FX graph Dynamo hands the backend, printed as Python."""
+    """``dynamo_output_graph``: the FX graph Dynamo hands the backend, printed as Python, and the sizes torch
+    lists of its graph inputs (``l_x_`` -> ``[8]``; a symbolic size as its text)."""
 
     code: str
+    inputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -362,8 +364,18 @@ def _parse_recompile(kind: str, envelope: Envelope, body: Any, payload: str) -> 
     return RecompileReasons(envelope, _reasons(kind, "payload", decoded))
 
 
+#: The most graph inputs whose sizes a record keeps.
+MAX_GRAPH_INPUTS = 64
+
+
 def _parse_output_graph(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
-    return OutputGraph(envelope, payload)
+    meta = _mapping(kind, kind, body) if body is not None else {}
+    sizes = meta.get("sizes") or {}
+    if not isinstance(sizes, Mapping):
+        raise RecordError(kind, "sizes", "a mapping of names to sizes", sizes)
+    inputs = tuple((name[:200], str(size)[:200]) for name, size in sizes.items()
+                   if isinstance(name, str) and name.startswith(("l_", "L_")))[:MAX_GRAPH_INPUTS]
+    return OutputGraph(envelope, payload, inputs)
 
 
 def _parse_guards(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:

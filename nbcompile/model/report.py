@@ -190,6 +190,8 @@ class Frame:
     collectives: list[str] = field(default_factory=list)
     #: The frame's FX graph / AOTAutograd cache lookups: "hit", "miss" or "bypass", in order.
     cache: list[str] = field(default_factory=list)
+    #: The sizes of its graphs' inputs as a trace lists them (``x`` -> ``[8]``): read from logs only.
+    inputs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
