@@ -334,3 +334,15 @@ def test_collectives_in_another_order_on_one_rank_are_named():
                      "different orders hang"]
     assert divergences({0: rank([]), 1: rank(["all_reduce_"])}) == [], "a rank that read the graph from its cache " \
         "logs no schedule: nothing to compare"
+
+
+def test_a_default_device_change_is_said_as_the_device_not_as_a_mode(ip):
+    """``torch.set_default_device`` works by a function mode (``DeviceContext``): the change names the device."""
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --run "g(x)" --no-panel',
+                   "import torch\ndef g(x):\n    return torch.sin(x) + torch.ones(4)\n")
+    ip.run_cell("torch.set_default_device('meta')\ntry:\n    g(torch.randn(4))\nfinally:\n"
+                "    torch.set_default_device(None)")
+    (recompile,) = session.report.recompiles
+    assert _changes(recompile) == [("torch.get_default_device()", "cpu", "meta")]
+    assert str(torch.get_default_device()) == "cpu"

@@ -22,6 +22,9 @@ from ..model.report import Fix, GuardChange
 #: Subjects, as a user would call them.
 GRAD = "torch.is_grad_enabled()"
 DEFAULT_DTYPE = "torch.get_default_dtype()"
+DEFAULT_DEVICE = "torch.get_default_device()"
+#: The function mode ``torch.set_default_device`` pushes: said as the default device, not as a mode.
+_DEVICE_MODE = "DeviceContext"
 DETERMINISTIC = "torch.are_deterministic_algorithms_enabled()"
 FUNCTION_MODE = "torch function mode"
 DISPATCH_MODE = "torch dispatch mode"
@@ -45,6 +48,7 @@ class GlobalState:
     deterministic: bool
     function_modes: tuple[str, ...] | None
     dispatch_modes: tuple[str, ...] | None
+    default_device: str = ""
 
     @classmethod
     def now(cls) -> GlobalState:
@@ -54,8 +58,9 @@ class GlobalState:
             autocast=torch_compat.autocast_states(),
             default_dtype=str(torch.get_default_dtype()),
             deterministic=torch.are_deterministic_algorithms_enabled(),
-            function_modes=stacks[0] if stacks is not None else None,
+            function_modes=tuple(m for m in stacks[0] if m != _DEVICE_MODE) if stacks is not None else None,
             dispatch_modes=stacks[1] if stacks is not None else None,
+            default_device=str(torch.get_default_device()) if hasattr(torch, "get_default_device") else "",
         )
 
     def changes(self, after: GlobalState) -> list[GuardChange]:
@@ -74,6 +79,8 @@ class GlobalState:
                 out.append(GuardChange(f"torch.get_autocast_dtype({device!r})", was[1], dtype))
         if self.default_dtype != after.default_dtype:
             out.append(GuardChange(DEFAULT_DTYPE, self.default_dtype, after.default_dtype))
+        if self.default_device != after.default_device and self.default_device and after.default_device:
+            out.append(GuardChange(DEFAULT_DEVICE, self.default_device, after.default_device))
         if self.deterministic != after.deterministic:
             out.append(GuardChange(DETERMINISTIC, str(self.deterministic), str(after.deterministic)))
         for subject, stacks in ((FUNCTION_MODE, (self.function_modes, after.function_modes)),
@@ -112,9 +119,9 @@ def state_fixes(change: GuardChange) -> list[Fix]:
     if change.subject.startswith("torch.is_autocast_enabled") or change.subject.startswith("torch.get_autocast"):
         return [Fix("", "autocast differs between the compile and this call: compile and call inside the same "
                         "torch.autocast(...) block"), Fix(stance[0], stance[1])]
-    if change.subject in (DEFAULT_DTYPE, DETERMINISTIC):
-        setter = ("torch.set_default_dtype(...)" if change.subject == DEFAULT_DTYPE
-                  else "torch.use_deterministic_algorithms(...)")
+    if change.subject in (DEFAULT_DTYPE, DETERMINISTIC, DEFAULT_DEVICE):
+        setter = {DEFAULT_DTYPE: "torch.set_default_dtype(...)", DEFAULT_DEVICE: "torch.set_default_device(...)",
+                  DETERMINISTIC: "torch.use_deterministic_algorithms(...)"}[change.subject]
         return [Fix("", f"{change.subject} changed from {change.before} to {change.after} between the compile and "
                         f"this call: set {setter} once, before the first compiled call")]
     return []
