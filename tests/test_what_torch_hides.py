@@ -346,3 +346,117 @@ def test_a_default_device_change_is_said_as_the_device_not_as_a_mode(ip):
     (recompile,) = session.report.recompiles
     assert _changes(recompile) == [("torch.get_default_device()", "cpu", "meta")]
     assert str(torch.get_default_device()) == "cpu"
+
+
+# --- from an adversarial review of the above -------------------------------------------------------------
+
+def test_an_interrupted_refresh_leaves_no_reach_for_the_next_change(ip, monkeypatch):
+    """A refresh interrupted (Ctrl-C on a big state) inside a change: the next change reaches the state anew."""
+    from nbcompile.engine.state import Replay
+
+    ip.user_ns["x"] = torch.ones(4)
+    ip.run_cell("import torch\nW = {'w': torch.ones(4)}")
+    cell = "import torch\ndef helper(x):\n    return x * 2\ndef f(x):\n    return helper(x) * W['w']\n"
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel', cell)
+    real = Replay.refresh
+    calls = []
+
+    def interrupted(self, reals):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(self, reals)
+
+    session.set("helper", "disable")  # the toggle copies exist from here on
+    monkeypatch.setattr(Replay, "refresh", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.set("helper", "compile")
+    assert session.workload._roots_once is None
+    monkeypatch.setattr(Replay, "refresh", real)
+    ip.run_cell("W = {'w': torch.full((4,), 7.0)}")
+    report = session.set("helper", "disable")
+    assert torch.equal(report.result, torch.full((4,), 14.0)), report.result
+
+
+@pytest.mark.skipif(torch_compat.current_stance() is None, reason="torch has no torch.compiler.set_stance")
+def test_a_call_from_another_thread_is_not_under_the_stance_and_leaves_torchs_alone(ip):
+    import threading
+
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --entry f --entry g --run "f(x)" --no-panel',
+                   CELL + "def g(x):\n    return torch.cos(x)\n")
+    session.stance("fail_on_recompile")
+    out = {}
+
+    def other():
+        out["shape"] = ip.user_ns["f"](torch.randn(3, 2)).shape  # compiles again: not under the session's stance
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert out["shape"] == (3, 2) and torch_compat.current_stance() == "default"
+    # an entry --run never called: its first compile is refused too, and said so
+    with pytest.raises(nbcompile.RecompileRefused, match="was never compiled for a call like this one"):
+        ip.user_ns["g"](ip.user_ns["x"])
+    session.stance("default")
+
+
+def test_ranks_are_matched_by_code_not_by_compile_id_and_equal_hits_name_no_warmer_rank():
+    """One frame more on rank 1 (compiled first) shifts its compile ids: the same code's graphs are still
+    compared with each other, and the same hits with more misses do not make a rank warmer."""
+    from nbcompile.capture.logs import divergences
+    from nbcompile.model.report import Frame, Report
+
+    def frame(cid, function, line, collectives=(), cache=()):
+        return Frame(cid, function, [], 0, 0.1, "job.py", line, collectives=list(collectives), cache=list(cache))
+
+    zero, one = Report(), Report()
+    zero.frames = [frame("0/0", "block", 10, ["all_gather", "reduce_scatter"], ["miss", "miss"])]
+    one.frames = [frame("0/0", "setup", 3, [], ["miss"]),
+                  frame("1/0", "block", 10, ["all_gather", "reduce_scatter"], ["miss", "miss"])]
+    zero.cache.misses, one.cache.misses = 2, 3
+    lines = divergences({0: zero, 1: one})
+    assert lines[0] == ("rank 1: compiled setup (job.py:3, compile 0/0), which rank 0 did not: the ranks run "
+                        "different compiled code")
+    assert not any("collectives" in line for line in lines), lines
+    (cache,) = [line for line in lines if "cache" in line]
+    assert cache.endswith("the ranks looked up different graphs") and "warmer" not in cache, cache
+    assert not any("compile ids" in line for line in lines), lines
+
+
+def test_the_shortcut_for_equal_values_falls_back_where_torch_has_no_equal():
+    from nbcompile.engine import check
+
+    a = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex32)
+    out = check.compare(a, a.clone())
+    assert out.problems == [] and out.compared == 1
+
+
+def test_a_key_that_missed_before_is_said_so_and_damaged_payloads_are_record_errors():
+    from nbcompile.capture.cache_keys import KeyBook
+    from nbcompile.capture.records import RecordError, parse_record
+
+    def lookup(state, key, components=("[h1] gm: graph", "[h2] example_inputs[0]: TensorMetadata(shape=[8])")):
+        md = {"artifact": {"name": f"fx_graph_cache_{state}", "encoding": "json"}, "frame_id": 0,
+              "frame_compile_id": 0, "attempt": 0}
+        import json
+
+        return parse_record(md, json.dumps({"key": key, "components": list(components)}))
+
+    book = KeyBook()
+    first = book.note(lookup("miss", "k1"), "0/0")
+    assert "not looked up before in this process" in first
+    again = book.note(lookup("miss", "k1"), "1/0")
+    assert "the same key missed before here" in again, again
+    shaped = book.note(lookup("miss", "k2", ("[h1] gm: graph", "[h3] example_inputs[0]: TensorMetadata(shape=[16])")),
+                       "2/0")
+    assert "example_inputs[0].shape: [8] -> [16]" in shaped, shaped
+    md = {"artifact": {"name": "fx_graph_cache_miss", "encoding": "json"}, "frame_id": 0, "frame_compile_id": 0,
+          "attempt": 0}
+    for damaged in ("[" * 100000, '{"a":' * 5000, "not json"):
+        with pytest.raises(RecordError):
+            parse_record(md, damaged)
+    schedule = {"artifact": {"name": "inductor_collective_schedule", "encoding": "json"}, "frame_id": 0,
+                "frame_compile_id": 0, "attempt": 0}
+    with pytest.raises(RecordError):
+        parse_record(schedule, "[" * 100000)

@@ -22,13 +22,19 @@ _PART = re.compile(r"^\[(?P<hash>[^\]]*)\] (?P<label>[^:]+): ?(?P<value>.*)$", r
 _FIELD = re.compile(r"(\w+)=")
 
 
+#: Characters of a part's value kept (a ``gm`` part is the whole graph's code: its hash says enough).
+MAX_VALUE = 400
+#: Parts kept per key.
+MAX_PARTS = 200
+
+
 def parts(components: tuple[str, ...]) -> dict[str, tuple[str, str]]:
-    """label -> (hash, value) of a key's listed parts."""
+    """label -> (hash, value, cut to ``MAX_VALUE``) of a key's listed parts."""
     out: dict[str, tuple[str, str]] = {}
-    for text in components:
-        m = _PART.match(text)
+    for text in components[:MAX_PARTS]:
+        m = _PART.match(text[:MAX_VALUE + 300])
         if m is not None:
-            out[m["label"].strip()] = (m["hash"], m["value"].strip())
+            out[cut(m["label"].strip(), 120)] = (m["hash"][:64], m["value"].strip()[:MAX_VALUE])
     return out
 
 
@@ -64,7 +70,12 @@ class KeyBook:
     def note(self, lookup: CacheLookup, compile_id: str) -> str | None:
         """Remember ``lookup``'s key; for a miss, the line saying what differed (None for a hit or a bypass)."""
         mine = parts(lookup.components)
-        reason = self._reason(lookup, mine, compile_id) if lookup.state == "miss" else None
+        again = bool(lookup.key) and lookup.key in self._seen
+        reason = None
+        if lookup.state == "miss":
+            reason = (f"{'FX graph' if lookup.cache == 'fx_graph' else 'AOTAutograd'} cache miss [{compile_id}]: "
+                      "the same key missed before here (its entry was not written, or was removed since)"
+                      if again else self._reason(lookup, mine, compile_id))
         if lookup.key:
             self._seen[lookup.key] = (lookup.cache, mine)
             self._seen.move_to_end(lookup.key)

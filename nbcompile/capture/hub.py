@@ -474,10 +474,14 @@ class Hub:
 
     def _on_cache(self, record: CacheLookup) -> None:
         compile_id = record.envelope.compile_id
-        self._get_pending(compile_id).lookups.append((record.state, self.keys.note(record, compile_id)))
+        pending = self._get_pending(compile_id)
+        if len(pending.lookups) < MAX_COLLECTIVES:
+            pending.lookups.append((record.state, self.keys.note(record, compile_id)))
 
     def _on_collectives(self, record: CollectiveSchedule) -> None:
-        self._get_pending(record.envelope.compile_id).collectives.extend(record.kernels)
+        pending = self._get_pending(record.envelope.compile_id)
+        room = MAX_COLLECTIVES - len(pending.collectives)
+        pending.collectives.extend(k[:200] for k in record.kernels[:max(0, room)])
 
     def _on_output_code(self, record: InductorOutputCode) -> None:
         self._get_pending(record.envelope.compile_id).output_code.append(record.code)

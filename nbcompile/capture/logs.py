@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import NbcompileError
+from ..core.text import cut, plural
 from ..core.text import function_label as label
-from ..core.text import plural
 from ..model.report import Report
 from . import guards as guard_ops
 from .hub import Hub, Recording
@@ -602,33 +602,37 @@ def _recompile_lines(rank: int, base: int, report: Report, reference: Report) ->
     return lines
 
 
+def _code_key(f: Any) -> tuple[str, str, int]:
+    """A frame's code, as ranks share it: function, file name and first line (compile ids are given in compile
+    order, so one frame more on a rank shifts every later id)."""
+    return f.function, os.path.basename(f.filename), f.firstlineno
+
+
+def _compile_key(f: Any) -> tuple[str, str, int, str]:
+    """A compile of a frame's code across ranks: its code and its index among that code's compiles."""
+    return (*_code_key(f), f.compile_id.split("/", 1)[-1])
+
+
 def _frame_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
-    """Frames (by function, file and first line) compiled on one rank only; then compile ids one rank has and
-    the other not, beyond those frames' (a recompile more)."""
-    def frames(rep: Report) -> dict[tuple[str, str, int], str]:
-        out: dict[tuple[str, str, int], str] = {}
+    """Frames compiled on one rank only; then codes both compiled, a different number of times (their
+    compile ids differ: the recompile lines say why)."""
+    def compiles(rep: Report) -> dict[tuple[str, str, int], list[str]]:
+        out: dict[tuple[str, str, int], list[str]] = {}
         for f in rep.frames:
-            out.setdefault((f.function, os.path.basename(f.filename), f.firstlineno), f.compile_id)
+            out.setdefault(_code_key(f), []).append(f.compile_id)
         return out
 
-    mine, theirs = frames(report), frames(reference)
-    lines = [f"rank {rank}: compiled {label(k[0])} ({k[1]}:{k[2]}, compile {cid}), which rank {base} did not: the "
-             "ranks run different compiled code" for k, cid in mine.items() if k not in theirs]
-    lines += [f"rank {rank}: did not compile {label(k[0])} ({k[1]}:{k[2]}), which rank {base} did (compile {cid})"
-              for k, cid in theirs.items() if k not in mine]
-    explained = ({cid for k, cid in mine.items() if k not in theirs}
-                 | {cid for k, cid in theirs.items() if k not in mine})
-    my_ids = {f.compile_id for f in report.frames} - explained
-    their_ids = {f.compile_id for f in reference.frames} - explained
-    if my_ids != their_ids:
-        only_mine, only_theirs = sorted(my_ids - their_ids), sorted(their_ids - my_ids)
-        said = []
-        if only_mine:
-            said.append(f"{', '.join(only_mine[:6])}{', ...' if len(only_mine) > 6 else ''} that rank {base} has not")
-        if only_theirs:
-            said.append(f"not {', '.join(only_theirs[:6])}{', ...' if len(only_theirs) > 6 else ''}, which rank "
-                        f"{base} has")
-        lines.append(f"rank {rank}: compile ids {'; '.join(said)}")
+    mine, theirs = compiles(report), compiles(reference)
+    lines = [f"rank {rank}: compiled {label(k[0])} ({k[1]}:{k[2]}, compile {ids[0]}), which rank {base} did not: "
+             "the ranks run different compiled code" for k, ids in mine.items() if k not in theirs]
+    lines += [f"rank {rank}: did not compile {label(k[0])} ({k[1]}:{k[2]}), which rank {base} did (compile {ids[0]})"
+              for k, ids in theirs.items() if k not in mine]
+    for k, ids in mine.items():
+        other = theirs.get(k)
+        if other is not None and len(ids) != len(other):
+            lines.append(f"rank {rank}: compiled {label(k[0])} ({k[1]}:{k[2]}) {plural(len(ids), 'time')} "
+                         f"(compile ids {', '.join(ids[:6])}) against rank {base}'s {len(other)} "
+                         f"({', '.join(other[:6])})")
     return lines
 
 
@@ -637,44 +641,49 @@ def _cache_lines(rank: int, base: int, report: Report, reference: Report) -> lis
     mine, theirs = report.cache, reference.cache
     if (mine.hits, mine.misses) == (theirs.hits, theirs.misses):
         return []
-    by_id = {f.compile_id: f.cache for f in reference.frames}
-    differ = [f"{f.compile_id} {'/'.join(f.cache) or 'none'} against {'/'.join(by_id[f.compile_id]) or 'none'}"
-              for f in report.frames if f.compile_id in by_id and f.cache != by_id[f.compile_id]]
+    by_compile = {_compile_key(f): f.cache for f in reference.frames}
+    differ = [f"{f.compile_id} {'/'.join(f.cache) or 'none'} against {'/'.join(by_compile[_compile_key(f)]) or 'none'}"
+              for f in report.frames if _compile_key(f) in by_compile and f.cache != by_compile[_compile_key(f)]]
     where = f" (compile {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''})" if differ else ""
-    warmer = rank if mine.hits > theirs.hits else base
-    return [f"rank {rank}: cache {plural(mine.hits, 'hit')}, {mine.misses} miss{'' if mine.misses == 1 else 'es'} "
+    head = (f"rank {rank}: cache {plural(mine.hits, 'hit')}, {mine.misses} miss{'' if mine.misses == 1 else 'es'} "
             f"against rank {base}'s {plural(theirs.hits, 'hit')}, {theirs.misses} "
-            f"miss{'' if theirs.misses == 1 else 'es'}{where}: rank {warmer} compiled from a warmer cache, so the "
-            "ranks reach their first collective at different times (a collective can time out waiting)"]
+            f"miss{'' if theirs.misses == 1 else 'es'}{where}")
+    if mine.hits == theirs.hits:  # the same hits: one rank looked up more (it compiled more), no cache warmer
+        return [f"{head}: the ranks looked up different graphs"]
+    warmer = rank if mine.hits > theirs.hits else base
+    return [f"{head}: rank {warmer} compiled from a warmer cache, so the ranks reach their first collective at "
+            "different times (a collective can time out waiting)"]
 
 
 def _collective_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
     """A graph both ranks compiled whose collectives Inductor scheduled in another order (or other ones).
     A rank that took the graph from the cache logs no schedule: only graphs both logged are compared."""
-    theirs = {f.compile_id: f.collectives for f in reference.frames if f.collectives}
+    theirs = {_compile_key(f): f.collectives for f in reference.frames if f.collectives}
     lines = []
     for f in report.frames:
-        other = theirs.get(f.compile_id)
+        other = theirs.get(_compile_key(f))
         if f.collectives and other and f.collectives != other:
             lines.append(f"rank {rank}: collectives of compile {f.compile_id} ({label(f.function)}) in the order "
-                         f"{', '.join(f.collectives[:6])}, against rank {base}'s {', '.join(other[:6])}: ranks that "
-                         "issue collectives in different orders hang")
+                         f"{', '.join(cut(k, 80) for k in f.collectives[:6])}, against rank {base}'s "
+                         f"{', '.join(cut(k, 80) for k in other[:6])}: ranks that issue collectives in different "
+                         "orders hang")
     return lines
 
 
 def _input_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
-    """A frame both ranks compiled (same compile id and function) whose graph inputs had other sizes: the
+    """A frame both ranks compiled (the same code, its same compile) whose graph inputs had other sizes: the
     ranks compiled different graphs (tensor metadata diverges)."""
-    theirs = {(f.compile_id, f.function): f.inputs for f in reference.frames if f.inputs}
+    theirs = {_compile_key(f): f.inputs for f in reference.frames if f.inputs}
     lines = []
     for f in report.frames:
-        other = theirs.get((f.compile_id, f.function))
+        other = theirs.get(_compile_key(f))
         if not f.inputs or not other or f.inputs == other:
             continue
         differ = [name for name in f.inputs if name in other and f.inputs[name] != other[name]]
         if not differ:
             continue
-        said = "; ".join(f"{name} {f.inputs[name]} against {other[name]}" for name in differ[:3])
+        said = "; ".join(f"{cut(name, 60)} {cut(f.inputs[name], 40)} against {cut(other[name], 40)}"
+                         for name in differ[:3])
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
         lines.append(f"rank {rank}: compile {f.compile_id} ({label(f.function)}) traced its inputs with other sizes "
                      f"than rank {base}: {said}{more} (the ranks compiled different graphs)")

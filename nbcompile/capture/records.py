@@ -359,7 +359,7 @@ def _parse_recompile(kind: str, envelope: Envelope, body: Any, payload: str) -> 
         return RecompileReasons(envelope, Reasons((payload,)))
     try:
         decoded = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON list of reasons", payload) from exc
     return RecompileReasons(envelope, _reasons(kind, "payload", decoded))
 
@@ -420,7 +420,7 @@ def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Reco
     cache, _, state = kind.removeprefix("artifact:").rpartition("_cache_")
     try:
         decoded = json.loads(payload) if payload.strip() else {}
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON object", payload) from exc
     info = _mapping(kind, "payload", decoded)
     return CacheLookup(envelope, cache, state, _str(kind, info, "key") or "", _strs(kind, info, "components"))
@@ -429,7 +429,7 @@ def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Reco
 def _parse_collectives(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
     try:
         decoded = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON list of kernel names", payload) from exc
     if not isinstance(decoded, list):
         raise RecordError(kind, "payload", "a JSON list of kernel names", decoded)

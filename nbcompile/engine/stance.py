@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -40,9 +41,12 @@ def explanation(message: str, explain: Explain, globals_: dict[str, Any]) -> str
     where = _WHERE.search(message)
     function, filename, line = (where["fn"], where["file"], int(where["line"])) if where else ("the function", "", 0)
     changes, cell_line = explain(message, filename, line, globals_)
+    at = f" (cell line {cell_line})" if cell_line is not None else (f" ({filename}:{line})" if filename else "")
+    if "triggered by" not in message:  # no cache entry failed: a first compile, which the stance refuses too
+        return (f"{function}{at} was never compiled for a call like this one, and the stance fail_on_recompile "
+                "refuses its first compile too; to allow it, %nbcompile stance default")
     said = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in changes) or "a guard failed (torch's error "\
         "below names it)"
-    at = f" (cell line {cell_line})" if cell_line is not None else (f" ({filename}:{line})" if filename else "")
     return (f"{function}{at} would recompile, which the stance fail_on_recompile refuses: {said}; to allow it, "
             "%nbcompile stance default (or call it as it was compiled)")
 
@@ -93,8 +97,11 @@ class Stances:
         @functools.wraps(fn)
         def under_stance(*args: Any, **kwargs: Any) -> Any:
             name = stances.name
-            if name == "default" or state.swapping() or torch_compat.current_stance() != "default":
-                return fn(*args, **kwargs)  # nbcompile's own runs, or a stance the caller set around the call
+            if name == "default" or state.swapping() or torch_compat.current_stance() != "default" or \
+                    threading.current_thread() is not threading.main_thread():
+                # nbcompile's own runs; a stance the caller set around the call; another thread (torch's stance
+                # is process-wide: two threads setting and restoring it could leave it set for everyone)
+                return fn(*args, **kwargs)
             with torch_compat.stance(name):
                 try:
                     return fn(*args, **kwargs)

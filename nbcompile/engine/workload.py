@@ -266,8 +266,15 @@ class Workload:
 
     def set_stance(self, name: str) -> None:
         """``torch.compiler.set_stance(name)`` around the user's calls of the entries (``Stances``)."""
+        before = self.stances.name
         self.stances.set(name)
-        self.engine.rebind(self.entries)
+        try:
+            self.engine.rebind(self.entries)
+        except BaseException:  # a name redefined since: every entry back as it was, the stance too
+            self.stances.set(before)
+            with contextlib.suppress(Exception):
+                self.engine.rebind(self.entries)
+            raise
 
     # -- configurations ------------------------------------------------------------------------------
     def config_key(self) -> Any:

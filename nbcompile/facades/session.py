@@ -849,11 +849,11 @@ class Session:
             self.recording.report = self._new_report()
             self.recording.notify()
             return
-        w.toggle_copies(code, for_run=False)
         try:
+            w.toggle_copies(code, for_run=False)
             self._restart_on_copies(old, changed)
         finally:
-            w.forget_roots()  # what the copies reached is this change's only
+            w.forget_roots()  # what the copies reached is this change's only (an interrupted refresh's too)
 
     def _restart_on_copies(self, old: Report, changed: Collection[str] | None) -> None:
         w = self.workload
