@@ -17,6 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .capture.hub import HUB
 from .core import dynconfig, torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.names import is_torch_name
@@ -345,7 +346,7 @@ def _cache(args: list[str]) -> Any:
     command, path = rest
     try:
         if command == "save":
-            size, what = cachefile.save(path)
+            size, what = cachefile.save(path, HUB.keys.known())
             print(f"saved {size / 1e6:.2f} MB of compile cache artifacts to {path} ({what}), with a manifest "
                   "(sha256)")
             return None
@@ -357,6 +358,10 @@ def _cache(args: list[str]) -> Any:
             print("nothing written (list); %nbcompile cache load PATH writes these")
             return None
         cachefile.apply(plan)
+        saved = plan.manifest.get("torch") if plan.manifest else None
+        HUB.keys.loaded(path, saved if isinstance(saved, str) else "",
+                        frozenset(e.key.rsplit("/", 1)[-1] for e in plan.written),
+                        cachefile.key_parts_of(plan.manifest))
         print(f"loaded {plan.size / 1e6:.2f} MB of compile cache artifacts from {path} ({plan.what()}): the next "
               "compiles of the same code start warm")
     except NbcompileError as exc:

@@ -460,3 +460,62 @@ def test_a_key_that_missed_before_is_said_so_and_damaged_payloads_are_record_err
                 "frame_compile_id": 0, "attempt": 0}
     with pytest.raises(RecordError):
         parse_record(schedule, "[" * 100000)
+
+
+_SAVE_LOAD = """
+import contextlib, io, json, sys, torch
+from IPython.core.interactiveshell import InteractiveShell
+import nbcompile
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "nbcompile")
+command, size, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ip.user_ns["x"] = torch.randn(size)
+with contextlib.redirect_stdout(io.StringIO()):
+    if command == "load":
+        ip.run_line_magic("nbcompile", f"cache load {path}")
+    ip.run_cell_magic("compile", '--backend inductor --run "f(x)" --no-panel',
+                      "import torch\\ndef f(x):\\n    return torch.cos(x) * 5 - 2\\n")
+    if command == "save":
+        ip.run_line_magic("nbcompile", f"cache save {path}")
+cache = nbcompile.last().report.cache
+print(json.dumps({"hits": cache.hits, "misses": cache.misses, "reasons": cache.reasons}))
+"""
+
+
+def test_a_miss_after_a_cache_load_says_what_differed_from_the_saved_key(tmp_path):
+    """Fresh processes with their own cache directories: one compiles and saves (the manifest keeps the parts of
+    the keys it saw); one loads and compiles the same call (hits); one loads and calls with another size: its
+    miss names the loaded file and the input size that differed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    saved = tmp_path / "warm.nbcache"
+
+    def run(command, size, directory):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / directory), "PYTHONPATH": os.getcwd()}
+        done = subprocess.run([sys.executable, "-c", _SAVE_LOAD, command, str(size), str(saved)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = run("save", 8, "a")
+    assert first["misses"] >= 1, first
+    assert "key_parts" in saved.read_bytes().split(b"\n", 2)[1].decode()
+    same = run("load", 8, "b")
+    assert same["hits"] >= 1 and same["misses"] == 0, same
+    other = run("load", 16, "c")
+    fx = [r for r in other["reasons"] if r.startswith("FX graph cache miss")]
+    assert fx and f"the same graph as an entry of the cache loaded from {saved}" in fx[0], fx
+    assert "example_inputs[0].shape: torch.Size([8]) -> torch.Size([16])" in fx[0], fx
+
+
+def test_a_manifests_key_parts_are_read_as_bounded_data():
+    from nbcompile.engine.cachefile import key_parts_of
+
+    assert key_parts_of(None) == {} and key_parts_of({"key_parts": "x"}) == {}
+    hostile = {"key_parts": {"k": {"gm": ["h", "v" * 10_000], 3: ["a", "b"], "bad": "x", "short": ["only"]},
+                             "j": "not parts"}}
+    parts = key_parts_of(hostile)
+    assert list(parts) == ["k"] and list(parts["k"]) == ["gm"] and len(parts["k"]["gm"][1]) == 400

@@ -13,6 +13,8 @@ from __future__ import annotations
 import collections
 import re
 
+import torch
+
 from ..core.text import cut
 from .records import CacheLookup
 
@@ -65,6 +67,10 @@ class KeyBook:
 
     def __init__(self, where: str = "in this process") -> None:
         self.where = where
+        #: The last ``%nbcompile cache load``: (its path, the torch that saved it, its entries' keys).
+        self.load: tuple[str, str, frozenset[str]] | None = None
+        #: Keys whose parts came from a loaded cache file's manifest.
+        self._loaded_keys: set[str] = set()
         self._seen: collections.OrderedDict[str, tuple[str, dict[str, tuple[str, str]]]] = collections.OrderedDict()
 
     def note(self, lookup: CacheLookup, compile_id: str) -> str | None:
@@ -83,18 +89,43 @@ class KeyBook:
                 self._seen.popitem(last=False)
         return reason
 
+    def loaded(self, path: str, saved: str, keys: frozenset[str],
+               parts: dict[str, dict[str, tuple[str, str]]] | None = None) -> None:
+        """A ``%nbcompile cache load`` of ``keys``, saved by torch ``saved``: misses after it say whether the file
+        held their key and a torch version that differs; with the manifest's key ``parts`` (what the saving
+        process saw), what differed from the nearest saved key of the same graph."""
+        self.load = (path, saved, keys)
+        for key, mine in (parts or {}).items():
+            if key not in self._seen:
+                self._seen[key] = ("fx_graph", mine)
+                self._loaded_keys.add(key)
+        while len(self._seen) > MAX_KEYS:
+            gone, _ = self._seen.popitem(last=False)
+            self._loaded_keys.discard(gone)
+
+    def parts_of(self, keys: set[str]) -> dict[str, dict[str, tuple[str, str]]]:
+        """The parts of those of ``keys`` seen here (``%nbcompile cache save`` writes them in its manifest)."""
+        return {key: self._seen[key][1] for key in keys if key in self._seen}
+
+    def known(self) -> dict[str, dict[str, tuple[str, str]]]:
+        """Every FX graph key seen here, with its parts."""
+        return {key: parts for key, (cache, parts) in self._seen.items() if cache == "fx_graph" and parts}
+
+    def _loaded(self, key: str) -> str:
+        return _loaded_note(self.load, key)
+
     def _reason(self, lookup: CacheLookup, mine: dict[str, tuple[str, str]], compile_id: str) -> str:
         which = "FX graph" if lookup.cache == "fx_graph" else "AOTAutograd"
         head = f"{which} cache miss [{compile_id}]"
         if not mine:
             return f"{head}: torch lists no parts of this key, so what differed is not known"
         graph = mine.get("gm", ("", ""))[0]
-        same_graph = [theirs for key, (cache, theirs) in self._seen.items()
+        same_graph = [(key, theirs) for key, (cache, theirs) in self._seen.items()
                       if cache == lookup.cache and key != lookup.key and theirs.get("gm", ("", ""))[0] == graph]
         if not same_graph:
             return (f"{head}: a graph not looked up before {self.where} (torch keeps no list of a cached entry's key "
-                    "parts, so a cache written elsewhere cannot be compared)")
-        best = min(same_graph, key=lambda theirs: _differing(theirs, mine))
+                    f"parts, so a cache written elsewhere cannot be compared){self._loaded(lookup.key)}")
+        best_key, best = min(same_graph, key=lambda kv: _differing(kv[1], mine))
         labels = [label for label in sorted(set(best) | set(mine))
                   if best.get(label, ("",))[0] != mine.get(label, ("",))[0]]
         if not labels:
@@ -102,7 +133,21 @@ class KeyBook:
         said = [_difference(label, best.get(label, ("", "(none)"))[1], mine.get(label, ("", "(none)"))[1])
                 for label in labels[:4]]
         more = f" and {len(labels) - 4} more" if len(labels) > 4 else ""
-        return f"{head}: the same graph as before, with {'; '.join(said)}{more}"
+        before = (f"an entry of the cache loaded from {cut(self.load[0], 80)}" if best_key in self._loaded_keys
+                  and self.load is not None else "before")
+        return f"{head}: the same graph as {before}, with {'; '.join(said)}{more}"
+
+
+def _loaded_note(load: tuple[str, str, frozenset[str]] | None, key: str) -> str:
+    if load is None:
+        return ""
+    path, saved, keys = load
+    held = "holds" if key in keys else "does not hold"
+    note = f"; the cache loaded from {cut(path, 80)} ({len(keys)} entries) {held} this key"
+    if saved and saved != torch.__version__:
+        note += f", and was saved by torch {cut(saved, 40)} where this is torch {torch.__version__} (its version is " \
+                "part of every key)"
+    return note
 
 
 def _differing(a: dict[str, tuple[str, str]], b: dict[str, tuple[str, str]]) -> int:

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Mapping
 from typing import BinaryIO
 
 import torch
@@ -112,8 +113,9 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-def manifest_of(payload: bytes, entries: list[torch_compat.CacheEntry]) -> dict[str, object]:
-    return {
+def manifest_of(payload: bytes, entries: list[torch_compat.CacheEntry],
+                key_parts: Mapping[str, Mapping[str, tuple[str, str]]] | None = None) -> dict[str, object]:
+    manifest: dict[str, object] = {
         "format": FORMAT,
         "version": VERSION,
         "torch": torch.__version__,
@@ -121,6 +123,26 @@ def manifest_of(payload: bytes, entries: list[torch_compat.CacheEntry]) -> dict[
         "sha256": hashlib.sha256(payload).hexdigest(),
         "entries": [{"type": kind, "key": key, "bytes": len(content)} for kind, key, content in entries],
     }
+    if key_parts:  # the parts of the FX graph keys this process saw: a later miss can say what differed
+        manifest["key_parts"] = {key: {label: list(part) for label, part in parts.items()}
+                                 for key, parts in key_parts.items()}
+    return manifest
+
+
+def key_parts_of(manifest: Mapping[str, object] | None) -> dict[str, dict[str, tuple[str, str]]]:
+    """A manifest's ``key_parts`` as data, bounded and checked (a file's text: never trusted to be well formed);
+    malformed parts are left out."""
+    found = manifest.get("key_parts") if manifest else None
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    if not isinstance(found, dict):
+        return out
+    for key, parts in list(found.items())[:MAX_ENTRIES]:
+        if not isinstance(key, str) or not isinstance(parts, dict):
+            continue
+        kept = {label[:120]: (str(part[0])[:64], str(part[1])[:400]) for label, part in list(parts.items())[:200]
+                if isinstance(label, str) and isinstance(part, list) and len(part) == 2}
+        out[key[:200]] = kept
+    return out
 
 
 def key_problem(key: str) -> str | None:
@@ -385,15 +407,19 @@ def apply(plan: Plan) -> int:
     return torch_compat.write_compile_cache_entries([(e.kind, e.key, e.content) for e in plan.written])
 
 
-def save(path: str) -> tuple[int, str]:
-    """This process's cache artifacts written to ``path`` with their manifest: (payload bytes, what)."""
+def save(path: str, key_parts: Mapping[str, Mapping[str, tuple[str, str]]] | None = None) -> tuple[int, str]:
+    """This process's cache artifacts written to ``path`` with their manifest: (payload bytes, what).
+    ``key_parts``: the parts of FX graph keys seen in this process; those of the saved entries go in the
+    manifest."""
     payload = torch_compat.compile_cache_payload()
     try:
         entries = torch_compat.decode_compile_cache(payload, max_entries=MAX_ENTRIES)
     except torch_compat.TooManyEntries as exc:  # never write a file that load would refuse
         raise NbcompileError(f"not saved: the artifacts hold {str(exc).removeprefix('it holds ')}") from None
     check_entries("the artifacts", entries)
-    head = MAGIC + json.dumps(manifest_of(payload, entries), separators=(",", ":")).encode("utf-8") + b"\n"
+    saved_keys = {key for _, key, _ in entries}
+    parts = {key: value for key, value in (key_parts or {}).items() if key in saved_keys}
+    head = MAGIC + json.dumps(manifest_of(payload, entries, parts), separators=(",", ":")).encode("utf-8") + b"\n"
     if len(head) + len(payload) > MAX_FILE_BYTES:
         raise NbcompileError(f"not saved: the artifacts are {_size(len(head) + len(payload))}, over the {_limit()} "
                              "a cache file may hold (a load would refuse the file)")
