@@ -176,3 +176,19 @@ def test_a_changes_reference_copy_reaches_what_its_copies_reached_and_no_later_c
     report = session.set("h", "compile")
     assert report.check.ok and report.check.compared, report.check.message
     assert torch.equal(report.result, torch.full((4,), 15.0)), "the copies and the reference read SCALE anew"
+
+
+def test_a_cell_run_again_unchanged_counts_its_own_frames(ip):
+    """Code objects compare equal across files (the same function at the same line of two cells): a row's span
+    is its own cell's, never a cached span of the first run's cell."""
+    ip.user_ns["x"] = torch.randn(4)
+    first = _run(ip, '--backend eager --run "f(x, 2)" --no-panel', CELL)
+    assert first.function_counts("f").frames >= 1
+    ip.run_cell("pass", store_history=True)  # the next cell's number, so its file's name, differs
+    second = _run(ip, '--backend eager --run "f(x, 2)" --no-panel', CELL)  # the same text: another cell file
+    files = {s.workload.tracked["f"].__code__.co_filename for s in (first, second)}
+    assert len(files) == 2 and first.workload.tracked["f"].__code__ == second.workload.tracked["f"].__code__
+    part = second.function_report("f")
+    assert part.frames, "f's part of the new session's report is found by the new cell's file"
+    assert second.function_counts("f") == (len(part.frames), len(part.breaks), len(part.causes),
+                                           len(part.recompiles))

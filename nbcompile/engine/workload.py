@@ -66,11 +66,17 @@ def _names_of(code: types.CodeType) -> frozenset[str]:
     return frozenset(n for c in torch_compat.iter_code_objects(code) for n in (*c.co_names, *c.co_freevars))
 
 
-@functools.lru_cache(maxsize=4096)
 def code_span(code: types.CodeType) -> tuple[str, int, int]:
     """(filename, first line, last line) of ``code``: where a report's items of its function are."""
+    return code.co_filename, code.co_firstlineno, _last_line(code, code.co_filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_line(code: types.CodeType, filename: str) -> int:
+    # keyed by the filename too: code objects compare equal across files (two cells with the same function
+    # at the same line), and only the filename tells them apart
     lines = [line for _, _, line in code.co_lines() if line]
-    return code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno)
+    return max(lines, default=code.co_firstlineno)
 
 
 def _no_lint(_name: str) -> list[LintWarning]:
