@@ -623,9 +623,9 @@ class Report:
         length (a panel of 500 functions asks 500 times)."""
         items = getattr(self, kind)
         cache = self.__dict__.setdefault("_indexes", {})
-        key = (kind, id(items), len(items))
         index = cache.get(kind)
-        if index is None or index[0] != key:
+        if index is None or index[0][0] is not items or index[0][1] != len(items):  # the list itself held: no id reuse
+            key = (items, len(items))
             by_file: dict[str, list[tuple[int, int]]] = {}
             for i, item in enumerate(items):
                 by_file.setdefault(item.filename, []).append((getattr(item, line), i))
@@ -640,9 +640,9 @@ class Report:
         list per compile id, made once per list and length (as ``_within``'s)."""
         items = getattr(self, kind)
         cache = self.__dict__.setdefault("_indexes", {})
-        key = (kind, id(items), len(items))
         index = cache.get(("ids", kind))
-        if index is None or index[0] != key:
+        if index is None or index[0][0] is not items or index[0][1] != len(items):
+            key = (items, len(items))
             by_id: dict[str, list[int]] = {}
             for i, item in enumerate(items):
                 by_id.setdefault(item.compile_id, []).append(i)
