@@ -519,3 +519,26 @@ def test_a_manifests_key_parts_are_read_as_bounded_data():
                              "j": "not parts"}}
     parts = key_parts_of(hostile)
     assert list(parts) == ["k"] and list(parts["k"]) == ["gm"] and len(parts["k"]["gm"][1]) == 400
+
+
+def test_skips_leave_out_plumbing_resumed_parts_and_generated_code():
+    """Seen in a real ipykernel: a print inside a compiled step runs ipykernel's, zmq's and traitlets' frames
+    under Dynamo (each "no tensor"), a break's resumed part traces no op, a dataclass's generated __init__ has no
+    file. None is what the user compiled; a dispatch-mode skip in a library still is."""
+    import os
+
+    from nbcompile.capture.skips import skips_of
+    from nbcompile.engine import state
+
+    site = os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "ipykernel", "iostream.py")
+    found = [
+        ("write", site, 745, "no tensor-related objects found in frame"),
+        ("torch_dynamo_resume_in_step_at_6", "<ipython-input-3-abc>", 6,
+         "Dynamo decided to skip the frame while tracing: No ops traced for the FX graph."),
+        ("__init__", "<string>", 2, "no tensor-related objects found in frame"),
+        ("_audit", nbcompile.engine.check.__file__, 689, "no tensor-related objects found in frame"),
+        ("forward", site, 10, "non-infra torch dispatch mode present, this is not supported today"),
+        ("count", "<ipython-input-3-abc>", 8, "Dynamo decided to skip the frame while tracing: No ops traced"),
+    ]
+    kept = [(s.function, s.lineno) for s in skips_of(found, state.user_file)]
+    assert kept == [("forward", 10), ("count", 8)], kept

@@ -21,6 +21,8 @@ from ..model.report import Skip
 MAX_SKIPS = 50
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _SKIPFILES = "frame is in the Dynamo skipfiles list"
+_NO_TENSOR = "no tensor-related objects found in frame"
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: torch's reason (its start) -> the line a user reads.
 _PLAIN = (
@@ -58,10 +60,12 @@ def skips_of(found: Iterable[tuple[str, str, int, str]], users: Callable[[str], 
     out: list[Skip] = []
     seen: set[tuple[str, int, str]] = set()
     for function, filename, lineno, reason in found:
+        if function.startswith("torch_dynamo_resume_in_") or filename.startswith(_OWN_DIR) or filename == "<string>":
+            continue  # a break's resumed part (the break is shown), nbcompile's own code, generated code
         mine = users(filename)
-        if not mine and (filename.startswith(_TORCH_DIR) or reason.startswith(_SKIPFILES)
+        if not mine and (filename.startswith(_TORCH_DIR) or reason.startswith((_SKIPFILES, _NO_TENSOR))
                          or "-packages" not in filename):
-            continue
+            continue  # a library's frames with no tensor (printing, logging, I/O) are not what the user compiled
         key = (filename, lineno, function)
         if key in seen:
             continue
