@@ -785,11 +785,17 @@ class _ModuleAudit:
             self.before.append((module, watched, prints))
             self.budgets.append(budget)
         self.held = held
+        self.replay = replay
+        self.reals = replay._real_fingerprint()  # the user's own objects: a run on the copies never changes them
         self.imports = {name for name in replay.imports if name not in sys.modules}
         self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
 
     def settle(self) -> str:
         effects: list[str] = []
+        moved = self.replay.reals_moved(self.reals)
+        if moved is not None:  # through something the copies share with the user's objects (not a module's)
+            return (f"changed your {moved} in place although it ran on copies (something the copies hold "
+                    "reaches your objects: a second run would change it again)")
         for (module, watched, prints), budget in zip(self.before, self.budgets, strict=True):
             after = fingerprint.Walk(*budget)  # the same bounds: what was cut before is cut again
             space = vars(module)

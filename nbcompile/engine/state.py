@@ -395,11 +395,125 @@ def swapping() -> bool:
     return SWAPPED[0] > 0
 
 
+#: What ``copy.deepcopy`` hands back as it is although it can hold the real objects: a function's closure
+#: (``LRScheduler`` patches ``optimizer.step`` with a closure over a weak reference to the real
+#: optimizer), a method bound to a real object, a weak reference to one.
+_REHOMED = (types.FunctionType, types.MethodType, types.BuiltinMethodType, weakref.ref)
+_REHOME_DEPTH = 3
+
+
+def _rehomed(value: Any, memo: dict[int, Any], keep_alive: list[Any], depth: int = 0) -> Any:
+    """``value`` as the copies must hold it: a function whose closure reaches a copied object is made anew
+    with cells that hold the copies, a method bound to a copied object is bound to its copy, a weak
+    reference to a copied object refers to its copy; anything else is itself. The new object is kept in
+    ``memo`` (the same twin on each refresh: compiled code guards on its identity) and the real one in
+    ``keep_alive`` (no id in the memo is reused)."""
+    twin = memo.get(id(value), _ABSENT)
+    if twin is not _ABSENT:
+        return twin
+    if depth > _REHOME_DEPTH:
+        return value
+    made: Any = value
+    if isinstance(value, weakref.ref) and type(value) is weakref.ref:
+        target = value()
+        if target is not None and id(target) in memo and memo[id(target)] is not target:
+            made = weakref.ref(memo[id(target)])
+    elif isinstance(value, types.MethodType):
+        owner = value.__self__
+        mapped_owner = memo.get(id(owner), owner)
+        func = _rehomed(value.__func__, memo, keep_alive, depth + 1) \
+            if isinstance(value.__func__, types.FunctionType) else value.__func__
+        if mapped_owner is not owner or func is not value.__func__:
+            made = types.MethodType(func, mapped_owner)
+    elif isinstance(value, types.BuiltinMethodType):
+        owner = getattr(value, "__self__", None)
+        twin_owner = memo.get(id(owner), owner) if owner is not None and not isinstance(owner, types.ModuleType) \
+            else owner
+        if twin_owner is not owner:
+            bound = getattr(twin_owner, value.__name__, None)
+            if isinstance(bound, types.BuiltinMethodType):
+                made = bound
+    elif isinstance(value, types.FunctionType) and (value.__closure__ or value.__defaults__ or value.__kwdefaults__):
+        def twin_of(inner: Any) -> Any:
+            found = memo.get(id(inner), _ABSENT)
+            if found is _ABSENT:
+                found = _rehomed(inner, memo, keep_alive, depth + 1) if isinstance(inner, _REHOMED) else inner
+            return found
+
+        defaults = tuple(twin_of(d) for d in value.__defaults__) if value.__defaults__ else value.__defaults__
+        kwdefaults = {k: twin_of(d) for k, d in value.__kwdefaults__.items()} if value.__kwdefaults__ else \
+            value.__kwdefaults__
+        changed = any(a is not b for a, b in zip(defaults or (), value.__defaults__ or (), strict=False)) or any(
+            kwdefaults[k] is not d for k, d in (value.__kwdefaults__ or {}).items())
+        contents = []
+        for cell in value.__closure__ or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # an empty cell (a name assigned later in the enclosing function)
+                contents.append(cell)
+                continue
+            twin_inner = twin_of(inner)
+            changed = changed or twin_inner is not inner
+            contents.append(types.CellType(twin_inner))
+        if changed:
+            fresh = types.FunctionType(value.__code__, value.__globals__, value.__name__, defaults,
+                                       tuple(contents) if value.__closure__ else None)
+            fresh.__kwdefaults__ = kwdefaults
+            fresh.__dict__.update(value.__dict__)  # __wrapped__, _wrapped_by_lr_sched, ...
+            fresh.__qualname__, fresh.__module__ = value.__qualname__, value.__module__
+            fresh.__doc__ = value.__doc__
+            made = fresh
+    if made is not value:
+        memo[id(value)] = made
+        keep_alive.append(value)
+    return made
+
+
+def rehome_callables(values: Iterable[Any], memo: dict[int, Any], keep_alive: list[Any]) -> None:
+    """After a deep copy (``memo``: id(real) -> copy): every function, method or weak reference the copies
+    hold in an object's ``__dict__`` or a container that reaches a real object is swapped for its twin
+    (``_rehomed``), so a run on the copies cannot reach the user's objects through it (deepcopy hands
+    functions back as they are)."""
+    copied_ids = {id(c) for c in memo.values()}
+    seen: set[int] = set()
+    stack = [(v, 0) for v in values]
+    while stack:
+        value, depth = stack.pop()
+        if id(value) in seen or depth > 4 * _WALK_DEPTH or isinstance(value, (*_ATOMIC, torch.Tensor)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            space: Any = value
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, _REHOMED):
+                    value[i] = _rehomed(item, memo, keep_alive)
+                else:
+                    stack.append((item, depth + 1))
+            continue
+        elif isinstance(value, (tuple, set, frozenset, collections.deque)):
+            stack.extend((item, depth + 1) for item in value)
+            continue
+        else:
+            space = getattr(value, "__dict__", None)
+            if not isinstance(space, dict) or id(value) not in copied_ids:
+                continue  # only the copies' own objects are rehomed (a shared one is not ours to change)
+        for key, item in list(space.items()):
+            if isinstance(item, _REHOMED):
+                twin = _rehomed(item, memo, keep_alive)
+                if twin is not item:
+                    space[key] = twin
+            else:
+                stack.append((item, depth + 1))
+
+
 class Replay:
     """Copies of the state a run reaches, taken before it, to run a second time on."""
 
     #: The fingerprint of the copies right after ``capture`` (unset on a refused replay).
     _marks: list[Any]
+    #: The same of the user's objects the copies were made from (``reals_moved``).
+    _real_marks: list[Any]
 
     def __init__(self, slots: dict[str, Slot], reals: dict[str, Any], copies: dict[str, Any],
                  extra_copy: Any, refused: str | None, modules: Iterable[types.ModuleType] = (),
@@ -494,6 +608,7 @@ class Replay:
         replay = cls(slots, reals, copied[0], copied[1], None, modules, imports)
         replay._keep_alive = memo.pop(id(memo), [])  # what deepcopy kept alive: no id in the memo is reused
         replay.memo = memo
+        rehome_callables([*replay.copies.values(), replay.extra_copy], memo, replay._keep_alive)
         replay.shared = shared
         replay.labels = {k: label for k, (_, label) in found.items()}
         replay.optimizers = [(label, o, memo[id(o)]) for o, label in found.values()
@@ -508,6 +623,7 @@ class Replay:
                     c.grad = t.grad.detach().clone()  # Parameter's deepcopy drops .grad
                 replay.pairs.append((t, c, torch_compat.tensor_version(t), torch_compat.tensor_version(c)))
         replay._marks = replay._fingerprint()
+        replay._real_marks = replay._real_fingerprint()
         replay._contents = _containers([*replay.copies.values(), replay.extra_copy])
         return replay
 
@@ -553,6 +669,8 @@ class Replay:
         seen: set[int] = set()
 
         def mapped(value: Any) -> Any:
+            if isinstance(value, _REHOMED):  # a closure, method or weak reference: the copies' own, when it
+                return _rehomed(value, memo, self._keep_alive)  # reaches a real object (else itself)
             if isinstance(value, _DEEPCOPY_KEEPS):
                 return value  # deepcopy hands these back as they are
             twin = memo.get(id(value), _ABSENT)
@@ -648,8 +766,58 @@ class Replay:
                       for t, c, _, _ in self.pairs]
         self.outcomes = []
         self._marks = self._fingerprint()
+        self._real_marks = self._real_fingerprint()
         self._contents = _containers([*self.copies.values(), self.extra_copy])
         return None
+
+    def _real_fingerprint(self) -> list[Any]:
+        marks: list[Any] = []
+        for real, _, _, _ in self.pairs:
+            grad = real.grad
+            marks.append((torch_compat.tensor_version(real), id(grad),
+                          grad is not None and torch_compat.tensor_version(grad)))
+        marks.extend(len(real.state) for _, real, _ in self.optimizers)
+        return marks
+
+    def reals_moved(self, since: list[Any] | None = None) -> str | None:
+        """The first of the user's objects (by its label) that changed since the copies were made or
+        refreshed (or since ``since``, a ``_real_fingerprint``): a run on the copies reached it through
+        something the copies do not hold apart. None: none did (or nothing was recorded)."""
+        before = since if since is not None else getattr(self, "_real_marks", None)
+        if before is None:
+            return None
+        now = self._real_fingerprint()
+        for i, (a, b) in enumerate(zip(before, now, strict=False)):
+            if a != b:
+                if i < len(self.pairs):
+                    return self.labels.get(id(self.pairs[i][0]), "a tensor")
+                return self.optimizers[i - len(self.pairs)][0]
+        return None
+
+    def restore_reals(self, pristine: Replay) -> list[str]:
+        """Put the user's tensors that moved back to their values in ``pristine`` (a copy of the same state
+        made before the run and not run on since), in place; returns the labels it could not put back."""
+        lost: list[str] = []
+        before, now = getattr(self, "_real_marks", []), self._real_fingerprint()
+        with torch.no_grad():
+            for i, (real, _, _, _) in enumerate(self.pairs):
+                if i < len(before) and before[i] == now[i]:
+                    continue
+                twin = pristine.memo.get(id(real))
+                label = self.labels.get(id(real), "a tensor")
+                if not isinstance(twin, torch.Tensor) or twin is real or twin.shape != real.shape:
+                    lost.append(label)
+                    continue
+                real.copy_(twin)
+                real.grad = None if twin.grad is None else twin.grad.detach().clone()
+        for label, real, _ in self.optimizers:
+            twin = pristine.memo.get(id(real))
+            if isinstance(twin, torch.optim.Optimizer) and twin is not real:
+                try:
+                    real.load_state_dict(twin.state_dict())
+                except Exception:  # noqa: BLE001  a state the optimizer will not take back: say so
+                    lost.append(label)
+        return lost
 
     def _fingerprint(self) -> list[Any]:
         marks: list[Any] = []

@@ -143,6 +143,8 @@ class Workload:
         #: The copies toggles run --run on: made once, then refreshed in place before each run (``Replay.refresh``)
         #: so the compiled code of every configuration, which guards on their identities, stays valid.
         self.copies: Replay | None = None
+        #: Why runs on copies are refused until the user's next run of the cell (``refuse_copies``), or None.
+        self.copies_refused: str | None = None
         #: The copies were refreshed (or made) for a run that has not taken them yet.
         self._copies_ready = False
         #: ``%nbcompile stance``: the stance around the calls of the entries (a layer each, while not default).
@@ -291,6 +293,8 @@ class Workload:
         """The copies a toggle's run of ``code`` runs on: the kept ones refreshed in place to equal the user's
         objects now, or (when they cannot be) made anew, which starts a new generation. ``for_run=False``:
         only to know which (a change deciding what to compile): the next run takes them as they are."""
+        if self.copies_refused is not None:
+            return Replay({}, {}, {}, None, self.copies_refused)
         if for_run and self._copies_ready and self.copies is not None:
             self._copies_ready = False
             return self.copies
@@ -303,6 +307,15 @@ class Workload:
             self.generation += 1
         self._copies_ready = not for_run
         return self.copies
+
+    def refuse_copies(self, why: str) -> None:
+        """No run on copies until the user's next run (``allow_copies``): one reached the user's objects."""
+        self.copies_refused = why
+        self.copies = None
+        self.generation += 1
+
+    def allow_copies(self) -> None:
+        self.copies_refused = None
 
     def copies_still_valid(self) -> bool:
         """Whether compiled code run on the current toggle copies can be kept: it was compiled on them, or

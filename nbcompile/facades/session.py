@@ -45,6 +45,7 @@ from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objec
 from ..engine.custom_ops import export_code
 from ..engine.search import PROOFS_TAIL_S, FixSearch, Searcher, apply_best
 from ..engine.toggles import StaleError, Toggles
+from ..engine.state import Replay
 from ..engine.workload import Workload, code_of, code_span, unwrap
 from ..model.render import MIME_TYPE
 from ..model.report import Check, CompileError, LintWarning, PartCounts, Report, Rewrite
@@ -196,6 +197,7 @@ class Session:
         __tracebackhide__ = True  # noqa: F841  IPython leaves this frame out of the user's traceback
         if self.report.stage == "dynamo":  # the cell's first view came from a pass on copies: the run compiles anew
             self.recording.report = self._new_report()
+        self.workload.allow_copies()  # the user's run: runs on copies may try again
         with self._backend_stage():
             result = self._run_noted(on_copies=False)
         if torch_compat.CACHE_REGIONS:  # served again on copies when they hold nothing guarded by identity
@@ -253,6 +255,9 @@ class Session:
                             check_ops.no_outside_effects(compiler_may=True, watch=mine):
                         result = self.workload.evaluate(code)
             except check_ops.OutsideEffect as exc:
+                moved = mine.reals_moved() if mine is not None else None
+                if moved is not None and mine is not None:
+                    return self._reals_reached(moved, mine, replay, rng)
                 rng.restore()
                 cut = " (stopped before it: the report holds what was compiled until then)" if exc.outside else ""
                 self.report.check = Check(True, None, f"not compared: the re-run on copies {exc}{cut}, which a toggle "
@@ -267,6 +272,9 @@ class Session:
                     if mine.shared_written() is not None:
                         self.workload.unshare()
                 raise
+        moved = mine.reals_moved() if mine is not None else None
+        if moved is not None:  # the run on copies reached the user's objects: put back, said, not repeated
+            return self._reals_reached(moved, mine, replay, rng)
         if not view_only:
             self.report.result = result
         if watch is not None:
@@ -318,6 +326,22 @@ class Session:
             for skip in skips_of(skipped, state_ops.user_file):
                 if (skip.filename, skip.lineno, skip.function) not in known and len(report.skipped) < MAX_SKIPS:
                     report.skipped.append(skip)
+
+    def _reals_reached(self, moved: str, mine: Replay, pristine: Replay | None, rng: check_ops.RngState) -> None:
+        """A run on copies changed ``moved``, an object of the user's (through something the copies share with
+        it that nbcompile did not see): its values are put back from the reference copy when there is one,
+        the check says so, and no toggle re-runs --run until the user's next run of the cell."""
+        rng.restore()
+        lost = mine.restore_reals(pristine) if pristine is not None else [moved]
+        back = (f"nbcompile could not put back {', '.join(lost[:3])}" if lost else
+                "nbcompile put their values back")
+        self.workload.refuse_copies(f"a run on copies changed {moved}, an object of yours, through something the "
+                                    "copies share with it; run the cell to compare again")
+        self.report.check = Check(True, None, f"not compared: the re-run on copies changed your {moved} (something "
+                                  f"the copies hold reaches your objects); {back}, and toggles will not re-run "
+                                  "--run until you run the cell", compared=False, run="copies")
+        self.recording.notify()
+        return None
 
     def _shared_written(self, written: str) -> None:
         """A run on copies wrote a tensor shared with the user's objects (``Replay.shared``): say so in the
