@@ -61,7 +61,7 @@ lab: $(LAB_INSTALLED)
 
 # The JSON schema from the dataclasses, then the extension's TypeScript types from the schema.
 schema: $(PY)
-	$(PY) -c "from nbcompile.model.report import write_schema; write_schema()"
+	$(PY) -c "from nbcompile.model.schema import write_schema; write_schema()"
 	cd labextension && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && npm run --silent schema-types
 
 bench: venv

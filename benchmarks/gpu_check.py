@@ -21,7 +21,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 HERE = pathlib.Path(__file__).resolve().parent
-FILES = ["tests/test_big_state.py", "tests/test_search_speed.py", "tests/test_search_harm.py",
+FILES = ["tests/test_copy_budget_sharing.py", "tests/test_search_speed.py", "tests/test_search_harm.py",
          "tests/test_config_fixes.py", "tests/test_custom_op_autograd.py", "tests/test_inductor.py",
          "tests/test_rewrite_search.py", "tests/test_fix_search.py"]
 

@@ -1,7 +1,9 @@
-"""`%%compile` and `%nbcompile`: argument parsing, then hand-off to the session.
+"""`%%compile` and `%nbcompile`: argument parsing, then hand-off to the facades (the session, a
+loaded trace, the compile cache).
 
 Options are declared with IPython's ``magic_arguments``, so ``%%compile?``
-documents each one. One ``post_run_cell`` hook per shell redraws the sessions
+documents each one. ``%nbcompile`` dispatches from one table (``SUBCOMMANDS``),
+which also makes each subcommand's usage line. One ``post_run_cell`` hook per shell redraws the sessions
 whose reports changed during the cell; one ``pre_run_cell`` hook remembers the
 frontend's cell id, which identifies a cell across re-runs.
 """
@@ -9,30 +11,29 @@ frontend's cell id, which identifies a cell across re-runs.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .capture.hub import HUB
 from .core import dynconfig, torch_compat
 from .core.errors import NbcompileError, describe_failure
 from .core.names import is_torch_name
 from .core.options import MODES, CellOptions
-from .engine import cachefile
 from .engine.library import is_library_name
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
+from .facades import cache as compile_cache
 from .facades.session import Session, create_session, last, sessions
 from .facades.traces import load
 from .model.render import MIME_TYPE, set_effect
 from .views.env import widgets_supported
 from .views.status import status_table
-
-LINE_COMMANDS = ("status", "set", "report", "export", "bench", "panel", "reset", "fix", "load", "cache", "stance")
 
 
 def _names(values: list[str]) -> list[str]:
@@ -202,110 +203,113 @@ class NbcompileMagics(Magics):
 
     @line_magic("nbcompile")  # type: ignore[arg-type]  # IPython types only the bare @line_magic form
     def nbcompile_line(self, line: str) -> Any:
-        """`%nbcompile status [NAME]|set NAME MODE|report [NAME]|export [NAME]|bench [EXPR]|panel [NAME]|reset [NAME]|
-        fix [--budget S]|load PATH [--follow]|cache save|load|list PATH [--trust]|stance [NAME]`.
-
-        A subcommand acts on the live session that owns NAME (the latest if several; for ``bench``, the first
-        name EXPR calls), else on the latest session; ``--cell N`` chooses the session of cell ``In [N]``."""
         try:
             argv = shlex.split(line)
         except ValueError as exc:
             raise UsageError(f"%nbcompile: {exc}") from None
-        if not argv or argv[0] not in LINE_COMMANDS:
-            raise UsageError(
-                f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {', '.join(LINE_COMMANDS)}"
-            )
+        subcommand = SUBCOMMANDS.get(argv[0]) if argv else None
+        if subcommand is None:
+            valid = "; ".join(_synopsis(name) for name in SUBCOMMANDS)
+            raise UsageError(f"%nbcompile: unknown command {argv[0] if argv else ''!r}; valid: {valid}")
         command, args = argv[0], argv[1:]
-        if command == "load":
-            return _load(args)
-        if command == "cache":
-            return _cache(args)
-        cell, args = _cell_flag(command, args)
-        if command == "reset":
-            if cell is None and not args:
-                for session in sessions():
-                    session.reset()
-                return None
-            if len(args) > 1:
-                raise UsageError("%nbcompile reset: usage: %nbcompile reset [NAME] [--cell N]")
-            _session_for(command, args[0] if args else None, cell).reset()
-            return None
-        if command == "status":
-            if len(args) > 1:
-                raise UsageError("%nbcompile status: usage: %nbcompile status [NAME] [--cell N]")
-            session = _session_for(command, args[0] if args else None, cell)
-            table = status_table(session)
-            others = [s for s in sessions() if s is not session]
-            if others:  # several cells: say which one this is, and how to reach the others
-                numbers = ", ".join(str(_number(s)) for s in others if _number(s) is not None)
-                table.notes.append(f"cell {_number(session)}; other %%compile cells: {numbers} "
-                                   "(%nbcompile status --cell N)")
-            return table
-        if command == "report":
-            session = _session_for(command, args[0] if len(args) == 1 else None, cell)
-            if not args:
-                return session.report
-            valid = [*session.functions, *(e for e in session.entries if e not in session.functions)]
-            if len(args) != 1 or args[0] not in valid:
-                raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(valid)}")
-            return session.function_report(args[0]) if args[0] in session.functions else session.report
-        if command == "set":
-            if len(args) != 2:
-                raise UsageError("%nbcompile set: usage: %nbcompile set NAME MODE [--cell N] (modes: "
-                                 f"{', '.join(available_function_modes())}; torch callables: compile, "
-                                 "disallow_in_graph)")
-            session = _session_for(command, args[0], cell)
-            before = session.report
-            try:
-                session.set(args[0], args[1])
-            except NbcompileError as exc:
-                raise UsageError(f"%nbcompile set: {exc}") from None
-            print(set_effect(args[0], args[1], before, session.report))
-            if not widgets_supported():  # else the panel and the report shown by the cell are redrawn in place
-                _display(session)
-            return None
-        if command == "stance":
-            if len(args) > 1:
-                raise UsageError(f"%nbcompile stance: usage: %nbcompile stance [NAME] [--cell N] (stances: "
-                                 f"{', '.join(torch_compat.STANCES)})")
-            session = _session_for(command, None, cell)
-            try:
-                chosen = session.stance(args[0] if args else None)
-            except NbcompileError as exc:
-                raise UsageError(f"%nbcompile stance: {exc}") from None
-            entries = ", ".join(session.entries)
-            print(f"stance {chosen} around the calls of {entries}" + ("" if chosen == "default" else
-                  "; %nbcompile stance default gives them back"))
-            return None
-        if command == "bench":
-            expr = " ".join(args) or None
-            _bench(_session_for(command, _called_name(expr), cell, strict=False), expr)
-            return None
-        if command == "fix":
-            return _fix(_session_for(command, None, cell), args)
-        if command == "panel":
-            if len(args) > 1:
-                raise UsageError("%nbcompile panel: usage: %nbcompile panel [NAME] [--cell N]")
-            session = _session_for(command, args[0] if args else None, cell)
-            if session.stale:
-                raise UsageError(f"%nbcompile panel: {session.stale}")
-            if not widgets_supported():
-                print("%nbcompile panel: this frontend shows no widgets; here is the report")
-            _display(session, force_panel=True)
-            return None
-        if command == "export":
-            style, name = _export_args(args)
-            session = _session_for(command, name, cell)
-            try:
-                print(session.export(style=style), end="")
-            except NbcompileError as exc:
-                raise UsageError(f"%nbcompile export: {exc}") from None
-            return None
-        raise UsageError(f"%nbcompile {command}: not available in this version")
+        cell = None
+        if subcommand.cell:
+            cell, args = _cell_flag(command, args)
+        return subcommand.run(args, cell)
 
 
 # `%%compile?` shows the options: the docstring magic_arguments built for the parser.
 NbcompileMagics.compile_cell.__doc__ = _compile_signature.__doc__
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """One `%nbcompile` subcommand: what runs it and what its usage line shows."""
+
+    #: Called with the subcommand's arguments and the cell number ``--cell N`` chose (None: not given).
+    run: Callable[[list[str], int | None], Any]
+    #: Its arguments as the usage line shows them; alternative forms are separated by `` | ``.
+    args: str
+    #: Whether it acts on a session, which ``--cell N`` may choose (the flag is then taken out of its arguments).
+    cell: bool = True
+    #: What the usage line adds in parentheses (the valid values), read when it is shown.
+    note: Callable[[], str] | None = None
+
+
+def _synopsis(command: str) -> str:
+    """A subcommand's forms (``status [NAME] [--cell N]``), made from ``SUBCOMMANDS``."""
+    sub = SUBCOMMANDS[command]
+    cell = " [--cell N]" if sub.cell else ""
+    return " | ".join(f"{command} {form}{cell}" for form in sub.args.split(" | "))
+
+
+def _usage(command: str) -> str:
+    """A subcommand's usage line (``usage: %nbcompile set NAME MODE [--cell N] (modes: ...)``)."""
+    note = SUBCOMMANDS[command].note
+    forms = " | ".join(f"%nbcompile {form}" for form in _synopsis(command).split(" | "))
+    return f"usage: {forms}" + (f" ({note()})" if note is not None else "")
+
+
+def _status(args: list[str], cell: int | None) -> Any:
+    if len(args) > 1:
+        raise UsageError(f"%nbcompile status: {_usage('status')}")
+    session = _session_for("status", args[0] if args else None, cell)
+    table = status_table(session)
+    others = [s for s in sessions() if s is not session]
+    if others:  # several cells: say which one this is, and how to reach the others
+        numbers = ", ".join(str(_number(s)) for s in others if _number(s) is not None)
+        table.notes.append(f"cell {_number(session)}; other %%compile cells: {numbers} (%nbcompile status --cell N)")
+    return table
+
+
+def _set(args: list[str], cell: int | None) -> None:
+    if len(args) != 2:
+        raise UsageError(f"%nbcompile set: {_usage('set')}")
+    session = _session_for("set", args[0], cell)
+    before = session.report
+    try:
+        session.set(args[0], args[1])
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile set: {exc}") from None
+    print(set_effect(args[0], args[1], before, session.report))
+    if not widgets_supported():  # else the panel and the report shown by the cell are redrawn in place
+        _display(session)
+
+
+def _report(args: list[str], cell: int | None) -> Any:
+    session = _session_for("report", args[0] if len(args) == 1 else None, cell)
+    if not args:
+        return session.report
+    valid = [*session.functions, *(e for e in session.entries if e not in session.functions)]
+    if len(args) != 1 or args[0] not in valid:
+        raise UsageError(f"%nbcompile report: unknown function {' '.join(args)!r}; valid: {', '.join(valid)}")
+    return session.function_report(args[0]) if args[0] in session.functions else session.report
+
+
+def _export(args: list[str], cell: int | None) -> None:
+    """``[--style calls|decorators] [NAME]``: the snippet of the session that owns NAME."""
+    style, rest = "calls", list(args)
+    names: list[str] = []
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--style" and rest and rest[0] in STYLES:
+            style = rest.pop(0)
+        elif arg.startswith("--style=") and arg.split("=", 1)[1] in STYLES:
+            style = arg.split("=", 1)[1]
+        elif not arg.startswith("-") and not names:
+            names.append(arg)
+        else:
+            raise UsageError(f"%nbcompile export: bad arguments {' '.join(args)!r}; {_usage('export')}")
+    session = _session_for("export", names[0] if names else None, cell)
+    try:
+        print(session.export(style=style), end="")
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile export: {exc}") from None
+
+
+def _bench_line(args: list[str], cell: int | None) -> None:
+    expr = " ".join(args) or None
+    _bench(_session_for("bench", _called_name(expr), cell, strict=False), expr)
 
 
 def _bench(session: Session, expr: str | None) -> None:
@@ -318,73 +322,44 @@ def _bench(session: Session, expr: str | None) -> None:
     display(result)
 
 
-def _load(args: list[str]) -> Any:
-    """`%nbcompile load PATH [--follow]`: a TORCH_TRACE directory or log, one report per rank."""
-
-    usage = "usage: %nbcompile load PATH [--follow]"
-    follow = "--follow" in args
-    paths = [a for a in args if a != "--follow"]
-    if len(paths) != 1:
-        raise UsageError(f"%nbcompile load: {usage}")
-    try:
-        return load(paths[0], follow=follow)  # shown as its panel where widgets are (Traces._ipython_display_)
-    except NbcompileError as exc:
-        raise UsageError(f"%nbcompile load: {exc}") from None
+def _panel(args: list[str], cell: int | None) -> None:
+    if len(args) > 1:
+        raise UsageError(f"%nbcompile panel: {_usage('panel')}")
+    session = _session_for("panel", args[0] if args else None, cell)
+    if session.stale:
+        raise UsageError(f"%nbcompile panel: {session.stale}")
+    if not widgets_supported():
+        print("%nbcompile panel: this frontend shows no widgets; here is the report")
+    _display(session, force_panel=True)
 
 
-def _cache(args: list[str]) -> Any:
-    """`%nbcompile cache save PATH` / `load PATH [--trust]` / `list PATH [--trust]`: torch.compile's cache
-    artifacts with a manifest, for a warm start; a load lists what it writes before writing, and refuses
-    entries that would write outside torch's cache and files without a matching manifest (unless --trust)."""
-
-    usage = ("usage: %nbcompile cache save PATH | %nbcompile cache load PATH [--trust] | "
-             "%nbcompile cache list PATH [--trust] (list: what a load would write, writing nothing)")
-    trust = "--trust" in args
-    rest = [a for a in args if a != "--trust"]
-    if len(rest) != 2 or rest[0] not in ("save", "load", "list") or (trust and rest[0] == "save"):
-        raise UsageError(f"%nbcompile cache: {usage}")
-    command, path = rest
-    try:
-        if command == "save":
-            size, what = cachefile.save(path, HUB.keys.known())
-            print(f"saved {size / 1e6:.2f} MB of compile cache artifacts to {path} ({what}), with a manifest "
-                  "(sha256)")
-            return None
-        plan = cachefile.read(path, trust=trust)  # checks every entry; writes nothing
-        if plan.warning:
-            print(plan.warning)
-        print("\n".join(plan.lines()))
-        if command == "list":
-            print("nothing written (list); %nbcompile cache load PATH writes these")
-            return None
-        cachefile.apply(plan)
-        saved = plan.manifest.get("torch") if plan.manifest else None
-        HUB.keys.loaded(path, saved if isinstance(saved, str) else "",
-                        frozenset(e.key.rsplit("/", 1)[-1] for e in plan.written),
-                        cachefile.key_parts_of(plan.manifest))
-        print(f"loaded {plan.size / 1e6:.2f} MB of compile cache artifacts from {path} ({plan.what()}): the next "
-              "compiles of the same code start warm")
-    except NbcompileError as exc:
-        raise UsageError(f"%nbcompile cache: {exc}") from None
-    return None
+def _reset(args: list[str], cell: int | None) -> None:
+    if cell is None and not args:
+        for session in sessions():
+            session.reset()
+        return
+    if len(args) > 1:
+        raise UsageError(f"%nbcompile reset: {_usage('reset')}")
+    _session_for("reset", args[0] if args else None, cell).reset()
 
 
-def _fix(session: Session, args: list[str]) -> Any:
-    """`%nbcompile fix [--budget S]`: the search, with a progress line that moves as trials land (a
-    widget in a frontend with widgets); interrupt the kernel to stop it with the best so far."""
+def _fix(args: list[str], cell: int | None) -> Any:
+    """The search, with a progress line that moves as trials land (a widget in a frontend with widgets);
+    interrupt the kernel to stop it with the best so far."""
     from IPython.display import display
 
-    usage = "usage: %nbcompile fix [--budget SECONDS]"
+    session = _session_for("fix", None, cell)
     budget = 60.0
     if len(args) == 1 and args[0].startswith("--budget="):
         args = ["--budget", args[0].split("=", 1)[1]]
     if args:
         if len(args) != 2 or args[0] != "--budget":
-            raise UsageError(f"%nbcompile fix: {usage}")
+            raise UsageError(f"%nbcompile fix: {_usage('fix')}")
         try:
             budget = float(args[1])
         except ValueError:
-            raise UsageError(f"%nbcompile fix: --budget takes seconds (a number), not {args[1]!r}; {usage}") from None
+            raise UsageError(f"%nbcompile fix: --budget takes seconds (a number), not {args[1]!r}; "
+                             f"{_usage('fix')}") from None
     progress: Any = None
     if widgets_supported():
         import ipywidgets as widgets
@@ -406,22 +381,73 @@ def _fix(session: Session, args: list[str]) -> Any:
     return result
 
 
-def _export_args(args: list[str]) -> tuple[str, str | None]:
-    """``[--style calls|decorators] [NAME]``: the style and the name whose session is exported."""
-    usage = f"usage: %nbcompile export [--style {'|'.join(STYLES)}] [NAME] [--cell N]"
-    style, rest = "calls", list(args)
-    names: list[str] = []
-    while rest:
-        arg = rest.pop(0)
-        if arg == "--style" and rest and rest[0] in STYLES:
-            style = rest.pop(0)
-        elif arg.startswith("--style=") and arg.split("=", 1)[1] in STYLES:
-            style = arg.split("=", 1)[1]
-        elif not arg.startswith("-") and not names:
-            names.append(arg)
+def _load(args: list[str], cell: int | None) -> Any:
+    """A TORCH_TRACE directory or log, one report per rank."""
+    follow = "--follow" in args
+    paths = [a for a in args if a != "--follow"]
+    if len(paths) != 1:
+        raise UsageError(f"%nbcompile load: {_usage('load')}")
+    try:
+        return load(paths[0], follow=follow)  # shown as its panel where widgets are (Traces._ipython_display_)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile load: {exc}") from None
+
+
+def _cache(args: list[str], cell: int | None) -> None:
+    """torch.compile's cache artifacts with a manifest, for a warm start (``facades/cache.py``)."""
+    trust = "--trust" in args
+    rest = [a for a in args if a != "--trust"]
+    if len(rest) != 2 or rest[0] not in ("save", "load", "list") or (trust and rest[0] == "save"):
+        raise UsageError(f"%nbcompile cache: {_usage('cache')}")
+    action, path = rest
+    try:
+        if action == "save":
+            compile_cache.save(path)
+        elif action == "list":
+            compile_cache.show(path, trust=trust)
         else:
-            raise UsageError(f"%nbcompile export: bad arguments {' '.join(args)!r}; {usage}")
-    return style, names[0] if names else None
+            compile_cache.load(path, trust=trust)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile cache: {exc}") from None
+
+
+def _stance(args: list[str], cell: int | None) -> None:
+    if len(args) > 1:
+        raise UsageError(f"%nbcompile stance: {_usage('stance')}")
+    session = _session_for("stance", None, cell)
+    try:
+        chosen = session.stance(args[0] if args else None)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile stance: {exc}") from None
+    entries = ", ".join(session.entries)
+    print(f"stance {chosen} around the calls of {entries}" + ("" if chosen == "default" else
+          "; %nbcompile stance default gives them back"))
+
+
+#: Every `%nbcompile` subcommand, in the order the usage lists them: the one table the magic dispatches from.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "status": Subcommand(_status, "[NAME]"),
+    "set": Subcommand(_set, "NAME MODE", note=lambda: f"modes: {', '.join(available_function_modes())}; "
+                      "torch callables: compile, disallow_in_graph"),
+    "report": Subcommand(_report, "[NAME]"),
+    "export": Subcommand(_export, f"[--style {'|'.join(STYLES)}] [NAME]"),
+    "bench": Subcommand(_bench_line, "[EXPR]"),
+    "panel": Subcommand(_panel, "[NAME]"),
+    "reset": Subcommand(_reset, "[NAME]"),
+    "fix": Subcommand(_fix, "[--budget SECONDS]"),
+    "load": Subcommand(_load, "PATH [--follow]", cell=False),
+    "cache": Subcommand(_cache, "save PATH | load PATH [--trust] | list PATH [--trust]", cell=False,
+                        note=lambda: "list: what a load would write, writing nothing"),
+    "stance": Subcommand(_stance, "[NAME]", note=lambda: f"stances: {', '.join(torch_compat.STANCES)}"),
+}
+LINE_COMMANDS = tuple(SUBCOMMANDS)
+
+# `%nbcompile?` shows every subcommand, made from the table.
+_LINE_DOC = ("`%nbcompile SUBCOMMAND`:\n\n" + "\n".join(f"    %nbcompile {form}" for name in SUBCOMMANDS
+                                                   for form in _synopsis(name).split(" | "))
+             + "\n\nA subcommand acts on the live session that owns NAME (the latest if several; for ``bench``, the "
+             "first name EXPR calls), else on the latest session; ``--cell N`` chooses the session of cell ``In [N]``.")
+NbcompileMagics.nbcompile_line.__doc__ = _LINE_DOC  # type: ignore[assignment]  # IPython's decorator types it Never
 
 
 def _cell_flag(command: str, args: list[str]) -> tuple[int | None, list[str]]:

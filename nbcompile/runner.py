@@ -74,7 +74,24 @@ def failed_cells(nb: Any) -> list[dict[str, Any]]:
                 failed.append({"cell": index + 1, "execution_count": cell.get("execution_count"),
                                "error": f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"})
                 break
+            # IPython shows a magic's UsageError as text on stderr, with no error output: the cell failed too
+            usage = _usage_error(out)
+            if usage is not None:
+                failed.append({"cell": index + 1, "execution_count": cell.get("execution_count"), "error": usage})
+                break
     return failed
+
+
+def _usage_error(out: dict[str, Any]) -> str | None:
+    if out.get("output_type") != "stream" or out.get("name") != "stderr":
+        return None
+    text = out.get("text", "")
+    text = "".join(text) if isinstance(text, list) else text
+    return next((line.strip() for line in text.splitlines() if line.startswith(_USAGE_ERROR)), None)
+
+
+#: How IPython prints a magic's UsageError (``InteractiveShell.show_usage_error``).
+_USAGE_ERROR = "UsageError: "
 
 
 def summary(nb: Any) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import torch
 
 import nbcompile
 from nbcompile.engine import check as check_ops
-from nbcompile.engine.state import Replay, Slot
+from nbcompile.engine.replay import Replay
+from nbcompile.engine.state import Slot
 
 from nbhelpers import run_compile_cell
 

@@ -13,8 +13,9 @@ import torch._dynamo.utils as dynamo_utils
 
 import nbcompile
 from nbcompile.core import torch_compat
-from nbcompile.engine import workload as workload_ops
-from nbcompile.engine.state import Replay, Slot
+from nbcompile.engine import configs as configs_ops
+from nbcompile.engine.replay import Replay
+from nbcompile.engine.state import Slot
 
 pytestmark = pytest.mark.skipif(not torch_compat.CACHE_REGIONS, reason=torch_compat.MISSING.get("cache regions", ""))
 
@@ -171,17 +172,17 @@ def test_refresh_gives_the_copies_the_users_values_and_keeps_their_identity():
 
 
 def test_configurations_kept_are_bounded_and_freed_on_reset(ip, monkeypatch):
-    monkeypatch.setattr(workload_ops, "KEEP_CONFIGS", 1)
+    monkeypatch.setattr(configs_ops, "KEEP_CONFIGS", 1)
     ip.user_ns["x"] = torch.randn(8)
     session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
     w = session.workload
     session.set("helper", "disable")  # the cell's configuration forgotten: f's region of it is an orphan
-    assert w.kept_count == 1 and w._orphans == 1
+    assert w.kept_count == 1 and w.configs.orphans == 1
     session.set("g", "disable")  # g's region of the cell's configuration: two orphans, the bound for 2 entries
-    assert w.kept_count == 1 and w._orphans == 2
+    assert w.kept_count == 1 and w.configs.orphans == 2
     before = _compiled_frames()
     session.set("helper", "compile")  # no room: every configuration's code dropped, every entry compiled anew
-    assert w.kept_count == 1 and w._orphans == 0
+    assert w.kept_count == 1 and w.configs.orphans == 0
     assert _compiled_frames() > before and session.report.check.ok
     code = session.workload.tracked["f"].__code__
     assert torch_compat.cache_entries(code)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.engine import state
+from nbcompile.engine.frozen import Frozen, frozen_globals
 
 from nbhelpers import run_compile_cell
 
@@ -66,7 +66,7 @@ def modules(tmp_path: object) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _changed(frozen: state.Frozen) -> Iterator[None]:
+def _changed(frozen: Frozen) -> Iterator[None]:
     held = [(slot, slot.get()) for slot, _, _ in frozen]
     try:
         for slot, _, other in frozen:
@@ -83,7 +83,7 @@ def test_a_read_the_user_may_change_is_varied_or_not_judged(ip, modules, variant
     result = ip.run_cell(READS[variant])
     assert result.success, result.error_in_exec
     helper = ip.user_ns["helper"]
-    frozen = state.frozen_globals({"helper": helper})
+    frozen = frozen_globals({"helper": helper})
     x = torch.ones(1)
     before = helper(x).item()
     assert before == 2.0
@@ -98,14 +98,14 @@ def test_a_read_the_user_may_change_is_varied_or_not_judged(ip, modules, variant
 
 def test_library_state_is_named_when_not_judged(ip, modules):
     ip.run_cell(READS["environ"])
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert any(u.startswith("os.environ") for u in frozen.unjudged), frozen.unjudged
 
 
 def test_a_chain_varies_the_final_attribute_only(ip, modules):
     ip.run_cell("import nbfr_cfg, nbfr_pkg.config")
     ip.run_cell(READS["pkg_sub_attr"])
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert [slot.label for slot, _, _ in frozen] == ["nbfr_pkg.config.SCALE"] and not frozen.unjudged
 
 
@@ -131,7 +131,7 @@ def test_what_reads_nothing_the_user_changes_stays_judged(ip, variant):
     ip.run_cell("import torch")
     result = ip.run_cell(CONTROLS[variant])
     assert result.success, result.error_in_exec
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert frozen.unjudged == [] and list(frozen) == [], (frozen.unjudged, [s.label for s, _, _ in frozen])
 
 
@@ -181,7 +181,7 @@ def test_a_global_function_bound_by_assignment_is_not_judged(ip, variant):
     for cell in REBOUND[variant]:
         result = ip.run_cell(cell)
         assert result.success, result.error_in_exec
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert "ACT (a function the user may rebind)" in frozen.unjudged, (variant, frozen.unjudged)
 
 
@@ -203,7 +203,7 @@ def test_a_global_function_bound_by_def_or_import_stays_judged(ip, variant):
     ip.run_cell("import torch")
     result = ip.run_cell(BOUND_AS_CODE[variant])
     assert result.success, result.error_in_exec
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert frozen.unjudged == [] and list(frozen) == [], (frozen.unjudged, [s.label for s, _, _ in frozen])
 
 
@@ -211,7 +211,7 @@ def test_a_global_function_bound_by_def_or_import_stays_judged(ip, variant):
 def test_a_module_file_is_read_for_how_a_name_was_bound(make_module, binding):
     module = make_module(f"nbfr_act_{'import' if 'import' in binding else 'assign'}",
                          f"import torch\n{binding}\ndef helper(x):\n    return ACT(x) * 2\n")
-    frozen = state.frozen_globals({"helper": module.helper})
+    frozen = frozen_globals({"helper": module.helper})
     assert frozen.unjudged == ([] if "import" in binding else ["ACT (a function the user may rebind)"])
 
 
@@ -237,7 +237,7 @@ def test_a_closure_number_a_function_stores_to_is_varied(ip, variant):
     result = ip.run_cell(cell)
     assert result.success, result.error_in_exec
     helper = ip.user_ns["helper"]
-    frozen = state.frozen_globals({"helper": helper})
+    frozen = frozen_globals({"helper": helper})
     assert [slot.label for slot, _, _ in frozen] == ["scale (in helper's closure)"] and not frozen.unjudged
     x = torch.ones(1)
     with _changed(frozen):
@@ -249,7 +249,7 @@ def test_a_closure_number_a_function_stores_to_is_varied(ip, variant):
 
 def test_a_closure_number_nothing_stores_to_stays_judged(ip):
     ip.run_cell("def make(scale):\n    def helper(x):\n        return x * scale\n    return helper\nhelper = make(2.0)")
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_globals({"helper": ip.user_ns["helper"]})
     assert list(frozen) == [] and frozen.unjudged == []
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.engine import check, state
+from nbcompile.engine import check, usercode
 from nbcompile.views.entries import entry_counts, entry_part
 
 CELL = """
@@ -132,16 +132,16 @@ def test_user_modules_judges_a_module_again_when_another_object_takes_its_name(t
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("nbc_many_mod")
     try:
-        assert any(m is module for m in state.user_modules())
+        assert any(m is module for m in usercode.user_modules())
         made = types.ModuleType("nbc_many_mod")  # no file: made at run time, the user's too
         sys.modules["nbc_many_mod"] = made
-        found = state.user_modules()
+        found = usercode.user_modules()
         assert any(m is made for m in found) and not any(m is module for m in found)
         sys.modules["nbc_many_mod"] = torch  # an installed package's module under that name: not the user's
-        assert not any(m is torch for m in state.user_modules())
+        assert not any(m is torch for m in usercode.user_modules())
     finally:
         sys.modules.pop("nbc_many_mod", None)
-    assert not any(getattr(m, "__name__", "") == "nbc_many_mod" for m in state.user_modules())
+    assert not any(getattr(m, "__name__", "") == "nbc_many_mod" for m in usercode.user_modules())
 
 
 def test_imported_modules_reads_each_code_once_and_sees_modules_loaded_since(tmp_path, monkeypatch):
@@ -152,11 +152,11 @@ def test_imported_modules_reads_each_code_once_and_sees_modules_loaded_since(tmp
 
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "nbc_many_late.py").write_text("CALLS = 0\n")
-    assert state.imported_modules(uses.__code__) == []  # not loaded yet: nothing to watch
+    assert usercode.imported_modules(uses.__code__) == []  # not loaded yet: nothing to watch
     late = importlib.import_module("nbc_many_late")
     try:
-        assert state.imported_modules(uses.__code__) == [late]  # the names are kept, the modules looked up now
-        assert state.import_names(uses.__code__) == frozenset({"nbc_many_late"})
+        assert usercode.imported_modules(uses.__code__) == [late]  # the names are kept, the modules looked up now
+        assert usercode.import_names(uses.__code__) == frozenset({"nbc_many_late"})
     finally:
         sys.modules.pop("nbc_many_late", None)
 

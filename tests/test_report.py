@@ -9,7 +9,8 @@ import torch
 
 import nbcompile
 from nbcompile.model.render import to_html, to_text
-from nbcompile.model.report import MAX_ITEMS, MIME_TYPE, SCHEMA_PATH, Graph, Report, json_schema
+from nbcompile.model.report import MAX_ITEMS, MIME_TYPE, SCHEMA_PATH, Graph, Report
+from nbcompile.model.schema import json_schema
 
 
 def hostile(x):

@@ -86,7 +86,7 @@ def test_records_from_another_thread_pass_through_while_compiling(printed):
 
 
 def test_torch_log_is_bounded_with_a_count():
-    from nbcompile.capture.hub import MAX_TORCH_LOG, keep_torch_log  # new here: the other tests run on older code
+    from nbcompile.capture.torch_log import MAX_TORCH_LOG, keep_torch_log  # new here: the other tests run on older code
 
     report = Report()
     for i in range(MAX_TORCH_LOG + 7):

@@ -22,7 +22,8 @@ and that a rewrite only fires where it keeps eager behaviour for the values it t
 value that only feeds tensor math). ``apply`` puts rewrites into the cell text; ``rewritten_function`` builds
 the rewritten function object without running the cell or touching the user's namespace.
 
-Pure ``ast``: no torch import, nothing executed.
+Pure ``ast``: no torch import, nothing executed. How an expression reads to Dynamo is judged in
+``conditions.py``; the rewritten function's def is compiled by ``rewrite_build.py``.
 """
 
 from __future__ import annotations
@@ -35,32 +36,24 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..model.report import Rewrite, RewriteRule
+from .conditions import (
+    BOOL_TORCH,
+    MUTATORS,
+    PY_TESTS,
+    TENSOR_CALLS,
+    ToTensor,
+    call_name,
+    has_meta,
+    is_torch_call,
+    mentions,
+    python_level,
+    reads_only,
+    tensor_calls,
+)
+from .rewrite_build import closure_for, compile_def, find_def, needs_torch
 
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
-#: Tensor attributes and methods that read metadata (static or symbolic sizes), never values: a test made of
-#: them is decided at trace time, so Dynamo does not break on it.
-_META_ATTRS = frozenset({
-    "shape", "ndim", "dtype", "device", "training", "is_cuda", "requires_grad", "layout", "is_sparse",
-    "is_leaf", "is_meta", "is_quantized", "names",
-})
-_META_CALLS = frozenset({
-    "dim", "size", "numel", "ndimension", "nelement", "stride", "is_contiguous", "element_size",
-    "is_floating_point", "is_complex", "get_device", "storage_offset",
-})
-#: Builtins whose result is a plain Python value decided from types or lengths.
-_PY_TESTS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "len", "type", "getattr", "id"})
-#: Calls that give a tensor (a reduction, a predicate, elementwise math): a condition made of them is a
-#: tensor, which ``if`` turns into a data-dependent break.
-_TENSOR_CALLS = frozenset({
-    "any", "all", "sum", "mean", "max", "min", "amax", "amin", "norm", "abs", "std", "var", "prod",
-    "count_nonzero", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "eq", "ne", "gt", "lt", "ge", "le",
-    "logical_and", "logical_or", "logical_not", "logical_xor", "median", "nansum", "nanmean", "argmax",
-    "argmin", "square", "sqrt", "exp", "log", "detach", "clone", "float", "double", "dot", "trace",
-    "logsumexp", "cpu", "diff", "cumsum", "sign", "frac", "round", "floor", "ceil",
-})
-#: torch functions that answer a Python bool (not a tensor): ``torch._check`` takes them, ``_assert_async`` not.
-_BOOL_TORCH = frozenset({"allclose", "equal", "is_tensor", "is_floating_point", "is_complex", "is_nonzero"})
 #: Calls a 0-dim tensor cannot stand in for a Python number in (or that show it to the user).
 _PY_ONLY_CALLS = frozenset({
     "print", "range", "int", "float", "bool", "str", "repr", "len", "round", "format", "list", "tuple",
@@ -74,11 +67,6 @@ _PY_ONLY_METHODS = frozenset({
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.FloorDiv, ast.Mod, ast.MatMult)
 _LOGGING_CALLS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 _LOGGER_NAME = re.compile(r"^_?(logger|log|LOGGER|LOG|logging)$")
-#: Methods that change the object they are called on: a call of one is not a read.
-_MUTATORS = frozenset({
-    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "add",
-    "discard", "sort", "reverse", "step", "zero_grad", "backward",
-})
 _INVERSE: dict[type[ast.cmpop], str] = {
     ast.Eq: "!=", ast.NotEq: "==", ast.Lt: ">=", ast.LtE: ">", ast.Gt: "<=", ast.GtE: "<",
 }
@@ -142,7 +130,7 @@ def rewritten_function(fn: types.FunctionType, source: str, rewrites: Sequence[R
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"the cell does not parse ({exc.msg}, line {exc.lineno})") from exc
-    found = _find_def(tree, fn.__name__, code.co_firstlineno)
+    found = find_def(tree, fn.__name__, code.co_firstlineno)
     if found is None:
         raise ValueError(f"no def of {fn.__name__} at cell line {code.co_firstlineno} in the cell")
     node, _ = found
@@ -150,13 +138,13 @@ def rewritten_function(fn: types.FunctionType, source: str, rewrites: Sequence[R
     last = node.end_lineno or node.lineno
     inside = [r for r in rewrites if first <= r.cell_line and _last_line(r) <= last]
     new_tree = ast.parse(apply(source, inside))
-    new_found = _find_def(new_tree, fn.__name__, code.co_firstlineno)
+    new_found = find_def(new_tree, fn.__name__, code.co_firstlineno)
     if new_found is None:  # the def line itself was rewritten: nothing here proposes that
         raise ValueError(f"the rewrites move or remove the def of {fn.__name__}")
     new_node, classes = new_found
-    _needs_torch(new_node, fn)
-    new_code = _compile_def(new_node, classes, code.co_freevars, filename)
-    closure = _closure_for(fn, new_code)
+    needs_torch(new_node, fn)
+    new_code = compile_def(new_node, classes, code.co_freevars, filename)
+    closure = closure_for(fn, new_code)
     if sys.version_info >= (3, 11):  # the name tracebacks show, as the original's
         new_code = new_code.replace(co_qualname=code.co_qualname)
     result = types.FunctionType(new_code, fn.__globals__, fn.__name__, fn.__defaults__, closure)
@@ -314,135 +302,16 @@ def _trailing_comment(src: _Source, stmt: ast.stmt) -> str:
     return rest.rstrip() if rest.strip().startswith("#") else ""
 
 
-# -- conditions ------------------------------------------------------------------------------------------
-
-
-def _call_name(node: ast.Call) -> str:
-    func = node.func
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return func.id if isinstance(func, ast.Name) else ""
-
-
-def _is_torch_call(node: ast.Call) -> bool:
-    """``torch.x(...)``, ``torch.nn.functional.x(...)``, ``F.x(...)``."""
-    root: ast.expr = node.func
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    return isinstance(node.func, ast.Attribute) and isinstance(root, ast.Name) and root.id in ("torch", "F")
-
-
-def _python_level(test: ast.expr, top: bool = True) -> bool:
-    """True for a test that is obviously a Python value Dynamo decides while tracing (``x is None``,
-    ``isinstance``, ``hasattr``, ``in``, a flag, ``not flag``, comparisons of shapes, lengths, ``.dim()``,
-    ``.training``): ``torch.where`` cannot take it and Dynamo does not break on it anyway."""
-    if isinstance(test, ast.Constant):
-        return True
-    if isinstance(test, (ast.Name, ast.Attribute)) and top:
-        return True  # a bare flag: ``if training:``, ``if self.use_bias:``
-    if isinstance(test, ast.Attribute):
-        return test.attr in _META_ATTRS or _python_level(test.value, False)
-    if isinstance(test, ast.Subscript):
-        return _python_level(test.value, False)
-    if isinstance(test, ast.Call):
-        func = test.func
-        if isinstance(func, ast.Name):
-            return func.id in _PY_TESTS
-        if isinstance(func, ast.Attribute):
-            return func.attr in _META_CALLS or (_is_torch_call(test) and func.attr in _BOOL_TORCH)
-        return False
-    if isinstance(test, ast.UnaryOp):
-        if isinstance(test.op, ast.Not) and isinstance(test.operand, (ast.Name, ast.Attribute)):
-            return True
-        return _python_level(test.operand, top)
-    if isinstance(test, ast.BoolOp):
-        return any(_python_level(v, True) for v in test.values)
-    if isinstance(test, ast.BinOp):
-        return _python_level(test.left, False) and _python_level(test.right, False)
-    if isinstance(test, ast.Compare):
-        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
-            return True
-        operands = [test.left, *test.comparators]
-        if any(isinstance(o, ast.Constant) and isinstance(o.value, (str, bytes, type(None))) for o in operands):
-            return True
-        return all(_python_level(o, False) for o in operands)
-    return False
-
-
-def _tensor_calls(expr: ast.expr) -> bool:
-    """True when ``expr`` calls a tensor reduction or predicate (``x.isnan().any()``, ``torch.isinf(x)``)."""
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in _TENSOR_CALLS and node.func.attr not in _BOOL_TORCH:
-                return True
-    return False
-
-
-def _mentions(expr: ast.expr, attrs: Collection[str] = (), calls: Collection[str] = ()) -> bool:
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Attribute) and node.attr in attrs:
-            return True
-        if isinstance(node, ast.Call) and _call_name(node) in calls:
-            return True
-    return False
-
-
-def _has_meta(expr: ast.expr) -> bool:
-    return _mentions(expr, _META_ATTRS, {*_META_CALLS, "len"})
-
-
-class _ToTensor(ast.NodeTransformer):
-    """A condition as a tensor expression: ``.item()`` dropped, ``and``/``or``/``not`` as logical ops."""
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if (isinstance(node.func, ast.Attribute) and node.func.attr == "item" and not node.args
-                and not node.keywords):
-            return node.func.value
-        return node
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
-        self.generic_visit(node)
-        name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
-        result = node.values[0]
-        for value in node.values[1:]:
-            result = ast.Call(_torch_attr(name), [result, value], [])
-        return result
-
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.op, ast.Not):
-            return ast.Call(_torch_attr("logical_not"), [node.operand], [])
-        return node
-
-
-def _torch_attr(name: str) -> ast.Attribute:
-    return ast.Attribute(ast.Name("torch", ast.Load()), name, ast.Load())
+# -- conditions: tensor tests as text ------------------------------------------------------------------
 
 
 def _tensor_cond(src: _Source, test: ast.expr) -> str:
     """The text of ``test`` as a tensor condition (its own text when nothing needs changing)."""
-    if not any(isinstance(n, (ast.BoolOp, ast.UnaryOp)) or (isinstance(n, ast.Call) and _call_name(n) == "item")
+    if not any(isinstance(n, (ast.BoolOp, ast.UnaryOp)) or (isinstance(n, ast.Call) and call_name(n) == "item")
                for n in ast.walk(test)):
         return src.text(test)
     copy = ast.parse(ast.unparse(test), mode="eval").body
-    return ast.unparse(_ToTensor().visit(copy))
-
-
-def _reads_only(expr: ast.expr) -> bool:
-    """True when evaluating ``expr`` twice, or once more than before, changes nothing: no assignment
-    expression, no yield, no in-place method (``x.add_(1)``) or container mutation, no ``next``/``input``."""
-    for node in ast.walk(expr):
-        if isinstance(node, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
-            return False
-        if isinstance(node, ast.Call):
-            name = _call_name(node)
-            if (isinstance(node.func, ast.Attribute) and (name.endswith("_") and not name.startswith("_")
-                                                          or name in _MUTATORS)):
-                return False
-            if isinstance(node.func, ast.Name) and name in ("next", "input", "open", "exec", "eval", "setattr"):
-                return False
-    return False if isinstance(expr, ast.Starred) else True
+    return ast.unparse(ToTensor().visit(copy))
 
 
 # -- where -----------------------------------------------------------------------------------------------
@@ -456,7 +325,7 @@ def _where(site: _Site, src: _Source) -> _Edit | None:
     if picked is None:
         return None
     head, test, a, b, last = picked
-    if _python_level(test) or not all(_reads_only(e) for e in (test, a, b)):
+    if python_level(test) or not all(reads_only(e) for e in (test, a, b)):
         return None
     if not src.owns_lines(stmt, last):
         return None
@@ -540,17 +409,17 @@ def _check(site: _Site, src: _Source) -> _Edit | None:
     raise_ = stmt.body[0]
     assert raise_.exc is not None
     test, message = stmt.test, _raise_message(raise_.exc)
-    if not src.owns_lines(stmt, raise_) or not _reads_only(test) or _typed_test(test):
+    if not src.owns_lines(stmt, raise_) or not reads_only(test) or _typed_test(test):
         return None
     first, last = _span(stmt, raise_)
     indent, count = src.indent(stmt), last - first + 1
-    if _tensor_calls(test) or _mentions(test, calls={"item"}):
-        if _has_meta(test) or _mentions(test, calls=_BOOL_TORCH):
+    if tensor_calls(test) or mentions(test, calls={"item"}):
+        if has_meta(test) or mentions(test, calls=BOOL_TORCH):
             return None  # mixed Python and tensor parts: no single form takes both
         ok = _negated_tensor(src, test)
         args = [ok, repr(_plain_message(message, raise_.exc))]
         return _Edit(first, last, _call_lines(indent, "torch._assert_async", args, count))
-    if _has_meta(test) or _int_compare(test) or _mentions(test, calls=_BOOL_TORCH):
+    if has_meta(test) or _int_compare(test) or mentions(test, calls=BOOL_TORCH):
         args = [_negated(src, test)]
         if message is not None:
             args.append(f"lambda: {src.text(message)}")
@@ -562,9 +431,9 @@ def _check_assert(stmt: ast.Assert, src: _Source) -> _Edit | None:
     test, message = stmt.test, stmt.msg
     if isinstance(message, ast.Constant) and isinstance(message.value, str):
         return None  # Dynamo turns ``assert tensor_cond, "text"`` into an in-graph assert already
-    if not (_tensor_calls(test) or _mentions(test, calls={"item"})) or _has_meta(test) or _typed_test(test):
+    if not (tensor_calls(test) or mentions(test, calls={"item"})) or has_meta(test) or _typed_test(test):
         return None
-    if not src.owns_lines(stmt, stmt) or not _reads_only(test):
+    if not src.owns_lines(stmt, stmt) or not reads_only(test):
         return None
     args = [_tensor_cond(src, test)]
     if message is not None:
@@ -579,7 +448,7 @@ def _typed_test(test: ast.expr) -> bool:
         if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn))
                                                  for op in node.ops):
             return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _PY_TESTS - {"len"}:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PY_TESTS - {"len"}:
             return True
     return False
 
@@ -673,9 +542,9 @@ def _tensor_chain(expr: ast.expr) -> bool:
     """A call that gives a tensor: a tensor method (``x.sum()``, ``(a - b).abs().max()``) or ``torch.f(...)``."""
     if not isinstance(expr, ast.Call):
         return False
-    if _is_torch_call(expr):
-        return _call_name(expr) not in _BOOL_TORCH
-    return isinstance(expr.func, ast.Attribute) and expr.func.attr in _TENSOR_CALLS
+    if is_torch_call(expr):
+        return call_name(expr) not in BOOL_TORCH
+    return isinstance(expr.func, ast.Attribute) and expr.func.attr in TENSOR_CALLS
 
 
 def _scope_nodes(owner: _FunctionNode) -> Iterator[ast.AST]:
@@ -749,9 +618,9 @@ def _use(node: ast.Name, parents: dict[int, ast.AST], tainted: set[str]) -> bool
     if isinstance(parent, ast.keyword):
         child, parent = parent, parents.get(id(parent))
     if isinstance(parent, ast.Call) and child is not parent.func:
-        if _is_torch_call(parent):
+        if is_torch_call(parent):
             return True
-        return mixed and _call_name(parent) not in _PY_ONLY_CALLS | _PY_ONLY_METHODS
+        return mixed and call_name(parent) not in _PY_ONLY_CALLS | _PY_ONLY_METHODS
     if isinstance(parent, ast.Assign) and child is parent.value:
         if len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
             return True if mixed else parent.targets[0].id
@@ -850,7 +719,7 @@ def _deferrable(stmt: ast.stmt, later: list[ast.stmt]) -> bool:
     else:
         ok = False
     args = [*call.args, *(k.value for k in call.keywords)]
-    if not ok or not all(_reads_only(a) for a in args):
+    if not ok or not all(reads_only(a) for a in args):
         return False
     read = {n.id for a in args for n in ast.walk(a) if isinstance(n, ast.Name)}
     return not any(_changes(s, read) for s in later)
@@ -866,7 +735,7 @@ def _changes(stmt: ast.stmt, names: set[str]) -> bool:
             return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _root(node.func.value) in names:
             name = node.func.attr
-            if (name.endswith("_") and not name.startswith("_")) or name in _MUTATORS:
+            if (name.endswith("_") and not name.startswith("_")) or name in MUTATORS:
                 return True
         if isinstance(node, (ast.Global, ast.Nonlocal)) and names.intersection(node.names):
             return True
@@ -886,93 +755,6 @@ def _fresh_name(fn: _FunctionNode) -> str:
     while name in used:
         name, k = f"{_RESULT}{k}", k + 1
     return name
-
-
-# -- building the rewritten function ---------------------------------------------------------------------
-
-
-def _find_def(tree: ast.Module, name: str, firstlineno: int) -> tuple[_FunctionNode, list[str]] | None:
-    """The def of ``name`` whose first line (its first decorator's, if any) is ``firstlineno``, with the
-    names of the classes it sits in (outermost first)."""
-
-    def walk(body: list[ast.stmt], classes: list[str]) -> tuple[_FunctionNode, list[str]] | None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                starts = {node.lineno, *(d.lineno for d in node.decorator_list[:1])}
-                if node.name == name and firstlineno in starts:
-                    return node, classes
-                found = walk(node.body, [])
-            elif isinstance(node, ast.ClassDef):
-                found = walk(node.body, [*classes, node.name])
-            else:
-                found = None
-                for field in ("body", "orelse", "finalbody"):
-                    sub = getattr(node, field, None)
-                    if isinstance(sub, list) and found is None:
-                        found = walk([s for s in sub if isinstance(s, ast.stmt)], classes)
-            if found is not None:
-                return found
-        return None
-
-    return walk(tree.body, [])
-
-
-def _needs_torch(node: _FunctionNode, fn: types.FunctionType) -> None:
-    """Refuse a rewrite whose code reads ``torch`` where the cell's namespace has no ``torch``."""
-    reads = any(isinstance(n, ast.Name) and n.id == "torch" and isinstance(n.ctx, ast.Load) for n in ast.walk(node))
-    local = any(isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name).split(".")[0] == "torch"
-                                                                     for a in n.names) for n in ast.walk(node))
-    if reads and not local and "torch" not in fn.__globals__ and "torch" not in fn.__code__.co_freevars:
-        raise ValueError(f"the rewrite of {fn.__qualname__} calls torch, but the cell does not import torch "
-                         "(add `import torch` to the cell)")
-
-
-def _compile_def(node: _FunctionNode, classes: list[str], freevars: tuple[str, ...],
-                 filename: str) -> types.CodeType:
-    """Compile the def alone, at its own line numbers, and take its code object from the constants: inside
-    its class (so ``super()`` and private names work) and, for a closure, inside a function that holds the
-    free names as cells (so the code reads them from a closure, not from globals)."""
-    node.decorator_list = []
-    wrapped: ast.stmt = node
-    for name in reversed(classes):
-        wrapped = ast.copy_location(ast.ClassDef(name=name, bases=[], keywords=[], body=[wrapped],
-                                                 decorator_list=[]), node)
-    outer_vars = [v for v in freevars if v != "__class__"]
-    if outer_vars:
-        holders: list[ast.stmt] = [ast.copy_location(ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None)),
-                                                     node) for v in outer_vars]
-        wrapped = ast.copy_location(ast.FunctionDef(
-            name="__nbcompile_closure__", args=ast.arguments([], [], None, [], [], None, []),
-            body=[*holders, wrapped], decorator_list=[], returns=None), node)
-    module = ast.fix_missing_locations(ast.Module(body=[wrapped], type_ignores=[]))
-    compiled = compile(module, filename, "exec", dont_inherit=True)
-    found = _code_named(compiled, node.name, node.lineno)
-    if found is None:  # pragma: no cover - compile always makes the def's code object
-        raise ValueError(f"compiling the rewritten {node.name} gave no code object for it")
-    return found
-
-
-def _code_named(code: types.CodeType, name: str, lineno: int) -> types.CodeType | None:
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            if const.co_name == name and const.co_firstlineno == lineno:
-                return const
-            found = _code_named(const, name, lineno)
-            if found is not None:
-                return found
-    return None
-
-
-def _closure_for(fn: types.FunctionType, code: types.CodeType) -> tuple[types.CellType, ...] | None:
-    """The cells of ``fn`` the new code reads, in its order; a free name ``fn`` has no cell for is refused."""
-    if not code.co_freevars:
-        return None
-    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
-    missing = [v for v in code.co_freevars if v not in cells]
-    if missing:
-        raise ValueError(f"a closure: the rewritten {fn.__qualname__} reads {', '.join(missing)} from an enclosing "
-                         "function, which the original does not")
-    return tuple(cells[v] for v in code.co_freevars)
 
 
 __all__ = ["apply", "propose", "rewritten_function"]

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..capture.hub import BREAK_FRAMES
+from ..capture.compilation import BREAK_FRAMES
 from ..core.text import code_text, user_function
 from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 from .lint import lint_allow_in_graph
@@ -340,8 +340,9 @@ class Advisor:
                 fixes.append(Fix("", f"move `{code or 'the side effect'}` out of {holder} "
                                      f"({line}), after the compiled call"))
             else:
+                found = self.lint(holder)
                 allow = self._allow(holder, f"{holder} goes into the caller's graph whole, as one node Dynamo "
-                                            "does not trace into")
+                                            "does not trace into", found)
                 disable = self._toggle(holder, "disable",
                                        f"{holder} runs eagerly: its call becomes one break, in place of the breaks "
                                        "inside it")
@@ -350,7 +351,7 @@ class Advisor:
                 else:
                     # allow_in_graph second where it would read a value once that can change later (a dict
                     # its closure holds): a trial run cannot see that go wrong
-                    stale = any(w.startswith("captured-state") for w in allow.warnings)
+                    stale = any(w.rule == "captured-state" for w in found)
                     fixes.extend([disable, allow] if (data_dependent and allow.warnings) or stale else [allow, disable])
         elif holder is not None and holder in self.entries and side_effect:
             fixes.append(Fix("", f"move `{code}` out of {holder} ({line}), or into a helper you then disable"))
@@ -561,10 +562,11 @@ class Advisor:
                 return label, chain
         return "", []
 
-    def _allow(self, name: str, why: str) -> Fix | None:
-        """``allow_in_graph`` on ``name`` with its lint; None for a function that mutates its inputs or state:
-        under allow_in_graph such a function gives wrong results silently, so it is never offered."""
-        found = self.lint(name)
+    def _allow(self, name: str, why: str, found: list[LintWarning] | None = None) -> Fix | None:
+        """``allow_in_graph`` on ``name`` with its lint (``found``, when read already); None for a function that
+        mutates its inputs or state: under allow_in_graph such a function gives wrong results silently, so it
+        is never offered."""
+        found = self.lint(name) if found is None else found
         if any(w.rule == "mutation" for w in found):
             return None
         warnings = [f"{w.rule}: {w.variable} (line {w.cell_line or w.lineno})" for w in found]

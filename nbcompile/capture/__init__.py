@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from . import guards
-from .hub import HUB, Hub, Recording, RecordingBackend, cudagraph_fallback
+from .compilation import cudagraph_fallback
+from .hub import HUB, Hub, Recording, RecordingBackend
 
 __all__ = ["HUB", "Hub", "Recording", "RecordingBackend", "cudagraph_fallback", "guards"]

@@ -3,14 +3,14 @@
 A torch upgrade that moves one of these internals touches this file only. Each
 entry is probed once when nbcompile is imported; a missing one degrades the
 feature that needs it with a clear message (see ``MISSING``) instead of
-crashing somewhere deep inside a capture.
+crashing somewhere deep inside a capture. What needs no torch API is not
+here: the cache artifact format is read in ``cache_artifacts.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import inspect as _inspect
 import logging
 import os
@@ -22,6 +22,11 @@ from typing import Any
 
 import torch
 
+from . import cache_artifacts
+from .cache_artifacts import ARTIFACT_HEAD as ARTIFACT_HEAD
+from .cache_artifacts import CacheEntry as CacheEntry
+from .cache_artifacts import CacheLayout as CacheLayout
+from .cache_artifacts import TooManyEntries as TooManyEntries
 from .errors import NbcompileError
 
 _ABSENT = object()
@@ -560,12 +565,9 @@ def destroy_custom_op(op: Any) -> None:
 
 
 # --- torch.compile's cache artifacts (torch.compiler.save_cache_artifacts' format) ---------------
-# The policy (manifest, hash, which keys are safe, the listing) is nbcompile/engine/cachefile.py;
-# here is only what knows torch's private format and where torch writes each entry.
-
-#: One entry of a cache artifact file: (type, key, content), in file order.
-CacheEntry = tuple[str, str, bytes]
-
+# The policy (manifest, hash, which keys are safe, the listing) is nbcompile/engine/cachefile.py; the
+# bytes are read in core/cache_artifacts.py (pure Python); here is only what asks torch: its format
+# version, where it writes each entry, its own writer.
 
 def _cache_api() -> tuple[Callable[..., Any], Callable[..., Any]]:
     save = getattr(torch.compiler, "save_cache_artifacts", None)
@@ -594,78 +596,15 @@ def _artifact_version() -> int:
         return 1
 
 
-#: Bytes of a file's head that tell whether it can start torch's artifact format (a crc32, then the version).
-ARTIFACT_HEAD = 12
-
-
 def compile_cache_head_problem(head: bytes) -> str | None:
-    """Why a file whose first bytes are ``head`` cannot be torch's artifact format (too short, another
-    format version, not torch's at all), or None: read off its first ``ARTIFACT_HEAD`` bytes, nothing
-    decoded (the checksum covers the whole file: only ``decode_compile_cache`` checks it)."""
-    version = _artifact_version()
-    if len(head) < ARTIFACT_HEAD:
-        return f"{len(head)} bytes, too short for torch's artifact header"
-    found = int.from_bytes(head[4:ARTIFACT_HEAD], "big")
-    if found == version:
-        return None
-    if found < 1 << 16:
-        return f"torch's artifact format version {found}; this torch reads version {version}"
-    return "its first bytes are not torch's artifact header (damaged, or another kind of file)"
-
-
-class TooManyEntries(NbcompileError):
-    """An artifact file holds more entries than the caller's bound (its message says how many were read)."""
+    """Why a file whose first bytes are ``head`` cannot be this torch's artifact format, or None
+    (``cache_artifacts.head_problem``)."""
+    return cache_artifacts.head_problem(head, _artifact_version())
 
 
 def decode_compile_cache(data: bytes, max_entries: int | None = None) -> list[CacheEntry]:
-    """The entries of torch's artifact bytes, read without applying anything (torch's own reader trusts
-    lengths and writes as it reads). Raises NbcompileError saying how the bytes are damaged, and
-    ``TooManyEntries`` as soon as an entry past ``max_entries`` starts (None: no bound)."""
-    import base64
-    import binascii
-    import zlib
-
-    version = _artifact_version()
-    if len(data) < 12:
-        raise NbcompileError(f"{len(data)} bytes, too short for torch's artifact header")
-    if zlib.crc32(memoryview(data)[4:]).to_bytes(4, "big") != data[:4]:
-        raise NbcompileError("its checksum does not match its contents (damaged, or not torch's artifact format)")
-    pos = 4
-
-    def uint() -> int:
-        nonlocal pos
-        if pos + 8 > len(data):
-            raise NbcompileError(f"it ends inside a length at byte {pos}")
-        pos += 8
-        return int.from_bytes(data[pos - 8:pos], "big")
-
-    def raw() -> bytes:
-        nonlocal pos
-        size = uint()
-        if size > len(data) - pos:
-            raise NbcompileError(f"it ends inside a field of {size} bytes at byte {pos}")
-        pos += size
-        return data[pos - size:pos]
-
-    def text() -> str:
-        try:
-            return base64.b64decode(raw(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise NbcompileError(f"a name before byte {pos} is not base64 UTF-8 text") from None
-
-    found = uint()
-    if found != version:
-        raise NbcompileError(f"torch's artifact format version {found}; this torch reads version {version}")
-    entries: list[CacheEntry] = []
-    while pos < len(data):
-        kind = text()
-        for _ in range(uint()):
-            if max_entries is not None and len(entries) >= max_entries:
-                raise TooManyEntries(f"it holds more than {max_entries:,} entries (read up to byte {pos:,} of "
-                                     f"{len(data):,})")
-            key = text()
-            entries.append((kind, key, raw()))
-    return entries
+    """The entries of this torch's artifact bytes, read without applying anything (``cache_artifacts.decode``)."""
+    return cache_artifacts.decode(data, _artifact_version(), max_entries)
 
 
 def compile_cache_dir() -> str:
@@ -677,60 +616,13 @@ def compile_cache_dir() -> str:
     return str(cache_dir())
 
 
-@dataclasses.dataclass(frozen=True)
-class CacheLayout:
-    """Where torch writes the entries of one type: ``root``, the directory it writes under, and
-    ``place(key)``, the path it writes for a key (a file, or the directory whose file it adds; None when
-    torch writes nothing for it here: local PGO off)."""
-
-    root: str
-    place: Callable[[str], str | None]
-
-
-#: Keys torch's path functions are checked against once per type: a plain one, and one whose ``key[1:3]``
-#: is an absolute part (so the join nbcompile repeats is proved to be torch's, absolute parts included).
-_LAYOUT_PROBES = ("fprobekey0123", "x/t-probe")
-
-
 def compile_cache_layout(kind: str) -> CacheLayout:
     """Where torch writes entries of type ``kind``, asked of torch's own path functions once (not once per
     key: a file of 100,000 entries is judged in a blink). Where torch's function for a type is the plain
-    join nbcompile knows (checked on ``_LAYOUT_PROBES``), ``place`` repeats that join; else it asks torch
-    for each key. Raises NbcompileError ("not judged, because ...") for a type nbcompile does not know."""
-    with _cache_dir_env_kept():
+    join nbcompile knows (checked on ``cache_artifacts.LAYOUT_PROBES``), ``place`` repeats that join; else
+    it asks torch for each key. Raises NbcompileError ("not judged, because ...") for a type nbcompile does not know."""
+    with cache_artifacts.cache_dir_env_kept():
         return _compile_cache_layout(kind)
-
-
-def _cache_dir_env_kept() -> Any:
-    """torch's ``cache_dir()`` sets ``TORCHINDUCTOR_CACHE_DIR`` when it is unset: put it back as it was."""
-    import contextlib
-    import os
-
-    @contextlib.contextmanager
-    def kept() -> Iterator[None]:
-        before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    return kept()
-
-
-def _asked(where: Callable[[str], str | None]) -> Callable[[str], str | None]:
-    """``where`` asked for each key, torch's cache directory variable left as it was."""
-    def place(key: str) -> str | None:
-        with _cache_dir_env_kept():
-            path = where(key)
-        return None if path is None else str(path)
-    return place
-
-
-def _joined(torch_place: Callable[[str], Any], join: Callable[[str], str]) -> Callable[[str], str | None]:
-    """``join`` when it gives what torch's ``torch_place`` gives on every probe key, else torch's, per key."""
-    if all(str(torch_place(probe)) == join(probe) for probe in _LAYOUT_PROBES):
-        return join
-    return _asked(torch_place)
 
 
 def _compile_cache_layout(kind: str) -> CacheLayout:
@@ -741,19 +633,19 @@ def _compile_cache_layout(kind: str) -> CacheLayout:
         if kind == "inductor":
             from torch._inductor.codecache import FxGraphCache
             fx_base = str(FxGraphCache._get_tmp_dir())
-            return CacheLayout(root, _joined(FxGraphCache._get_tmp_dir_for_key,
+            return CacheLayout(root, cache_artifacts.joined(FxGraphCache._get_tmp_dir_for_key,
                                              lambda key: os.path.join(fx_base, key[1:3], key)))
         if kind == "aot_autograd":
             from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
             aot_base = str(AOTAutogradCache._get_tmp_dir())
-            return CacheLayout(root, _joined(AOTAutogradCache._get_tmp_dir_for_key,
+            return CacheLayout(root, cache_artifacts.joined(AOTAutogradCache._get_tmp_dir_for_key,
                                              lambda key: os.path.join(aot_base, key)))
         if kind == "autotune":  # torch writes os.path.join(cache_dir(), key): an absolute key goes anywhere
             return CacheLayout(root, lambda key: os.path.join(root, key))
         if kind == "pgo":
             from torch._dynamo import pgo
             rewrite, path_of = pgo.PGOCacheArtifact._rewrite_cache_key_for_mega_cache, pgo.code_state_path
-            return CacheLayout(root, _asked(lambda key: path_of(rewrite(key))))
+            return CacheLayout(root, cache_artifacts.asked(lambda key: path_of(rewrite(key))))
         if kind == "precompile":
             from torch._dynamo.package import DynamoCache
             prefix = DynamoCache.path_prefix()
@@ -780,7 +672,7 @@ def write_compile_cache_entries(entries: list[CacheEntry]) -> int:
     patch = (inductor_config.patch(bundle_triton_into_fx_graph_cache=False)
              if hasattr(inductor_config, "bundle_triton_into_fx_graph_cache") else _nothing())
     written = 0
-    with patch, _cache_dir_env_kept():
+    with patch, cache_artifacts.cache_dir_env_kept():
         for index, (kind, key, content) in enumerate(entries, 1):
             try:
                 CacheArtifactFactory.create(kind, key, content).populate_cache()

@@ -27,7 +27,9 @@ insists on its dtype), the dtype tolerances judge alone (``rule="tolerance"``)
 and the message says why. Trials and the session judge with ``judge``.
 
 The user's objects see one run, the compiled one; what the eager run printed
-is not shown.
+is not shown, and what it may not do (write files, reach what no copy holds) is
+stopped or named by the run audit (``audit``). A ``Check`` says what it found as
+data (``kind``, ``rule``: ``model.status``); its ``message`` only shows it.
 """
 
 from __future__ import annotations
@@ -35,15 +37,10 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
-import inspect
 import io
 import math
-import os
 import random
-import sys
-import threading
-import types
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -51,8 +48,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..core import torch_compat
 from ..model.report import Check
-from . import fingerprint
-from .state import Replay, user_modules
+from ..model.status import CheckKind, CheckRule
+from .audit import OutsideEffect as OutsideEffect
+from .audit import no_outside_effects as no_outside_effects
+from .replay import Replay
 
 #: (rtol, atol) by dtype: assert_close's documented defaults. Integers, bools: exact.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -535,12 +534,13 @@ def judge(
             expected = run_eager(extra)
     except OutsideEffect as exc:
         rng_after.restore()
-        where = " outside Python" if exc.outside else ""
-        return Check(True, None, f"{_EFFECT_PREFIX}{exc}{where}, which the check will not do a second time",
-                     compared=False)
+        effect = f"the run {exc}{' outside Python' if exc.outside else ''}"
+        return _found(Check(True, None, f"not compared: {effect}, which the check will not do a second time",
+                            compared=False), CheckKind.OUTSIDE_EFFECT, effect)
     except Exception as exc:
         rng_after.restore()
-        return Check(False, None, f"the eager reference run raised {type(exc).__name__}: {one_line(str(exc))}")
+        return _found(Check(False, None, f"the eager reference run raised {type(exc).__name__}: "
+                            f"{one_line(str(exc))}"), CheckKind.EAGER_RAISED)
     reference, why = _reference(wide, run_eager, rng_before, bind)
     rng_after.restore()
     if compiled is None:
@@ -578,6 +578,12 @@ def judge(
         compare(mine, eager_left[label], f"{label} (after the run)", comparison,
                 reference=wide_left.get(label, _NOREF))
     return verdict(comparison, random_ops, backend)
+
+
+def _found(check: Check, kind: CheckKind, effect: str = "") -> Check:
+    """``check``, saying what it found beyond ``ok`` and ``compared`` (``Check.kind``)."""
+    check.found, check.effect = kind, effect
+    return check
 
 
 def _changed(compiled: Replay | None, eager_copy: Replay) -> list[tuple[str, torch.Tensor, torch.Tensor, Any]]:
@@ -623,7 +629,7 @@ def _reference(wide: Replay, run_eager: Callable[[Any], Any], rng_before: RngSta
                bind: dict[Any, Any] | None) -> tuple[Any, str]:
     """The eager run on the float64 copy ``wide``: (its value, "") or (nothing, why it could not run)."""
     if wide.refused is not None:
-        return _NOREF, wide.refused.removeprefix("not compared: ")
+        return _NOREF, wide.refusal or wide.refused
     rng_before.restore()
     try:
         with quiet(), torch_compat.force_eager(), wide.swapped(bind) as extra, \
@@ -655,203 +661,22 @@ def quiet() -> Any:
         logging.disable(before)
 
 
-_EFFECT_PREFIX = "not compared: the run "
-
-
 def effect_seen(check: Check | None) -> str | None:
     """What the session's check saw the run do outside its copies ("the run changes m.stats in place ..."),
     or None: once seen, a trial would only do it again."""
-    if check is None or check.compared or not check.message.startswith(_EFFECT_PREFIX) \
-            or ", which the check will not do a second time" not in check.message:  # not a state over the budget
+    if check is None or check.kind != CheckKind.OUTSIDE_EFFECT:  # not compared for another reason (over the budget)
         return None
-    return check.message.removeprefix("not compared: ").split(", which the check", 1)[0]
-
-
-class OutsideEffect(Exception):
-    """The run tried to change something outside the process's Python objects (``outside``), or a
-    module attribute that none of its copies holds."""
-
-    def __init__(self, what: str, *, outside: bool = True) -> None:
-        super().__init__(what)
-        self.outside = outside
-
-
-_GUARD = threading.local()
-_HOOKED = False
-#: Audit events that reach outside Python objects (files, processes, the network).
-_OUTSIDE = {"os.remove": "removes a file", "os.rename": "renames a file", "os.rmdir": "removes a directory",
-            "os.mkdir": "makes a directory", "os.system": "runs a shell command",
-            "subprocess.Popen": "starts a process",
-            "socket.connect": "opens a connection", "socket.sendto": "sends over the network",
-            "shutil.rmtree": "removes a directory", "os.truncate": "truncates a file"}
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if not getattr(_GUARD, "on", False):
-        return
-    what = None
-    if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
-        what = f"writes to a file ({args[0]!s:.60})"
-    elif (event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None
-          and args[2] & (os.O_WRONLY | os.O_RDWR)):
-        what = f"writes to a file ({args[0]!s:.60})"
-    elif event in _OUTSIDE:
-        what = _OUTSIDE[event]
-    if what is None or (getattr(_GUARD, "compiler_may", False) and _compiling()):
-        return
-    _GUARD.on = False
-    raise OutsideEffect(what)
-
-
-def _saving(path: str) -> None:
-    """``torch.save`` to ``path``: stopped like any other write to a file."""
-    _audit("open", (path, "wb"))
-
-
-def _compiling() -> bool:
-    """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
-    not from the user's code running."""
-    here = inspect.currentframe()
-    frame: types.FrameType | None = here.f_back.f_back if here is not None and here.f_back is not None else None
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.endswith(_CONVERT_FRAME) or (name.startswith(_TORCH_DIR) and _INDUCTOR_DIR in name):
-            return True
-        frame = frame.f_back
-    return False
-
-
-_CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
-#: Inductor compiles a training graph's backward at the first backward call, outside any frame conversion:
-#: its code cache, its build directories and its compile workers are the compiler's too.
-_TORCH_DIR = os.path.dirname(inspect.getfile(torch))
-_INDUCTOR_DIR = os.sep + "_inductor" + os.sep
-
-
-@contextlib.contextmanager
-def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) -> Any:
-    """The eager run may not write files, start processes or use the network: an audit hook stops the
-    first attempt (before it happens), and the check says it could not compare. ``compiler_may``: a
-    compiled run, in which torch.compile itself may write its caches while it compiles.
-
-    ``watch``: the copies the run was given. The attributes of the user's modules it reaches (a global,
-    an import inside a function) are watched too: an attribute the run rebinds that no copy holds is
-    put back, a container no copy holds that it changes in place is named, a user module it imports
-    for the first time is named, and ``OutsideEffect`` says so when the run ends."""
-    global _HOOKED
-    if not _HOOKED:
-        sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
-        _HOOKED = True
-    modules = _ModuleAudit(watch) if watch is not None and watch.refused is None else None
-    _GUARD.on, _GUARD.compiler_may = True, compiler_may
-    failed = False
-    try:
-        with torch_compat.torch_saves_reported(_saving):  # torch's C++ writer raises no `open` audit event
-            yield
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        _GUARD.on, _GUARD.compiler_may = False, False
-        if modules is not None:
-            effect = modules.settle()
-            if effect and not failed:
-                raise OutsideEffect(effect, outside=False)
-
-
-class _ModuleAudit:
-    """The attributes of the user's modules a run can reach, before it: what it changes that is not one
-    of its copies is put back (a rebinding) or named (a change in place anywhere below it, by a deep
-    ``fingerprint``; a first import). A module whose state is too large to fingerprint whole is named
-    too: the audit does not vouch for what it cannot see."""
-
-    def __init__(self, replay: Replay) -> None:
-        held = {(id(slot.owner), slot.key) for slot in replay.slots.values()}
-        self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Hashable]]] = []
-        spaces = [slot.owner for slot in replay.slots.values() if isinstance(slot.owner, dict)]
-        named = list(replay.modules)  # and every other user module: importlib, sys.modules, __import__
-        others = [m for m in user_modules(exclude=spaces) if not any(m is r for r in named)]
-        self.unseen: list[str] = []
-        self.budgets: list[tuple[int, int]] = []
-        for module in named + others:
-            space = vars(module)
-            watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
-            budget = ((fingerprint.MAX_NODES, fingerprint.MAX_BUFFER_BYTES) if any(module is m for m in named)
-                      else (fingerprint.OTHER_NODES, fingerprint.OTHER_BUFFER_BYTES))
-            walk = fingerprint.Walk(*budget)
-            prints = {k: walk.of(v, module.__name__) for k, v in watched.items()}
-            if not walk.complete and budget[0] == fingerprint.MAX_NODES:  # a module the run names: not vouched for
-                self.unseen.append(module.__name__)
-            self.before.append((module, watched, prints))
-            self.budgets.append(budget)
-        self.held = held
-        self.replay = replay
-        self.reals = replay._real_fingerprint()  # the user's own objects: a run on the copies never changes them
-        self.imports = {name for name in replay.imports if name not in sys.modules}
-        self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
-
-    def settle(self) -> str:
-        effects: list[str] = []
-        moved = self.replay.reals_moved(self.reals)
-        if moved is not None:  # through something the copies share with the user's objects (not a module's)
-            return (f"changed your {moved} in place although it ran on copies (something the copies hold "
-                    "reaches your objects: a second run would change it again)")
-        for (module, watched, prints), budget in zip(self.before, self.budgets, strict=True):
-            after = fingerprint.Walk(*budget)  # the same bounds: what was cut before is cut again
-            space = vars(module)
-            for key in [k for k in space if not k.startswith("__") and k not in watched
-                        and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:
-                del space[key]
-                effects.append(f"sets {module.__name__}.{key}")
-            for key, value in watched.items():
-                now = space.get(key, _GONE)
-                if now is not value and callable(value) and callable(now):
-                    continue  # a function rebound to a wrapper: nbcompile's own toggles (given back by them)
-                if now is not value:
-                    space[key] = value
-                    effects.append(f"sets {module.__name__}.{key}")
-                elif after.of(value, module.__name__) != prints[key]:
-                    effects.append(f"changes {module.__name__}.{key} in place")
-        now_env = dict(os.environ)
-        for key in sorted(set(now_env) | set(self.environ), key=str):
-            if now_env.get(key) != self.environ.get(key):
-                if key in self.environ:
-                    os.environ[key] = self.environ[key]
-                else:
-                    del os.environ[key]
-                effects.append(f"sets os.environ[{key!r:.60}]")
-        for name in sorted(self.imports):
-            imported = sys.modules.get(name)
-            if imported is not None and _user_file(imported):
-                effects.append(f"imports {name} for the first time (its code ran)")
-        if self.unseen and not effects:
-            names = ", ".join(self.unseen[:2]) + (f" and {len(self.unseen) - 2} more" if len(self.unseen) > 2 else "")
-            holds = "holds" if len(self.unseen) == 1 else "hold"
-            return (f"may change {names}, which {holds} more state than nbcompile watches (over "
-                    f"{fingerprint.MAX_NODES:,} objects or {fingerprint.MAX_BUFFER_BYTES // 2**20} MB of arrays; "
-                    "no copy of it was made)")
-        if not effects:
-            return ""
-        more = f" and {len(effects) - 2} more" if len(effects) > 2 else ""
-        return ", ".join(effects[:2]) + more + " (no copy of it was made; what it rebound was put back)"
-
-
-_GONE = object()
-
-
-def _user_file(module: types.ModuleType) -> bool:
-    path = str(getattr(module, "__file__", "") or "")
-    return bool(path) and not path.startswith(tuple({sys.prefix, sys.base_prefix, sys.exec_prefix}))
+    return check.effect
 
 
 def verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:
     diff = comparison.max_abs_diff
     diff_text = f"max abs diff {diff:.3g}" if diff is not None else "no floating-point values"
-    rule = "tolerance" if comparison.fp64_reason else "fp64"
+    rule = CheckRule.TOLERANCE if comparison.fp64_reason else CheckRule.FP64
     worst = max(comparison.errors, key=lambda e: e[1] / e[3] if e[3] > 0 else math.inf, default=None)
-    compiled_error = worst[1] if worst is not None and rule == "fp64" else None
-    eager_error = worst[2] if worst is not None and rule == "fp64" else None
-    if rule == "fp64":
+    compiled_error = worst[1] if worst is not None and rule is CheckRule.FP64 else None
+    eager_error = worst[2] if worst is not None and rule is CheckRule.FP64 else None
+    if rule is CheckRule.FP64:
         figures = ""
         if worst is not None:
             ratio = f"{worst[1] / worst[2]:.3g}" if worst[2] > 0 else ("1" if worst[1] == 0 else "inf")

@@ -22,7 +22,8 @@ from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import copy_function, is_torch_name, torch_name
 from ..core.options import CompileOptions
-from .state import Replay, reach
+from .replay import Replay
+from .state import reach
 from .toggles import Binding, Toggles
 
 

@@ -18,7 +18,7 @@ import torch
 from ..core import torch_compat
 from ..core.errors import NbcompileError, RecompileRefused
 from ..model.report import GuardChange
-from . import state
+from .replay import swapping
 
 #: torch's error names the refused frame: "filename: '<ipython-input-3-..>', function name: 'f', line number: 3".
 _WHERE = re.compile(r"filename: '(?P<file>[^']*)', function name: '(?P<fn>[^']*)', line number: (?P<line>\d+)")
@@ -97,7 +97,7 @@ class Stances:
         @functools.wraps(fn)
         def under_stance(*args: Any, **kwargs: Any) -> Any:
             name = stances.name
-            if name == "default" or state.swapping() or torch_compat.current_stance() != "default" or \
+            if name == "default" or swapping() or torch_compat.current_stance() != "default" or \
                     threading.current_thread() is not threading.main_thread():
                 # nbcompile's own runs; a stance the caller set around the call; another thread (torch's stance
                 # is process-wide: two threads setting and restoring it could leave it set for everyone)

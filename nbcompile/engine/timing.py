@@ -34,7 +34,7 @@ from ..model.plots import bench_figure
 from ..model.report import Report
 from . import check as check_ops
 from .compiler import applied, compiled_copy, replay_for, toggle_engine
-from .state import Replay
+from .replay import Replay
 from .workload import Workload
 
 #: Fewest timed samples a median and an IQR are given from.

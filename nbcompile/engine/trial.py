@@ -27,8 +27,12 @@ from ..core import dynconfig, torch_compat
 from ..core.errors import describe_failure
 from ..core.torch_compat import CodeKey
 from ..model.report import Check, Fix, Report
+from ..model.status import CheckKind, TrialOutcome
 from . import check as check_ops
-from .state import Replay, Slot, frozen_globals, short
+from .audit import OutsideEffect, no_outside_effects
+from .frozen import frozen_globals, short
+from .replay import Replay
+from .state import Slot
 
 #: Seconds of scratch runs spent proving the fixes of one report (the rest stay untried).
 VERIFY_BUDGET_S = 8.0
@@ -80,6 +84,12 @@ class Outcome:
     calls: int = 1
     #: Graph splits as GraphMend counts them (``Report.splits``).
     splits: int = 0
+    #: How the run ended: ``RAN`` (to its end), or why it did not (``error`` says it in words).
+    kind: TrialOutcome = TrialOutcome.RAN
+
+    def fail(self, kind: TrialOutcome, error: str) -> None:
+        """The run did not end as a run that counts: ``kind``, said as ``error``."""
+        self.kind, self.error = kind, error
 
     @classmethod
     def of(cls, report: Report, modes: dict[str, str]) -> Outcome:
@@ -115,7 +125,7 @@ class Spec:
 #: A trials cache's key for the outcome that refuses every further trial (the run changes what no copy
 #: holds: each trial would do it again on the user's objects).
 REFUSED = "refused"
-#: The start of ``Outcome.error`` for a run cut at its deadline.
+#: The start of ``Outcome.error`` for a run cut at its deadline (``TrialOutcome.NOT_FINISHED``).
 NOT_FINISHED = "not finished: the run was compiling after "
 _EFFECT = "not tried: the run "
 
@@ -140,7 +150,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     outcome = Outcome(dict(modes))
     compiled_copy, eager_copy = spec.capture(), spec.capture()
     if compiled_copy.refused is not None:
-        outcome.error = f"not tried: {compiled_copy.refused.removeprefix('not compared: ')}"
+        outcome.fail(TrialOutcome.NOT_TRIED, f"not tried: {compiled_copy.refusal}")
         return outcome
     recording = Recording(Report(title="trial", backend=spec.backend))
     recording.deadline = deadline
@@ -153,7 +163,7 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 dynconfig.applied((options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), torch_compat.no_guard_latency_profile(), \
-                check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
+                no_outside_effects(compiler_may=True, watch=compiled_copy):
             for made in range(1, max(calls, 1) + 1):
                 if made > 1 and deadline is not None and time.perf_counter() > deadline:
                     recording.cut = True
@@ -162,14 +172,15 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
                 result = call(extra)
                 if until is not None and until(recording.report):
                     break
-    except check_ops.OutsideEffect as exc:
-        outcome.error = f"{_EFFECT}{exc}, which a trial will not do again"
+    except OutsideEffect as exc:
+        outcome.fail(TrialOutcome.OUTSIDE_EFFECT, f"{_EFFECT}{exc}, which a trial will not do again")
     except torch_compat.DYNAMO_ERRORS as exc:
-        outcome.error = None if recording.cut else f"fails to compile ({describe_failure(exc)})"
+        if not recording.cut:
+            outcome.fail(TrialOutcome.FAILS_TO_COMPILE, f"fails to compile ({describe_failure(exc)})")
     except OverDeadline:  # a backend that does not wrap it (suppress_errors, a custom backend)
         recording.cut = True
     except Exception as exc:
-        outcome.error = f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}"
+        outcome.fail(TrialOutcome.RAISED, f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}")
     finally:
         HUB.release()
         rng.restore()
@@ -178,8 +189,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     if recording.cut:
         if compiled_copy.shared_written() is not None:  # what ran before the cut counts too
             spec.unshare()
-        outcome.error = (f"{NOT_FINISHED}{time.perf_counter() - start:.0f} s, cut when its time ran out (the budget's "
-                         "end)")
+        outcome.fail(TrialOutcome.NOT_FINISHED, f"{NOT_FINISHED}{time.perf_counter() - start:.0f} s, cut when its "
+                     "time ran out (the budget's end)")
         outcome.seconds = time.perf_counter() - start
         return outcome
     report = recording.report
@@ -196,8 +207,9 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         written = eager_copy.shared_written()
     if written is not None:
         spec.unshare()
-        outcome.error = (f"{_EFFECT}wrote {written} in place, a tensor of yours your own run only read (shared "
-                         "with the copies, as the state is over the copy budget); no further run shares it")
+        outcome.fail(TrialOutcome.OUTSIDE_EFFECT, f"{_EFFECT}wrote {written} in place, a tensor of yours your own "
+                     "run only read (shared with the copies, as the state is over the copy budget); no further run "
+                     "shares it")
         outcome.check = None
     rng.restore()
     if outcome.check is not None and outcome.check.ok:
@@ -290,7 +302,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options) as call, \
                 dynconfig.applied(options.get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), \
-                check_ops.no_outside_effects(compiler_may=True, watch=compiled_copy):
+                no_outside_effects(compiler_may=True, watch=compiled_copy):
             call(extra)  # compiled as the globals are now
             rng.restore()
             with _perturbing(frozen):
@@ -298,7 +310,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
                     result = call(extra)
                 except Exception as exc:  # judged against eager below
                     raised = f"{type(exc).__name__}: {check_ops.one_line(str(exc))}"
-    except check_ops.OutsideEffect as exc:
+    except OutsideEffect as exc:
         return f"not judged with the globals changed ({changed}): the run {exc}"
     except Exception as exc:
         return f"not judged with the globals changed ({changed}): the run raised {type(exc).__name__}"
@@ -322,7 +334,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
     if raised:
         check = _compare(None, compiled_copy, eager_copy, spec, [], eager=eager_twice)
         rng.restore()
-        if not check.compared or check.message.startswith("the eager reference run raised"):
+        if not check.compared or check.kind == CheckKind.EAGER_RAISED:
             return f"not judged with the globals changed ({changed}): the run raises then ({raised})"
         return f"stale: with {changed}, the compiled run raised {raised} where eager ran"
     check = _compare(result, compiled_copy, eager_copy, spec, [op for g in recording.report.graphs for op in g.ops],
@@ -335,7 +347,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
                 "tensor of yours shared with the copies that your own run only read")
     if not check.compared:
         return f"not judged with the globals changed ({changed}): {check.message}"
-    if check.message.startswith("the eager reference run raised"):
+    if check.kind == CheckKind.EAGER_RAISED:
         return f"not judged with the globals changed ({changed}): {check.message}"
     if check.ok:
         return ""
@@ -410,14 +422,14 @@ def verify(report: Report, base_modes: dict[str, str], spec: Spec | None, *,
                 fix.verified, fix.effect = None, over or f"not tried: over the {budget_s:g} s budget for trying fixes"
                 continue
             outcome = run(spec, modes, deadline=deadline if over else None)  # a fix search's budget: cut at its end
-            if (outcome.error or "").startswith(NOT_FINISHED):
+            if outcome.kind is TrialOutcome.NOT_FINISHED:
                 fix.verified, fix.effect = None, over
                 continue
-            if not outcome.error or not outcome.error.startswith("not tried"):
+            if not outcome.kind.untried:
                 cache[key] = outcome
-            elif outcome.error.startswith(_EFFECT):  # any other trial would do it again: none runs
+            elif outcome.kind is TrialOutcome.OUTSIDE_EFFECT:  # any other trial would do it again: none runs
                 cache[REFUSED] = outcome
-        if outcome.error is not None and outcome.error.startswith("not tried"):
+        if outcome.error is not None and outcome.kind.untried:
             fix.verified, fix.effect = None, outcome.error
             continue
         fix.verified, fix.effect = helped(base, outcome), effect(base, outcome)
@@ -489,12 +501,11 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         if key not in cache and time.perf_counter() <= deadline and budget_s > 0:
             ran = run(spec, base_modes, options, calls=times, fresh=fresh if anew else (),
                       until=recompiled if name == "base" else None, deadline=cut_at)
-            if (ran.error or "").startswith(NOT_FINISHED):
+            if ran.kind is TrialOutcome.NOT_FINISHED:
                 return None  # the budget, not the fix: left untried, and not kept
             cache[key] = ran
-            error = cache[key].error or ""
-            if error.startswith(_EFFECT):
-                cache[REFUSED] = cache[key]
+            if ran.kind is TrialOutcome.OUTSIDE_EFFECT:
+                cache[REFUSED] = ran
         return cache.get(key)
 
     # First as before (one call, Dynamo's memory as the session left it); when that shows no recompile,
@@ -520,7 +531,7 @@ def verify_recompiles(report: Report, base_modes: dict[str, str], spec: Spec | N
         elif after is None:
             fix.verified, fix.effect = None, over
         else:
-            if name.startswith("limit"):
+            if "recompile_limit" in options.get("_config", {}):  # the limit raised: fewer fallbacks is the gain
                 fewer = after.fallbacks < base.fallbacks
             else:
                 fewer = after.fallbacks < base.fallbacks or (after.fallbacks == base.fallbacks

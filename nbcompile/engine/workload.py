@@ -15,11 +15,8 @@ import functools
 import inspect as _inspect
 import io
 import linecache
-import os
 import types
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,12 +29,14 @@ from ..core.options import CellOptions
 from ..model.report import LintWarning, Report
 from . import check as check_ops
 from . import custom_ops, library
-from . import state as state_ops
 from .compiler import compiled_copy, drop_compiled
+from .configs import Kept, KeptConfigs
+from .replay import SWAPPED, Replay
 from .stance import Stances
-from .state import Reached, ReadOnly, Replay, Slot, reach, user_code
+from .state import Reached, ReadOnly, Slot, reach
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
+from .usercode import user_code
 
 
 def unwrap(obj: Any) -> Any:
@@ -81,26 +80,6 @@ def _last_line(code: types.CodeType, filename: str) -> int:
 
 def _no_lint(_name: str) -> list[LintWarning]:
     return []
-
-
-#: How many configurations (toggles and options) a session keeps the compiled code of: a toggle back to one
-#: of them rebinds it and compiles nothing. Past it the oldest is forgotten; its entries' compiled code stays
-#: on their code objects (torch frees a code's cache regions only all at once) until, with as many such regions
-#: as this many configurations of every entry, a new configuration drops all compiled code first (what every
-#: toggle did before any was kept). So the compiled code held stays within about twice this many
-#: configurations of every entry.
-KEEP_CONFIGS = int(os.environ.get("NBCOMPILE_KEEP_CONFIGS", "4"))
-
-
-@dataclass
-class Kept:
-    """One configuration's compiled code (its entries' wrappers, each a cache region of its own) and the
-    report its compile made."""
-
-    wrappers: dict[tuple[str, int, str], tuple[Any, Any]]
-    report: Report
-    #: The generation of the toggle copies its code was compiled on (``Workload.copies``).
-    generation: int
 
 
 class Workload:
@@ -160,9 +139,7 @@ class Workload:
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
-        self._kept: OrderedDict[Any, Kept] = OrderedDict()
-        #: Compiled wrappers of configurations forgotten (``keep``), whose code stays until a full drop.
-        self._orphans = 0
+        self.configs = KeptConfigs()
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
         self._view_backend: str | None = None
 
@@ -328,13 +305,10 @@ class Workload:
     def recall(self, key: Any) -> Kept | None:
         """The kept configuration ``key``, rebound (its wrappers the current ones), or None when it is not
         kept or was compiled on copies no longer valid."""
-        kept = self._kept.get(key)
+        kept = self.configs.recall(key, lambda old: old.generation == self.generation or (
+            self.copies is not None and _identity_free(self.copies)))
         if kept is None:
             return None
-        if kept.generation != self.generation and not (self.copies is not None and _identity_free(self.copies)):
-            del self._kept[key]
-            return None
-        self._kept.move_to_end(key)
         self._wrappers = dict(kept.wrappers)
         self._wrappers_generation = kept.generation
         self.engine.rebind(self.entries)
@@ -342,25 +316,20 @@ class Workload:
 
     def keep(self, key: Any, report: Report) -> None:
         """Keep the current configuration's compiled code and report (a toggle back to it recalls them); past
-        ``KEEP_CONFIGS`` the oldest is forgotten, and the regions only it used are counted as orphans. Not a
-        configuration with a function under ``allow_in_graph``, ``nonstrict_trace`` or ``custom_op``: each
+        ``configs.KEEP_CONFIGS`` the oldest is forgotten, and the regions only it used are counted as orphans.
+        Not a configuration with a function under ``allow_in_graph``, ``nonstrict_trace`` or ``custom_op``: each
         use makes the object it runs as anew (a copy, an operator), which its kept code would not accept."""
         if any(mode in ("allow_in_graph", "nonstrict_trace", "custom_op") for mode in self.engine.modes.values()):
             return
-        self._kept[key] = Kept(dict(self._wrappers), report, self._wrappers_generation)
-        self._kept.move_to_end(key)
-        while len(self._kept) > KEEP_CONFIGS:
-            _, gone = self._kept.popitem(last=False)
-            used = {id(w[1]) for kept in self._kept.values() for w in kept.wrappers.values()}
-            self._orphans += sum(1 for w in gone.wrappers.values() if id(w[1]) not in used)
+        self.configs.keep(key, Kept(dict(self._wrappers), report, self._wrappers_generation))
 
     def room_for(self, key: Any) -> bool:
         """Whether a new configuration ``key`` may compile beside the code kept (else: drop it all first)."""
-        return key in self._kept or self._orphans < KEEP_CONFIGS * max(1, len(self.entries))
+        return self.configs.room_for(key, len(self.entries))
 
     @property
     def kept_count(self) -> int:
-        return len(self._kept)
+        return len(self.configs)
 
     def affected(self, changed: Collection[str]) -> set[str] | None:
         """The entries whose compiled code a change of the names ``changed`` can alter: each entry that is one
@@ -456,8 +425,7 @@ class Workload:
         drop_compiled(self.owned_codes())
         self.stances.clear()
         self._wrappers.clear()
-        self._kept.clear()
-        self._orphans = 0
+        self.configs.clear()
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
@@ -631,7 +599,7 @@ class Workload:
                 slot.set(scratch[name])
 
         with REGISTRY.suspended(lent, "disallow"):
-            state_ops.SWAPPED[0] += 1  # the user's names hold scratch values: no change may start meanwhile
+            SWAPPED[0] += 1  # the user's names hold scratch values: no change may start meanwhile
             try:
                 for name, mode in modes.items():
                     if is_torch_name(name) and mode != "compile":
@@ -644,7 +612,7 @@ class Workload:
                 for slot, value in before.items():
                     slot.set(value)
                 engine.undo_all()
-                state_ops.SWAPPED[0] -= 1
+                SWAPPED[0] -= 1
 
     def spec(self, code: types.CodeType, also_track: tuple[str, ...] = (), backend: str | None = None) -> Spec:
         """Scratch runs of ``code`` (the ``--run`` expression): fresh compiled copies of the entries, with

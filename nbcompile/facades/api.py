@@ -21,7 +21,7 @@ from ..core.options import CompileOptions
 from ..engine import check as check_ops
 from ..engine import trial
 from ..engine.compiler import applied, call_with, compiled_copy, module_functions, replay_for, toggle_engine
-from ..engine.state import Replay
+from ..engine.replay import Replay
 from ..model.report import CompileError, LintWarning, Report
 
 

@@ -3,7 +3,7 @@
 The analysis layer proposes rewrites of the lines where the session's breaks are (``analysis.rewrite``)
 and builds the rewritten functions without running the cell; the engine's search tries each like a
 toggle (its break count and check decide). Nothing here changes the user's cell or objects: a rewrite
-reaches the cell only through ``Session.accept``, which puts the rewritten cell in the next input.
+reaches the cell only through ``accept`` (``Session.accept``), which puts the rewritten cell in the next input.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ import types
 from typing import Any
 
 from ..analysis import rewrite as rewrite_ops
+from ..core.errors import NbcompileError
+from ..core.options import CellOptions
+from ..core.text import callable_name
 from ..engine.workload import Workload
+from ..model.fixsearch import Trial
 from ..model.report import Report, Rewrite
 
 
@@ -58,3 +62,55 @@ def accepted_cell(cell: str, rewrites: list[Rewrite]) -> str:
     """The cell body (as the user wrote it, without the magic's line) with ``rewrites`` applied; a
     ValueError (the cell changed since) says which line no longer reads as the rewrite expects."""
     return rewrite_ops.apply("\n" + cell, rewrites)[1:]
+
+
+def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, best: Trial | None,
+           options: CellOptions) -> tuple[str, list[Rewrite]]:
+    """Accept a source rewrite (one of the fix search's ``best.rewrites``): ``cell`` (the body as the user
+    wrote it) with the rewrites ``accepted`` before and this one becomes the next input (in a notebook, a
+    new cell below; in a terminal, the next prompt), to run when the user wants; nothing runs and no object
+    changes now. Its ``%%compile`` line is ``line`` plus what ``best`` sets that a flag can say
+    (``accepted_line``). Returns the new cell text and the rewrites accepted now. A rewrite whose lines the
+    cell no longer has (it was edited since) is refused in one line."""
+    if not isinstance(rewrite, Rewrite):
+        raise NbcompileError(f"accept takes a Rewrite (from session.last_fix.best.rewrites), not "
+                             f"{type(rewrite).__name__}")
+    chosen = [r for r in accepted if r != rewrite] + [rewrite]
+    try:
+        body = accepted_cell(cell, chosen)
+    except ValueError as exc:
+        raise NbcompileError(f"cannot accept the rewrite at cell line {rewrite.cell_line}: {exc}") from None
+    text = accepted_line(rewrite, line, best, options) + "\n" + body
+    shell = _shell()
+    if shell is not None:
+        shell.set_next_input(text, replace=False)
+    return text, chosen
+
+
+def accepted_line(rewrite: Rewrite, line: str, best: Trial | None, options: CellOptions) -> str:
+    """The ``%%compile`` line of an accepted rewrite's cell: the session's (``line``, its arguments), plus
+    what the configuration that needs the rewrite (``best``) sets that a flag can say."""
+    text = f"%%compile {line}".rstrip()
+    if best is None or rewrite not in best.rewrites:
+        return text
+    flags = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
+    for name, mode in sorted(best.toggles.items()):
+        if mode in flags and options.initial_toggles().count((name, mode)) == 0:
+            text += f" {flags[mode]} {name}"
+    for name, value in sorted(best.options.get("_config", {}).items()):
+        if name not in options.dynamo_config:
+            shown = (",".join(sorted(callable_name(v) for v in value)) if isinstance(value, frozenset)
+                     else repr(value))
+            text += f" --dynamo-config {name}={shown}"
+    if best.options.get("dynamic") and not options.dynamic:
+        text += " --dynamic"
+    return text
+
+
+def _shell() -> Any:
+    """The running IPython shell, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return None
+    return get_ipython()

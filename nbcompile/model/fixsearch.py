@@ -9,13 +9,15 @@ from typing import Any
 
 from ..core.text import _e, config_value_text, plural
 from .report import Rewrite
+from .status import SearchStop, TrialOutcome
 
 
 @dataclass
 class Trial:
     """One configuration the search ran. ``breaks`` and ``recompiles`` are None when it has an ``error``
     (not tried: its state could not be copied; or failed: it did not compile or its run raised), never a
-    zero nobody counted; ``check_ok`` is then False (a check that did not run is not ok)."""
+    zero nobody counted; ``check_ok`` is then False (a check that did not run is not ok). ``kind`` says
+    which (``error`` is how it is shown)."""
 
     toggles: dict[str, str]
     breaks: int | None
@@ -52,6 +54,8 @@ class Trial:
     #: The fastest and slowest timed call, when it was timed (the spread a timing gate must exceed).
     min_s: float | None = None
     max_s: float | None = None
+    #: How its run ended: ``RAN`` (to its end), or why it did not (``error`` says it in words).
+    kind: TrialOutcome = TrialOutcome.RAN
 
     @property
     def admissible(self) -> bool:
@@ -68,15 +72,21 @@ class Trial:
         """Whether it ran to the end (False: it could not be tried or it failed, and its counts are None)."""
         return self.breaks is not None and self.error is None
 
+    @property
+    def untried(self) -> bool:
+        """Whether it never ran (its state could not be copied, the budget), as against one that failed."""
+        return self.kind.untried or (self.error is None and self.breaks is None)
+
     def status(self) -> str:
         """Its check as one word: "ok", "FAILED" (the check), "not tried" (its state could not be copied,
         the budget), "ruled out" (the lint rules it out: not run) or "failed" (it did not compile, its run
         raised)."""
-        if self.error is not None:
-            return "not tried" if self.error.startswith("not tried") else \
-                "ruled out" if self.error.startswith("ruled out") else "failed"
-        if self.breaks is None:
+        if self.untried:
             return "not tried"
+        if self.kind is TrialOutcome.RULED_OUT:
+            return "ruled out"
+        if self.error is not None:
+            return "failed"
         return "ok" if self.check_ok else "FAILED"
 
     def describe(self) -> str:
@@ -108,7 +118,10 @@ class FixSearch:
     best: Trial | None = None
     budget_s: float = 60.0
     elapsed_s: float = 0.0
-    #: "searching", "done" (no change improves), "budget" (spent), "stopped" (by the user), "failed: ...".
+    #: Where the search is: searching, or why it stopped (``SearchStop``); ``state`` says it in words.
+    status: SearchStop = SearchStop.SEARCHING
+    #: "searching", "done" (no change improves), "budget" (spent), "stopped" (by the user), "failed: ...",
+    #: "not tried: ...": ``status`` as shown, with why when it says more.
     state: str = "searching"
     #: Why the timed finalists could not be ranked by time, or empty.
     noisy: str = ""
@@ -140,13 +153,18 @@ class FixSearch:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    def finish(self, status: SearchStop, why: str = "") -> None:
+        """Say where the search ended: ``status``, and ``why`` in words after it ("failed: ...")."""
+        self.status = status
+        self.state = f"{status.value}: {why}" if why else status.value
+
     def summary(self) -> str:
         start, best = self.start, self.best
         head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
         if start is None:
             return head
         if not start.tried:
-            how = "was not tried" if start.status() == "not tried" else "failed"
+            how = "was not tried" if start.untried else "failed"
             text = f"{head}; the session's own run {how} ({start.outcome()})"
             if best is not None and best is not start:
                 text += (f"; chosen: {best.describe()} with {plural(best.breaks or 0, 'break')}, "

@@ -2,30 +2,27 @@
 
 Capture fills a Report; views (text, HTML, the mime bundle, the panel, the
 JupyterLab extension) only read it. The JSON schema shipped in
-``schema/report.schema.json`` is generated from these dataclasses by
-``json_schema()`` and a test keeps the file and the classes in step
-(``make schema`` rewrites it).
+``schema/report.schema.json`` is generated from these dataclasses
+(``model/schema.py``, ``make schema``).
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
-import json
 import math
 import pathlib
 import re
-import sys
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..core.text import function_label as label
+from .diff import ReportDiff as ReportDiff
+from .diff import diff_reports
 from .render import MIME_TYPE as MIME_TYPE
 from .render import compile_id_text as compile_id_text
 from .render import mimebundle, summary_line, to_text
+from .status import CheckKind, CheckRule
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = pathlib.Path(__file__).parent.parent / "schema" / "report.schema.json"
@@ -279,7 +276,7 @@ class Check:
     compared: bool = True
     #: Which rule judged: ``"fp64"`` (against a float64 eager reference, as PyTorch's accuracy harness
     #: does) or ``"tolerance"`` (dtype tolerances only; ``message`` says why fp64 could not run).
-    rule: str = "tolerance"
+    rule: str = CheckRule.TOLERANCE
     #: The compiled run's and eager float32 run's error against the float64 reference (``rule == "fp64"``).
     compiled_error: float | None = None
     eager_error: float | None = None
@@ -287,6 +284,22 @@ class Check:
     #: user's objects), ``"copies"`` (a toggle's or an option's re-run on copies), ``"trial"`` (a trial of
     #: its own, on copies); ``""`` when not said.
     run: str = ""
+
+    def __post_init__(self) -> None:
+        # Not fields: the report's JSON says these in ``message``; ``engine.check`` sets them where it says it.
+        #: What it found when more than ``ok`` and ``compared`` tell (the eager reference run raised; the eager
+        #: run reached outside its copies), else None: ``kind`` says what it found either way.
+        self.found: CheckKind | None = None
+        #: What the run did outside its copies ("the run writes to a file (...)"), with ``OUTSIDE_EFFECT``.
+        self.effect = ""
+
+    @property
+    def kind(self) -> CheckKind:
+        """What the check found (``status.CheckKind``): matches, differs, not compared, eager raised or outside
+        effect."""
+        if self.found is not None:
+            return self.found
+        return CheckKind.NOT_COMPARED if not self.compared else CheckKind.MATCHES if self.ok else CheckKind.DIFFERS
 
 
 @dataclass
@@ -689,30 +702,7 @@ class Report:
         """What changed from this report to ``other`` (a later one: after a toggle or an option):
         graphs, breaks, recompiles and guards added and removed, and the speedup change when both were
         benched (``speed``: this report's and the other's speedup over eager)."""
-
-        def graphs(r: Report) -> list[str]:
-            return [f"{label(g.function)}: {', '.join(g.ops) or 'no ops'}" for g in r.graphs]
-
-        def breaks(r: Report) -> list[str]:
-            return [f"{label(b.function)} line {b.cell_line if b.cell_line is not None else b.lineno}: {b.gb_type}"
-                    for b in r.breaks]
-
-        def recompiles(r: Report) -> list[str]:
-            return [f"{label(x.function)}: " + (f"{x.changes[0].subject}: {x.changes[0].before} -> {x.changes[0].after}"
-                                                if x.changes else x.reason) for x in r.recompiles]
-
-        def guards(r: Report) -> list[str]:  # object ids differ from compile to compile: not a change
-            return [f"{label(f.function)}: {_without_ids(g)}" for f in r.frames for g in f.guards]
-
-        return ReportDiff(
-            counts={name: (getattr(self, f"{name}_count"), getattr(other, f"{name}_count"))
-                    for name in ("graph", "break", "recompile", "frame")},
-            graphs=_added_removed(graphs(self), graphs(other)),
-            breaks=_added_removed(breaks(self), breaks(other)),
-            recompiles=_added_removed(recompiles(self), recompiles(other)),
-            guards=_added_removed(guards(self), guards(other)),
-            speedup=speed,
-        )
+        return diff_reports(self, other, speed=speed)
 
     def __str__(self) -> str:
         return to_text(self)
@@ -734,58 +724,6 @@ def group_causes(breaks: list[GraphBreak]) -> list[Cause]:
         else:
             causes[key] = Cause.of(brk)
     return list(causes.values())
-
-
-@functools.lru_cache(maxsize=16384)
-def _without_ids(guard: str) -> str:
-    return re.sub(r"0x[0-9a-f]{6,}|[0-9]{8,}", "<id>", guard)
-
-
-def _added_removed(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
-    """(added, removed), as multisets: two identical graphs are two."""
-    from collections import Counter
-
-    old, new = Counter(before), Counter(after)
-    return sorted((new - old).elements()), sorted((old - new).elements())
-
-
-@dataclass
-class ReportDiff:
-    """``Report.diff``: what a change did."""
-
-    #: name -> (before, after), for graph, break, recompile and frame counts
-    counts: dict[str, tuple[int, int]]
-    #: (added, removed) for each kind
-    graphs: tuple[list[str], list[str]]
-    breaks: tuple[list[str], list[str]]
-    recompiles: tuple[list[str], list[str]]
-    guards: tuple[list[str], list[str]]
-    #: speedup over eager before and after (None: not benched)
-    speedup: tuple[float | None, float | None] = (None, None)
-
-    @property
-    def changed(self) -> bool:
-        return any(a or r for a, r in (self.graphs, self.breaks, self.recompiles, self.guards)) or \
-            any(b != a for b, a in self.counts.values())
-
-    def summary(self) -> str:
-        """``breaks 2 -> 1, graphs 4 -> 2, guards +3 -5``."""
-        parts = [f"{name}s {b} -> {a}" for name, (b, a) in self.counts.items() if name != "frame" and b != a]
-        added, removed = self.guards
-        if added or removed:
-            parts.append(f"guards +{len(added)} -{len(removed)}")
-        before, after = self.speedup
-        if before is not None and after is not None:
-            parts.append(f"speedup {before:.2f}x -> {after:.2f}x")
-        return ", ".join(parts) if parts else "nothing changed"
-
-    def __str__(self) -> str:
-        lines = [self.summary()]
-        for kind in ("graphs", "breaks", "recompiles", "guards"):
-            added, removed = getattr(self, kind)
-            lines += [f"  + {kind[:-1]} {item}" for item in added[:20]]
-            lines += [f"  - {kind[:-1]} {item}" for item in removed[:20]]
-        return "\n".join(lines)
 
 
 def _finite_seconds(value: Any) -> bool:
@@ -825,92 +763,3 @@ def _describe_result(value: Any) -> str | None:
     if not isinstance(text, str):
         text = f"<repr failed: __repr__ returned {type(text).__name__}>"
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-# --- JSON schema, generated from the dataclasses ------------------------------------
-
-_DERIVED = {
-    "schema_version": {"type": "integer"},
-    "graph_count": {"type": "integer", "minimum": 0},
-    "break_count": {"type": "integer", "minimum": 0},
-    "splits": {"type": "integer", "minimum": 0},
-    "recompile_count": {"type": "integer", "minimum": 0},
-    "frame_count": {"type": "integer", "minimum": 0},
-    "compile_time_s": {"type": "number", "minimum": 0},
-    "result": {"type": ["string", "null"]},
-}
-
-
-def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None, X | Y
-        inner = [a for a in args if a is not type(None)]
-        parts = [_type_schema(a, defs) for a in inner]
-        schema = parts[0] if len(parts) == 1 else (
-            {"type": [p["type"] for p in parts]} if all(set(p) == {"type"} for p in parts) else {"anyOf": parts})
-        if len(inner) == len(args):
-            return schema
-        if "type" in schema:
-            kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-            nullable = {**schema, "type": [*kinds, "null"]}
-            if "enum" in schema:
-                nullable["enum"] = [*schema["enum"], None]
-            return nullable
-        return {"anyOf": [schema, {"type": "null"}]}
-    if origin is Literal:
-        literal_types = {str: "string", int: "integer", bool: "boolean"}
-        json_types = {literal_types[type(a)] for a in args}
-        if len(json_types) != 1:
-            raise TypeError(f"no JSON schema for {tp!r}")
-        return {"type": json_types.pop(), "enum": list(args)}
-    if origin is list:
-        return {"type": "array", "items": _type_schema(args[0], defs)}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        name = tp.__name__
-        if name not in defs:
-            defs[name] = {}  # reserve against recursion
-            defs[name] = _dataclass_schema(tp, defs)
-        return {"$ref": f"#/$defs/{name}"}
-    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
-    if tp in simple:
-        return {"type": simple[tp]}
-    raise TypeError(f"no JSON schema for {tp!r}")
-
-
-def _dataclass_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    props = {}
-    for f in dataclasses.fields(cls):
-        if f.name == "result":
-            continue
-        props[f.name] = _type_schema(hints[f.name], defs)
-    return {
-        "type": "object",
-        "properties": props,
-        "required": sorted(props),
-        "additionalProperties": False,
-    }
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON schema of ``Report.to_json()``, derived from the dataclasses."""
-    defs: dict[str, Any] = {}
-    root = _dataclass_schema(Report, defs)
-    root["properties"].update(_DERIVED)
-    root["required"] = sorted(root["properties"])
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://nbcompile.dev/schema/report.schema.json",
-        "title": "nbcompile Report",
-        **root,
-        "$defs": dict(sorted(defs.items())),
-    }
-
-
-def write_schema(path: pathlib.Path = SCHEMA_PATH) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(json_schema(), indent=2) + "\n")
-

@@ -12,45 +12,39 @@ The panel only reads the session's report, and never draws inside torch's
 trace handler: compilations from any cell mark the report changed, and the
 session redraws the panel after the cell (IPython's ``post_run_cell``) and
 after each ``set``, ``configure``, ``run`` or ``bench``.
+
+What the tabs draw from a report is ``panel_html.py``; how a row is laid out,
+``panel_rows.py``; which backends the dropdown offers, ``backends.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import importlib.util
-import os
 import re
-import shutil
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
-import torch
 
-from ..capture.guards import stack_expressions, subject_of
+from ..capture.guards import stack_expressions
 from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import MODES
-from ..core.text import function_label, plural, short_path
+from ..core.text import function_label, plural
 from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
+from ..model.diff import ReportDiff
+from ..model.fixsearch import FixSearch
 from ..model.plots import recompile_timeline
 from ..model.render import (
     SESSION_RUN,
     SEVERITY_COLORS,
     StatusLine,
-    cause_line,
-    change_text,
     compile_errors,
-    fixes_html,
-    graph_places,
-    graphs_table,
     guard_cost_text,
     guard_text,
     is_cell_file,
-    op_labels,
     plain,
     set_effect,
     short,
@@ -58,67 +52,41 @@ from ..model.render import (
     splits_text,
     status_html,
     status_lines,
-    where_cause,
 )
 from ..model.render import (
     check_source as run_source,
 )
-from ..model.report import Report, ReportDiff, Rewrite
+from ..model.report import Check, Frame, Report, Rewrite
+from ..model.status import SearchStop
+from .backends import backend_problem as backend_problem
+from .backends import working_backends
 from .entries import entry_counts, module_class
+from .panel_html import (
+    causes_html,
+    escape,
+    failed_guard,
+    kernels_html,
+    recompiles_html,
+    source_view,
+    split_figure,
+    torch_op_names,
+)
+from .panel_rows import (
+    FUNCTION_BUTTON_WIDTH,
+    PANEL_CSS,
+    ROW,
+    SHRINKING,
+    TORCH_BUTTON_WIDTH,
+    fitting,
+    row_label,
+)
+from .panel_rows import LABEL_WIDTH as LABEL_WIDTH
 from .protocols import PanelSession
 
-#: Most characters of kernel code shown per kernel in the Kernels tab.
-KERNEL_CHARS = 20_000
 _DYNAMIC = {"auto": None, "True": True, "False": False}
 _PLOTLY_MIME = "application/vnd.plotly.v1+json"
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 #: What the panel says about its toggles (they never train the user's model: issue 22, point 2).
 COPIES_NOTE = "Toggles re-run --run on copies: your objects change only when you run a cell."
-#: C and C++ compilers Inductor's CPU code can be built with (the first found is enough).
-_CXX = ("g++", "c++", "clang++", "cl")
-
-
-def _c_compiler() -> bool:
-    """Whether a C++ compiler is on PATH (``$CXX`` first): Inductor's CPU kernels need one."""
-    named = os.environ.get("CXX")
-    return any(shutil.which(c) for c in ((named,) if named else ()) + _CXX)
-
-
-def backend_problem(name: str) -> str | None:
-    """Why ``name`` cannot work on this machine (cheap checks only, nothing compiled), or None."""
-    cuda = torch.cuda.is_available()
-    if name == "inductor":
-        if cuda and importlib.util.find_spec("triton") is None and not _c_compiler():
-            return "no triton for the GPU and no C++ compiler"
-        if not cuda and not _c_compiler():
-            return "no C++ compiler on PATH (Inductor builds its CPU kernels with one)"
-        return None
-    if name == "cudagraphs":
-        return None if cuda else "no CUDA device"
-    needs = {"tvm": "tvm", "openxla": "torch_xla", "onnxrt": "onnxruntime", "tensorrt": "torch_tensorrt",
-             "ipex": "intel_extension_for_pytorch"}
-    module = needs.get(name)
-    if module is not None and importlib.util.find_spec(module) is None:
-        return f"{module} is not installed"
-    return None
-
-
-def working_backends(current: str | None = None) -> list[str]:
-    """The backends the panel offers: torch's user-facing list, less those that cannot work here
-    (the session's own backend is always kept, so the dropdown can show it)."""
-    names = [n for n in torch_compat.list_backends(user_facing=True) if backend_problem(n) is None]
-    if current is not None and current not in names:
-        names.append(current)
-    return names
-
-
-def _fix_list(fixes: list[Any]) -> str:
-    return f"<ul class='nbcompile-recompile-fixes'>{fixes_html(fixes)}</ul>" if fixes else ""
 
 
 def _construction(name: str) -> bool:
@@ -131,175 +99,11 @@ def _dynamic_label(value: bool | None) -> str:
     return next(label for label, v in _DYNAMIC.items() if v is value)
 
 
-def torch_op_names(report: Report, toggles: dict[str, str]) -> list[str]:
-    """Dotted names of torch callables the graphs call, plus the torch toggles set now."""
-    names: list[str] = [n for n in toggles if n.startswith("torch.")]
-    for graph in report.graphs:
-        names.extend(n for n in graph.torch_callables if n not in names)
-    return names
-
-
-def split_figure(report: Report, spans: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
-    """The graph-splits figure as a plotly dict: graphs in call order as segments sized by op count (where
-    each graph's code is, its ops and its compile id on hover), breaks as markers between them (reason and
-    cell line on hover)."""
-    places = {id(g): place for g, place in zip(report.graphs, graph_places(report, spans), strict=True)}
-    by_frame: dict[str, tuple[list[Any], list[Any]]] = {}
-    order: list[str] = []
-    for graph in report.graphs:
-        if graph.compile_id not in by_frame:
-            order.append(graph.compile_id)
-        by_frame.setdefault(graph.compile_id, ([], []))[0].append(graph)
-    for brk in report.breaks:
-        if brk.compile_id not in by_frame:
-            order.append(brk.compile_id)
-        by_frame.setdefault(brk.compile_id, ([], []))[1].append(brk)
-    x, base, hover, colors = [], [], [], []
-    bx, bhover = [], []
-    position = 0
-    for compile_id in order:
-        graphs, breaks = by_frame[compile_id]
-        for graph in graphs:
-            size = max(graph.op_count, 1)
-            x.append(size)
-            base.append(position)
-            ops = ", ".join(op_labels(graph.ops[:12])) + (", ..." if len(graph.ops) > 12 else "")
-            hover.append(f"graph {len(x)}: {_e(places[id(graph)])}<br>{graph.op_count} ops: {_e(ops)}"
-                         f"<br>compile id {_e(graph.compile_id)}")
-            colors.append("#4C78A8" if len(x) % 2 else "#72B7B2")
-            position += size
-        for brk in breaks:
-            where = (f"cell line {brk.cell_line}" if brk.cell_line is not None
-                     else f"{short_path(brk.filename)}:{brk.lineno}")
-            bx.append(position)
-            bhover.append(f"break in {_e(function_label(brk.function))} at {where}<br>{_e(brk.source_line)}"
-                          f"<br>{_e(brk.gb_type)}")
-    return {
-        "data": [
-            {"type": "bar", "orientation": "h", "y": ["graphs"] * len(x), "x": x, "base": base,
-             "marker": {"color": colors, "line": {"color": "white", "width": 1}},
-             "hovertext": hover, "hoverinfo": "text", "name": "graphs"},
-            {"type": "scatter", "mode": "markers", "y": ["graphs"] * len(bx), "x": bx,
-             "marker": {"symbol": "line-ns-open", "size": 28, "color": "#E45756", "line": {"width": 3}},
-             "hovertext": bhover, "hoverinfo": "text", "name": "breaks"},
-        ],
-        "layout": {
-            "height": 170, "margin": {"l": 60, "r": 10, "t": 30, "b": 30}, "showlegend": False,
-            "title": {"text": f"{plural(report.graph_count, 'graph')}, {plural(report.break_count, 'break')} "
-                              "(width: ops)",
-                      "font": {"size": 13}},
-            "xaxis": {"title": {"text": "ops, in call order"}}, "barmode": "overlay",
-        },
-    }
-
-
-#: A source line as the cell shows it: never wrapped nor broken inside a word.
-_NO_WRAP = "white-space:pre;overflow-wrap:normal;word-break:normal;"
-#: The cell line's number and mark: grey, not selected with the code.
-_LINENO = "color:#999;user-select:none"
-
-
-def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) -> str:
-    """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
-    breaks: dict[int, list[str]] = {}
-    for cause in report.causes:
-        line = cause_line(cause, source)  # a break inside installed code: the cell line whose call reaches it
-        if line is not None:
-            inside = "" if cause.cell_line is not None else f" (in {where_cause(cause).split(' (')[0]})"
-            breaks.setdefault(line, []).append(
-                f"x{cause.count} {cause.gb_type}{inside}: {plain(cause.explanation or cause.reason)}")
-    recompiled: dict[int, list[str]] = {}
-    for rec in report.recompiles:
-        name = function_label(rec.function).split(" ")[0]
-        for tracked, (first, _) in spans.items():
-            if tracked.split(".")[-1] == name:
-                recompiled.setdefault(first, []).append(change_text(rec) or rec.reason)
-    rows = []
-    for number, text in enumerate(source.splitlines(), start=1):
-        style, mark, title = "", " ", ""
-        if number in breaks:
-            style, mark, title = "background:#fde2e1", "●", "; ".join(breaks[number])
-        elif number in recompiled:
-            style, mark, title = "background:#fff1d6", "↻", "recompiled: " + "; ".join(recompiled[number])
-        rows.append(f"<div class='nbcompile-line' data-line='{number}' style='{style}' "
-                    f"title='{_e(title)}'><span class='nbcompile-lineno' style='{_LINENO}'>{number:>3} {mark} </span>"
-                    f"{_e(text) or '&nbsp;'}</div>")
-    # One row per cell line, never wrapped (a long line scrolls sideways): the numbers and the marks stay
-    # on the cell's lines. Inline (the rows inherit it), so the notebook's own ``pre { white-space: pre-wrap }``
-    # loses.
-    return (f"<div class='nbcompile-source' style='overflow-x:auto;max-width:100%'><pre style='{_NO_WRAP}"
-            "font-size:12px;line-height:1.35;margin:0;display:inline-block;min-width:100%'>" + "".join(rows)
-            + "</pre></div>")
-
-
-#: Wide enough for the longest mode in JupyterLab's 13px UI font with the buttons' padding
-#: ("allow_in_graph", "disallow_in_graph"): never cut to "allow_in_gr…".
-FUNCTION_BUTTON_WIDTH = "150px"
-TORCH_BUTTON_WIDTH = "165px"
-LABEL_WIDTH = "220px"
-#: The narrowest a row's name gets (with its ellipsis) when the panel has no room for its width.
-LABEL_MIN_WIDTH = "120px"
-#: Space ipywidgets puts around each toggle button (its margins).
-BUTTON_MARGIN_PX = 6
-
-
-def _failed(guard: str, subjects: list[str]) -> bool:
-    """Whether a guard line checks one of the expressions a recompile named (``x.shape[0]``, ``SCALE``)."""
-
-    if not subjects:
-        return False
-    text = subject_of(guard)
-    for subject in subjects:
-        root = re.split(r"[.\[(]", subject.removeprefix("type(").removeprefix("len("), maxsplit=1)[0]
-        if root and re.search(rf"(?<![\w.']){re.escape(root)}(?![\w'])", text):
-            return True
-    return False
-
-
 def _shape(report: Report) -> tuple[Any, ...]:
     """What the graph views draw of a report: a complete stage with the same shape needs no whole redraw."""
     return (report.graph_count, report.break_count, report.recompile_count,
             tuple((g.function, g.op_count) for g in report.graphs),
             tuple((c.cell_line, c.lineno, c.count) for c in report.causes))
-
-
-def _label(name: str, note: str = "", shown: str | None = None, title: str | None = None) -> widgets.HTML:
-    """A row's name in a column of its own: a long name (``torch._C._nn.scaled_dot_product_attention``) ends
-    in an ellipsis, with the whole name (or ``title``) on hover, instead of running under the buttons; in a
-    narrow panel the column narrows (down to ``LABEL_MIN_WIDTH``), never past the panel's edge."""
-    return widgets.HTML(
-        f"<div class='nbcompile-name' title='{_e(title or name)}' style='white-space:nowrap;overflow:hidden;"
-        f"text-overflow:ellipsis;max-width:100%'><code>{_e(shown or name)}</code>{note}</div>",
-        layout=widgets.Layout(width=LABEL_WIDTH, min_width=LABEL_MIN_WIDTH, max_width="100%", flex="0 1 auto",
-                              overflow="hidden"))
-
-
-def _fitting(toggle: widgets.ToggleButtons, width: str) -> None:
-    """A row's buttons on one line while the panel has room (the toggle is as wide as all its buttons);
-    in a narrow panel (a long name, a narrow notebook) the row wraps the toggle under the name and the
-    toggle shrinks, down to one button's width, its buttons wrapping among themselves: never past the
-    panel's edge."""
-    px = int(width.removesuffix("px")) + BUTTON_MARGIN_PX
-    every = len(toggle.options) * px
-    toggle.layout = widgets.Layout(width=f"{every}px", min_width=f"{px}px", max_width="100%", flex=f"0 1 {every}px")
-
-
-#: A row: its name, its buttons and its counts side by side while they fit, else wrapped onto more lines.
-_ROW = {"flex_flow": "row wrap", "align_items": "center", "width": "100%", "max_width": "100%"}
-#: A part of a row that holds text (counts, what an entry is): it wraps its words rather than overflow.
-_SHRINKING = {"flex": "0 1 auto", "min_width": "0", "max_width": "100%"}
-
-#: The chosen mode of each toggle, clearly marked (ipywidgets' own is a light grey on grey): white on blue,
-#: bold. Scoped to the panel; in a ``<style>`` of the panel itself, so exported pages show it too.
-SELECTED_BACKGROUND = "#1a56b0"
-SELECTED_COLOR = "#ffffff"
-PANEL_CSS = (
-    ".nbcompile-panel .nbcompile-modes .jupyter-button.mod-active,"
-    ".nbcompile-panel .nbcompile-modes .widget-toggle-button.mod-active {"
-    f"background-color:{SELECTED_BACKGROUND};color:{SELECTED_COLOR};font-weight:bold;"
-    "box-shadow:inset 0 0 0 2px #0d3575;}"
-    ".nbcompile-panel .nbcompile-modes .jupyter-button.mod-active:disabled {opacity:0.75;}"
-)
 
 
 class Panel(widgets.VBox):
@@ -322,7 +126,7 @@ class Panel(widgets.VBox):
         self.figure_dict: dict[str, Any] = {}
         #: The check a toggle or option change of this panel re-ran on copies, and what it was: the status names
         #: the run its figures come from (any other check is the session's run).
-        self._check_source: tuple[weakref.ref[Any], str] | None = None
+        self._check_source: tuple[weakref.ref[Check], str] | None = None
         self.style_html = widgets.HTML(f"<style>{PANEL_CSS}</style>")
         self.title = widgets.HTML()
         self.status = widgets.HTML()
@@ -338,7 +142,7 @@ class Panel(widgets.VBox):
         #: What the last whole redraw drew (``complete_view`` redraws whole only when it changed).
         self._drawn_shape: Any = None
         self.copies_note = widgets.HTML(f"<span class='nbcompile-copies-note' style='color:#555'>"
-                                        f"{_e(COPIES_NOTE)}</span>")
+                                        f"{escape(COPIES_NOTE)}</span>")
         self.causes_html = widgets.HTML()
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
@@ -382,7 +186,7 @@ class Panel(widgets.VBox):
         #: The chosen configuration's source rewrites, each with its diff and an Accept button.
         self.rewrites_box = widgets.VBox()
         #: The search the Fix tab runs now (its stop button stops it), or None.
-        self.fix_running: Any = None
+        self.fix_running: FixSearch | None = None
         self.tabs = widgets.Tab(children=[
             widgets.VBox([widgets.HBox([self.figure_output, self.source_html]), self.causes_html]),
             widgets.VBox([self.guard_filter, self.guards_html]),
@@ -391,8 +195,8 @@ class Panel(widgets.VBox):
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
             widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop],
-                                       layout=widgets.Layout(**_ROW)),
-                          widgets.HBox([self.fix_progress, self.fix_label], layout=widgets.Layout(**_ROW)),
+                                       layout=widgets.Layout(**ROW)),
+                          widgets.HBox([self.fix_progress, self.fix_label], layout=widgets.Layout(**ROW)),
                           self.fix_output, self.rewrites_box, self.fix_html]),
         ])
         for i, name in enumerate(("Graph splits", "Guards", "Recompiles", "Speedup", "Kernels", "Export", "Fix")):
@@ -418,41 +222,41 @@ class Panel(widgets.VBox):
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
-        _fitting(toggle, FUNCTION_BUTTON_WIDTH)
-        counts = widgets.HTML(layout=widgets.Layout(**_SHRINKING))
+        fitting(toggle, FUNCTION_BUTTON_WIDTH)
+        counts = widgets.HTML(layout=widgets.Layout(**SHRINKING))
         self.function_rows[name] = toggle
         self.function_counts[name] = counts
         if ":" in name:  # a library function: its class and name, the module on hover
-            label = _label(name, " <i>(library)</i>", shown=name.partition(":")[2])
+            label = row_label(name, " <i>(library)</i>", shown=name.partition(":")[2])
         else:
-            label = _label(name, " <i>(entry)</i>" if name in self.session.entries else "")
-        return widgets.HBox([label, toggle, counts], layout=widgets.Layout(**_ROW))
+            label = row_label(name, " <i>(entry)</i>" if name in self.session.entries else "")
+        return widgets.HBox([label, toggle, counts], layout=widgets.Layout(**ROW))
 
     def _entry_row(self, name: str) -> widgets.HBox:
         """An entry that is not a function of the cell: an nn.Module instance (``net``), named with the method
         a call of it runs (``net (Net.forward)``), or a function from elsewhere. Counts, no toggle."""
-        counts = widgets.HTML(layout=widgets.Layout(**_SHRINKING))
+        counts = widgets.HTML(layout=widgets.Layout(**SHRINKING))
         self.function_counts[name] = counts
         if "." in name:
-            label, what = _label(name, " <i>(entry, function)</i>"), "compiled whole"
+            label, what = row_label(name, " <i>(entry, function)</i>"), "compiled whole"
         else:
             cls = module_class(self.session.source, name)
             forward = f"{cls}.forward" if cls else "its forward"
-            label = _label(name, f" <i>({_e(forward)})</i>",
+            label = row_label(name, f" <i>({escape(forward)})</i>",
                            title=f"{name}: the nn.Module you call (an entry); a call of it runs {forward}")
             what = f"the module you call: {forward}, compiled whole"
-        return widgets.HBox([label, widgets.HTML(f"<span style='color:#555'>{_e(what)}</span>",
-                                                 layout=widgets.Layout(width="380px", **_SHRINKING)), counts],
-                            layout=widgets.Layout(**_ROW))
+        return widgets.HBox([label, widgets.HTML(f"<span style='color:#555'>{escape(what)}</span>",
+                                                 layout=widgets.Layout(width="380px", **SHRINKING)), counts],
+                            layout=widgets.Layout(**ROW))
 
     def _op_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": TORCH_BUTTON_WIDTH})
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
-        _fitting(toggle, TORCH_BUTTON_WIDTH)
+        fitting(toggle, TORCH_BUTTON_WIDTH)
         self.op_rows[name] = toggle
-        return widgets.HBox([_label(name), toggle], layout=widgets.Layout(**_ROW))
+        return widgets.HBox([row_label(name), toggle], layout=widgets.Layout(**ROW))
 
     def _controls(self, session: PanelSession) -> widgets.HBox:
 
@@ -590,7 +394,7 @@ class Panel(widgets.VBox):
         """The backend compiled one more frame: the stage line says how far it is (nothing else is drawn)."""
         of = f" of {self._view_frames}" if self._view_frames >= report.frame_count else ""
         self.stage_html.value = (f"<span class='nbcompile-stage' style='color:#555'>compiling with "
-                                 f"{_e(report.backend)}: {report.frame_count}{of} frames, {elapsed_s:.1f} s"
+                                 f"{escape(report.backend)}: {report.frame_count}{of} frames, {elapsed_s:.1f} s"
                                  "</span>")
 
     def complete_view(self) -> None:
@@ -615,9 +419,9 @@ class Panel(widgets.VBox):
     def _draw_compiled(self, report: Report) -> None:
         """The views of what compiling added: guards, recompiles and their timeline, kernels, the export."""
         self._draw_guards()
-        self.recompiles_html.value = self._recompiles(report)
+        self.recompiles_html.value = recompiles_html(report)
         self._draw_timeline(report)
-        self.kernels_html.value = self._kernels(report)
+        self.kernels_html.value = kernels_html(report)
         self._draw_export()
 
     # -- the fix search ----------------------------------------------------------------------
@@ -653,7 +457,7 @@ class Panel(widgets.VBox):
                 finish()
                 return
             except Exception as exc:
-                run.result.state = f"failed: {type(exc).__name__}: {exc}"
+                run.result.finish(SearchStop.FAILED, f"{type(exc).__name__}: {exc}")
                 self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 finish()
                 return
@@ -682,14 +486,14 @@ class Panel(widgets.VBox):
                         self.fullgraph, self.dynamic, self.bench_button]:
             control.disabled = on
 
-    def show_fix(self, result: Any) -> None:
+    def show_fix(self, result: FixSearch) -> None:
         """The search's progress (trials, best so far, time left) and its chart, as it goes."""
         self.fix_progress.value = min(1.0, result.elapsed_s / result.budget_s) if result.state == "searching" else 1.0
         best = result.best
-        best_text = (f"best so far: {best.breaks} breaks, {best.recompiles} recompiles ({_e(best.describe())})"
+        best_text = (f"best so far: {best.breaks} breaks, {best.recompiles} recompiles ({escape(best.describe())})"
                      if best is not None else "no admissible configuration yet")
         left = max(0.0, result.budget_s - result.elapsed_s)
-        state = f"{left:.0f} s left" if result.state == "searching" else _e(result.state)
+        state = f"{left:.0f} s left" if result.state == "searching" else escape(result.state)
         self.fix_label.value = (f"{len(result.trials)} trials; {best_text}; {state} <i>(each trial runs and is checked "
                                 "on copies of your objects: its check is the trial's, not the session's run)</i>")
         self.fix_output.outputs = ({
@@ -704,8 +508,8 @@ class Panel(widgets.VBox):
     def _rewrite_row(self, rewrite: Rewrite) -> widgets.VBox:
         """A proven rewrite: its diff, and Accept, which puts the rewritten cell in the next input (the cell
         itself, and the user's objects, change only when the user runs it)."""
-        diff = widgets.HTML(f"<b>source rewrite ({_e(rewrite.rule)}), proven by the search:</b>"
-                            f"<pre style='margin:2px 0'>{_e(rewrite.diff())}</pre>")
+        diff = widgets.HTML(f"<b>source rewrite ({escape(rewrite.rule)}), proven by the search:</b>"
+                            f"<pre style='margin:2px 0'>{escape(rewrite.diff())}</pre>")
         done = widgets.HTML()
         button = widgets.Button(description="Accept", icon="check",
                                 tooltip="put the cell, rewritten, in the next input (nothing runs now)")
@@ -714,15 +518,15 @@ class Panel(widgets.VBox):
             try:
                 text = self.session.accept(rewrite)
             except Exception as exc:
-                done.value = f"<span style='color:#b00'>{_e(str(exc).splitlines()[0])}</span>"
+                done.value = f"<span style='color:#b00'>{escape(str(exc).splitlines()[0])}</span>"
                 return
             button.disabled = True
             done.value = ("accepted: the rewritten cell is the next input (a terminal's next prompt; where the "
                           "frontend does not take it, copy it from here and run it):"
-                          f"<pre style='max-height:200px;overflow:auto'>{_e(text)}</pre>")
+                          f"<pre style='max-height:200px;overflow:auto'>{escape(text)}</pre>")
 
         button.on_click(accept)
-        return widgets.VBox([diff, widgets.HBox([button, done], layout=widgets.Layout(**_ROW))])
+        return widgets.VBox([diff, widgets.HBox([button, done], layout=widgets.Layout(**ROW))])
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
@@ -744,7 +548,7 @@ class Panel(widgets.VBox):
         report = session.report
         self._drawn_shape = _shape(report)
         self.stage_html.value = ""  # the stage itself is a status line; this one is the backend's progress
-        self.title.value = f"<b>{_e(report.title)}</b>"
+        self.title.value = f"<b>{escape(report.title)}</b>"
         missing = [n for n in session.functions if n not in self.function_rows and not _construction(n)]
         if missing:  # library functions tracked since (the fix search tracks the holders of breaks)
             self.functions_box.children = [*self.functions_box.children, *(self._function_row(n) for n in missing)]
@@ -763,7 +567,7 @@ class Panel(widgets.VBox):
         self.figure_dict = split_figure(report, session.cell.spans)
         self._draw_figure(report)
         self.source_html.value = source_view(session.source, report, session.cell.spans)
-        self.causes_html.value = self._causes(report, session.cell.spans)
+        self.causes_html.value = causes_html(report, session.cell.spans)
         self._draw_compiled(report)
         self._draw_bench()
         session.update_display()
@@ -787,7 +591,7 @@ class Panel(widgets.VBox):
                 "" if self.session.options.run else " (it times the --run expression; add --run EXPR)")
             self.bench_output.outputs = ()
             return
-        self.bench_html.value = f"<pre>{_e(str(result))}</pre>"
+        self.bench_html.value = f"<pre>{escape(str(result))}</pre>"
         self.bench_output.outputs = ({
             "output_type": "display_data",
             # text/html: what a page without a plotly renderer (an exported notebook's widget
@@ -884,7 +688,7 @@ class Panel(widgets.VBox):
                                     "\n".join(part for part in (whole, detail) if part),
                                     label="what changed" if detail else "last change"))
         self.status.value = (f"<div class='nbcompile-status nbcompile-counts' style='color:{SEVERITY_COLORS['info']}'>"
-                             f"{_e(', '.join(counts))}</div>" + status_html(lines))
+                             f"{escape(', '.join(counts))}</div>" + status_html(lines))
 
     def _draw_guards(self) -> None:
         needle = self.guard_filter.value.strip().lower()
@@ -899,14 +703,14 @@ class Panel(widgets.VBox):
                 continue
             cost = guard_cost_text(frame, self._call_s())
             color = "#b00" if "of the call" in cost and "over 10%" in cost else "#555"
-            shown = "\n".join(f"<mark title='this guard failed: a recompile'>{_e(t)}</mark>"
-                              if _failed(g, failed) else _e(t) for g, t in guards)
-            blocks.append(f"<p><b>{_e(frame.compile_id)} {_e(function_label(frame.function))}</b> "
+            shown = "\n".join(f"<mark title='this guard failed: a recompile'>{escape(t)}</mark>"
+                              if failed_guard(g, failed) else escape(t) for g, t in guards)
+            blocks.append(f"<p><b>{escape(frame.compile_id)} {escape(function_label(frame.function))}</b> "
                           f"({len(guards)} of {frame.guard_count} guards)"
-                          f"<br><span style='color:{color}'>{_e(cost)}</span></p><pre>{shown}</pre>")
+                          f"<br><span style='color:{color}'>{escape(cost)}</span></p><pre>{shown}</pre>")
         self.guards_html.value = "".join(blocks) or "<i>no guards match</i>"
 
-    def _stack_of(self, frame: Any) -> dict[str, str]:
+    def _stack_of(self, frame: Frame) -> dict[str, str]:
         """A resumed frame's stack slots (``___stack0``) named by the expressions of the cell line it resumes at."""
         resumed = re.match(r"^torch_dynamo_resume_in_\w+?_at_(\d+)$", frame.function)
         if resumed is None or not is_cell_file(frame.filename):
@@ -923,7 +727,7 @@ class Panel(widgets.VBox):
         self.timeline_dict = recompile_timeline(report, torch_compat.recompile_limit())
         self.timeline_output.outputs = ({
             "output_type": "display_data",
-            "data": {_PLOTLY_MIME: self.timeline_dict, "text/html": self._recompiles(report),
+            "data": {_PLOTLY_MIME: self.timeline_dict, "text/html": recompiles_html(report),
                      "text/plain": f"recompiles: {report.recompile_count}"},
             "metadata": {},
         },)
@@ -936,60 +740,15 @@ class Panel(widgets.VBox):
                 return float(row.median_s)
         return None
 
-    @staticmethod
-    def _recompiles(report: Report) -> str:
-        if not report.recompiles:
-            return "<i>no recompiles</i>"
-        rows = "".join(f"<tr><td>{_e(function_label(r.function))}</td><td>{_e(r.compile_id)}</td>"
-                       f"<td><b>{_e(change_text(r))}</b></td>"
-                       f"<td>{_fix_list(r.fixes)}</td>"
-                       f"<td><code>{_e(plain(r.reason))}</code></td></tr>"
-                       for r in report.recompiles)
-        return ("<table><tr><th>function</th><th>compile id</th><th>what changed</th><th>fix (and its proof)</th>"
-                f"<th>failed guard</th></tr>{rows}</table>")
-
-    @staticmethod
-    def _causes(report: Report, spans: dict[str, tuple[int, int]] | None = None) -> str:
-        """One row per break cause, with its count, its fixes and their proofs; then the graphs, each led by
-        where its code is, their long op lists folded."""
-        parts = []
-        if report.causes:
-            rows = "".join(
-                f"<tr><td title=\"{_e(c.count_text)}\"><b>x{c.count}</b></td><td>{_e(function_label(c.function))}</td>"
-                f"<td>{_e(c.cell_line if c.cell_line is not None else where_cause(c))}</td>"
-                f"<td><code>{_e(c.source_line)}</code></td><td><b>{_e(c.gb_type)}</b>: "
-                f"{_e(plain(c.explanation or c.reason))}"
-                + (f"<ul>{fixes_html(c.fixes)}</ul>" if c.fixes else "") + "</td></tr>"
-                for c in report.causes_in_order())
-            parts.append(f"<p><b>Break causes</b>: {plural(report.break_count, 'event')} from "
-                         f"{plural(len(report.causes), 'cause')}, {_e(splits_text(report))}</p>"
-                         "<table class='nbcompile-causes'><tr><th>count</th><th>function</th><th>line</th>"
-                         f"<th>source</th><th>reason and fixes</th></tr>{rows}</table>")
-        if report.graphs:
-            parts.append("<details class='nbcompile-graph-ops'><summary>Graphs and their ops</summary>"
-                         f"{graphs_table(report, spans)}</details>")
-        return "".join(parts)
-
-    @staticmethod
-    def _kernels(report: Report) -> str:
-        if not report.kernels:
-            return f"<i>no generated kernels (backend {_e(report.backend)})</i>"
-        blocks = []
-        for k in report.kernels:
-            code = k.code if len(k.code) <= KERNEL_CHARS else k.code[:KERNEL_CHARS] + "\n# ... (cut)"
-            blocks.append(f"<details><summary>[{_e(k.compile_id)}] {_e(k.name)} ({_e(k.language)})</summary>"
-                          f"<pre>{_e(code)}</pre></details>")
-        return "".join(blocks)
-
     def _draw_export(self) -> None:
         try:
             snippet = self.session.export(style=self.export_style.value)
         except NbcompileError as exc:
-            self.export_html.value = f"<span style='color:#b00'>{_e(exc)}</span>"
+            self.export_html.value = f"<span style='color:#b00'>{escape(exc)}</span>"
             return
         self.snippet = snippet
         self.export_html.value = (
-            f"<button class='nbcompile-copy' data-snippet='{_e(snippet)}' "
+            f"<button class='nbcompile-copy' data-snippet='{escape(snippet)}' "
             "onclick='navigator.clipboard.writeText(this.dataset.snippet)'>Copy</button>"
-            f"<pre class='nbcompile-snippet'>{_e(snippet)}</pre>"
+            f"<pre class='nbcompile-snippet'>{escape(snippet)}</pre>"
         )

@@ -5,12 +5,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..capture.cell import CellFunctions
 from ..core.options import CellOptions
 from ..model.fixsearch import FixSearch
 from ..model.report import PartCounts, Report, Rewrite
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..engine.timing import BenchResult
+
+
+class OptionChanges(TypedDict, total=False):
+    """The compile options a view may change (``PanelSession.configure``), each one as the panel's controls
+    give it."""
+
+    backend: str
+    mode: str | None
+    fullgraph: bool
+    dynamic: bool | None
+    #: ``torch._dynamo.config`` values (name -> value) set around the session's own compiles.
+    dynamo_config: dict[str, object]
 
 
 class SearchRun(Protocol):
@@ -30,8 +47,10 @@ class PanelSession(Protocol):
     entries: list[str]
     source: str
     cell: CellFunctions
-    last_bench: Any
-    last_fix: Any
+    #: The latest benchmark (``bench``), None before the first.
+    last_bench: BenchResult | None
+    #: The latest fix search (``fix_run``), None before the first.
+    last_fix: FixSearch | None
 
     @property
     def report(self) -> Report: ...
@@ -54,11 +73,11 @@ class PanelSession(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def set(self, name: Any, mode: str) -> Report: ...
+    def set(self, name: str, mode: str) -> Report: ...
 
-    def configure(self, **changes: Any) -> Report: ...
+    def configure(self, **changes: Unpack[OptionChanges]) -> Report: ...
 
-    def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any: ...
+    def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> BenchResult: ...
 
     def export(self, style: str = "calls") -> str: ...
 

@@ -352,7 +352,7 @@ def test_a_default_device_change_is_said_as_the_device_not_as_a_mode(ip):
 
 def test_an_interrupted_refresh_leaves_no_reach_for_the_next_change(ip, monkeypatch):
     """A refresh interrupted (Ctrl-C on a big state) inside a change: the next change reaches the state anew."""
-    from nbcompile.engine.state import Replay
+    from nbcompile.engine.replay import Replay
 
     ip.user_ns["x"] = torch.ones(4)
     ip.run_cell("import torch\nW = {'w': torch.ones(4)}")
@@ -528,7 +528,7 @@ def test_skips_leave_out_plumbing_resumed_parts_and_generated_code():
     import os
 
     from nbcompile.capture.skips import skips_of
-    from nbcompile.engine import state
+    from nbcompile.engine.usercode import user_file
 
     site = os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "ipykernel", "iostream.py")
     found = [
@@ -540,5 +540,5 @@ def test_skips_leave_out_plumbing_resumed_parts_and_generated_code():
         ("forward", site, 10, "non-infra torch dispatch mode present, this is not supported today"),
         ("count", "<ipython-input-3-abc>", 8, "Dynamo decided to skip the frame while tracing: No ops traced"),
     ]
-    kept = [(s.function, s.lineno) for s in skips_of(found, state.user_file)]
+    kept = [(s.function, s.lineno) for s in skips_of(found, user_file)]
     assert kept == [("forward", 10), ("count", 8)], kept

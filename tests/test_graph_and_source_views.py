@@ -16,7 +16,8 @@ from nbcompile.core.text import plural
 from nbcompile.model.fixsearch import FixSearch
 from nbcompile.model.render import graph_places, status_lines, to_html, to_text
 from nbcompile.model.report import Check, CompileError, Frame, Graph, GraphBreak, Report
-from nbcompile.views.panel import PANEL_CSS, SELECTED_BACKGROUND, SELECTED_COLOR, source_view
+from nbcompile.views.panel_html import source_view
+from nbcompile.views.panel_rows import PANEL_CSS, SELECTED_BACKGROUND, SELECTED_COLOR
 from nbcompile.views.status import status_table
 
 from nbhelpers import run_compile_cell

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.engine import state
+from nbcompile.engine import replay as replay_ops
 
 from nbhelpers import run_compile_cell
 
@@ -40,7 +40,7 @@ DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 @pytest.fixture(autouse=True)
 def _forget_the_big_objects(ip, monkeypatch):
     """A 16 MiB copy budget; the names (``step``, ``run``) other tests' code mentions gone after each test."""
-    monkeypatch.setattr(state, "MAX_COPY_BYTES", 16 * 2**20)
+    monkeypatch.setattr(replay_ops, "MAX_COPY_BYTES", 16 * 2**20)
     yield
     for name in ("big", "Big", "x", "act", "opt", "step", "run", "FLAG", "device"):
         ip.user_ns.pop(name, None)
@@ -52,7 +52,7 @@ def _versions(model):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip, device):
-    assert 5 * 1024 * 1024 * 4 > state.MAX_COPY_BYTES
+    assert 5 * 1024 * 1024 * 4 > replay_ops.MAX_COPY_BYTES
     with torch.no_grad():
         run_compile_cell(ip, '--backend eager --no-panel --entry big --run "big(x)"',
                          BIG_CELL.replace('device = "cpu"', f'device = "{device}"'))

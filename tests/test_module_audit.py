@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import nbcompile
-from nbcompile.engine import fingerprint, state
+from nbcompile.engine import fingerprint, usercode
+from nbcompile.engine import frozen as frozen_ops
 from nbcompile.engine import search as search_ops
 
 from nbhelpers import run_compile_cell
@@ -103,7 +104,7 @@ def test_a_module_built_at_run_time_is_audited(ip, reach):
     try:
         run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', body)
         module = sys.modules[name]
-        assert state.made_at_run_time(module)
+        assert usercode.made_at_run_time(module)
         assert module.calls == 1  # copied (a global) or caught and put back (sys.modules)
         search_ops.Searcher(nbcompile.last(), 15).run()
         assert module.calls == 1
@@ -112,10 +113,10 @@ def test_a_module_built_at_run_time_is_audited(ip, reach):
 
 
 def test_modules_without_a_file_that_an_import_system_made_are_not_the_users():
-    assert not state.made_at_run_time(sys)  # builtin
-    assert not state.made_at_run_time(torch._C._nn)  # an extension's submodule
-    assert not state.made_at_run_time(sys.modules["pyexpat"])
-    assert state.made_at_run_time(types.ModuleType("nbdeep_free"))
+    assert not usercode.made_at_run_time(sys)  # builtin
+    assert not usercode.made_at_run_time(torch._C._nn)  # an extension's submodule
+    assert not usercode.made_at_run_time(sys.modules["pyexpat"])
+    assert usercode.made_at_run_time(types.ModuleType("nbdeep_free"))
 
 
 def test_the_fingerprint_sees_changes_at_any_depth_and_is_bounded():
@@ -232,7 +233,7 @@ def test_every_computed_read_is_varied_or_not_judged(ip, make_module, variant):
     make_module("nbdeep_cfg", "SCALE = 2.0\n")
     setup, read = READS[variant]
     ip.run_cell(f"import torch\n{setup}\ndef helper(x):\n    return x * {read}\n")
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_ops.frozen_globals({"helper": ip.user_ns["helper"]})
     varied = [slot.label for slot, _, _ in frozen]
     assert varied or frozen.unjudged, variant
     if variant.startswith("getattr_") and variant != "getattr_computed":
@@ -271,7 +272,7 @@ def test_what_only_logs_or_calls_library_code_is_judged(ip):
             log.debug("scaling")
             return F.gelu(x) * math.pi + np.float32(0).item()
         """))
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_ops.frozen_globals({"helper": ip.user_ns["helper"]})
     assert frozen.unjudged == [] and isinstance(ip.user_ns["log"], logging.Logger)
 
 
@@ -284,6 +285,6 @@ def test_a_container_a_closure_holds_is_varied_a_number_it_holds_is_not(ip):
             return helper
         helper = make(CFG, 3.0)
         """))
-    frozen = state.frozen_globals({"helper": ip.user_ns["helper"]})
+    frozen = frozen_ops.frozen_globals({"helper": ip.user_ns["helper"]})
     labels = [slot.label for slot, _, _ in frozen]
     assert labels == ["cfg (in helper's closure)"], (labels, frozen.unjudged)

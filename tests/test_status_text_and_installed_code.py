@@ -10,7 +10,7 @@ import textwrap
 import nbcompile
 from nbcompile.model.render import short, to_html, to_text
 from nbcompile.model.report import GraphBreak, Report
-from nbcompile.views.panel import _label
+from nbcompile.views.panel_rows import row_label as _label
 
 from nbhelpers import run_compile_cell
 

@@ -1,0 +1,206 @@
+"""The run audit: what a run on copies may not do, and what it did anyway.
+
+While the eager reference (or a run on copies) runs, an audit hook stops the first attempt to reach
+outside the process's Python objects (write a file, start a process, use the network) before it happens
+(``OutsideEffect``). The attributes of the user's modules the run reaches are watched too
+(``_ModuleAudit``): what it rebinds that no copy holds is put back, what it changes in place, a first
+import of a user module, a change to ``os.environ`` is named when the run ends; and a change to the
+user's own objects made through something the copies share with them. The check (``check.judge``), the
+trials and the timing runs all run inside ``no_outside_effects``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+import threading
+import types
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from ..core import torch_compat
+from . import fingerprint
+from .replay import Replay
+from .usercode import user_modules
+
+
+class OutsideEffect(Exception):
+    """The run tried to change something outside the process's Python objects (``outside``), or a
+    module attribute that none of its copies holds."""
+
+    def __init__(self, what: str, *, outside: bool = True) -> None:
+        super().__init__(what)
+        self.outside = outside
+
+
+_GUARD = threading.local()
+_HOOKED = False
+#: Audit events that reach outside Python objects (files, processes, the network).
+_OUTSIDE = {"os.remove": "removes a file", "os.rename": "renames a file", "os.rmdir": "removes a directory",
+            "os.mkdir": "makes a directory", "os.system": "runs a shell command",
+            "subprocess.Popen": "starts a process",
+            "socket.connect": "opens a connection", "socket.sendto": "sends over the network",
+            "shutil.rmtree": "removes a directory", "os.truncate": "truncates a file"}
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if not getattr(_GUARD, "on", False):
+        return
+    what = None
+    if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
+        what = f"writes to a file ({args[0]!s:.60})"
+    elif (event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None
+          and args[2] & (os.O_WRONLY | os.O_RDWR)):
+        what = f"writes to a file ({args[0]!s:.60})"
+    elif event in _OUTSIDE:
+        what = _OUTSIDE[event]
+    if what is None or (getattr(_GUARD, "compiler_may", False) and _compiling()):
+        return
+    _GUARD.on = False
+    raise OutsideEffect(what)
+
+
+def _saving(path: str) -> None:
+    """``torch.save`` to ``path``: stopped like any other write to a file."""
+    _audit("open", (path, "wb"))
+
+
+def _compiling() -> bool:
+    """Whether the current call comes from torch.compile compiling a frame (its caches, its workers),
+    not from the user's code running."""
+    here = inspect.currentframe()
+    frame: types.FrameType | None = here.f_back.f_back if here is not None and here.f_back is not None else None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.endswith(_CONVERT_FRAME) or (name.startswith(_TORCH_DIR) and _INDUCTOR_DIR in name):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
+#: Inductor compiles a training graph's backward at the first backward call, outside any frame conversion:
+#: its code cache, its build directories and its compile workers are the compiler's too.
+_TORCH_DIR = os.path.dirname(inspect.getfile(torch))
+_INDUCTOR_DIR = os.sep + "_inductor" + os.sep
+
+
+@contextlib.contextmanager
+def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) -> Any:
+    """The eager run may not write files, start processes or use the network: an audit hook stops the
+    first attempt (before it happens), and the check says it could not compare. ``compiler_may``: a
+    compiled run, in which torch.compile itself may write its caches while it compiles.
+
+    ``watch``: the copies the run was given. The attributes of the user's modules it reaches (a global,
+    an import inside a function) are watched too: an attribute the run rebinds that no copy holds is
+    put back, a container no copy holds that it changes in place is named, a user module it imports
+    for the first time is named, and ``OutsideEffect`` says so when the run ends."""
+    global _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
+        _HOOKED = True
+    modules = _ModuleAudit(watch) if watch is not None and watch.refused is None else None
+    _GUARD.on, _GUARD.compiler_may = True, compiler_may
+    failed = False
+    try:
+        with torch_compat.torch_saves_reported(_saving):  # torch's C++ writer raises no `open` audit event
+            yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _GUARD.on, _GUARD.compiler_may = False, False
+        if modules is not None:
+            effect = modules.settle()
+            if effect and not failed:
+                raise OutsideEffect(effect, outside=False)
+
+
+class _ModuleAudit:
+    """The attributes of the user's modules a run can reach, before it: what it changes that is not one
+    of its copies is put back (a rebinding) or named (a change in place anywhere below it, by a deep
+    ``fingerprint``; a first import). A module whose state is too large to fingerprint whole is named
+    too: the audit does not vouch for what it cannot see."""
+
+    def __init__(self, replay: Replay) -> None:
+        held = {(id(slot.owner), slot.key) for slot in replay.slots.values()}
+        self.before: list[tuple[types.ModuleType, dict[str, Any], dict[str, Hashable]]] = []
+        spaces = [slot.owner for slot in replay.slots.values() if isinstance(slot.owner, dict)]
+        named = list(replay.modules)  # and every other user module: importlib, sys.modules, __import__
+        others = [m for m in user_modules(exclude=spaces) if not any(m is r for r in named)]
+        self.unseen: list[str] = []
+        self.budgets: list[tuple[int, int]] = []
+        for module in named + others:
+            space = vars(module)
+            watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
+            budget = ((fingerprint.MAX_NODES, fingerprint.MAX_BUFFER_BYTES) if any(module is m for m in named)
+                      else (fingerprint.OTHER_NODES, fingerprint.OTHER_BUFFER_BYTES))
+            walk = fingerprint.Walk(*budget)
+            prints = {k: walk.of(v, module.__name__) for k, v in watched.items()}
+            if not walk.complete and budget[0] == fingerprint.MAX_NODES:  # a module the run names: not vouched for
+                self.unseen.append(module.__name__)
+            self.before.append((module, watched, prints))
+            self.budgets.append(budget)
+        self.held = held
+        self.replay = replay
+        # the user's own objects, marked now (``reals_moved`` compares): a run on the copies never changes them
+        self.reals = replay._real_fingerprint()  # noqa: SLF001  # the marks reals_moved takes back
+        self.imports = {name for name in replay.imports if name not in sys.modules}
+        self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
+
+    def settle(self) -> str:
+        effects: list[str] = []
+        moved = self.replay.reals_moved(self.reals)
+        if moved is not None:  # through something the copies share with the user's objects (not a module's)
+            return (f"changed your {moved} in place although it ran on copies (something the copies hold "
+                    "reaches your objects: a second run would change it again)")
+        for (module, watched, prints), budget in zip(self.before, self.budgets, strict=True):
+            after = fingerprint.Walk(*budget)  # the same bounds: what was cut before is cut again
+            space = vars(module)
+            for key in [k for k in space if not k.startswith("__") and k not in watched
+                        and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:
+                del space[key]
+                effects.append(f"sets {module.__name__}.{key}")
+            for key, value in watched.items():
+                now = space.get(key, _GONE)
+                if now is not value and callable(value) and callable(now):
+                    continue  # a function rebound to a wrapper: nbcompile's own toggles (given back by them)
+                if now is not value:
+                    space[key] = value
+                    effects.append(f"sets {module.__name__}.{key}")
+                elif after.of(value, module.__name__) != prints[key]:
+                    effects.append(f"changes {module.__name__}.{key} in place")
+        now_env = dict(os.environ)
+        for key in sorted(set(now_env) | set(self.environ), key=str):
+            if now_env.get(key) != self.environ.get(key):
+                if key in self.environ:
+                    os.environ[key] = self.environ[key]
+                else:
+                    del os.environ[key]
+                effects.append(f"sets os.environ[{key!r:.60}]")
+        for name in sorted(self.imports):
+            imported = sys.modules.get(name)
+            if imported is not None and _user_file(imported):
+                effects.append(f"imports {name} for the first time (its code ran)")
+        if self.unseen and not effects:
+            names = ", ".join(self.unseen[:2]) + (f" and {len(self.unseen) - 2} more" if len(self.unseen) > 2 else "")
+            holds = "holds" if len(self.unseen) == 1 else "hold"
+            return (f"may change {names}, which {holds} more state than nbcompile watches (over "
+                    f"{fingerprint.MAX_NODES:,} objects or {fingerprint.MAX_BUFFER_BYTES // 2**20} MB of arrays; "
+                    "no copy of it was made)")
+        if not effects:
+            return ""
+        more = f" and {len(effects) - 2} more" if len(effects) > 2 else ""
+        return ", ".join(effects[:2]) + more + " (no copy of it was made; what it rebound was put back)"
+
+
+_GONE = object()
+
+
+def _user_file(module: types.ModuleType) -> bool:
+    path = str(getattr(module, "__file__", "") or "")
+    return bool(path) and not path.startswith(tuple({sys.prefix, sys.base_prefix, sys.exec_prefix}))

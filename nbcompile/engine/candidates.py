@@ -1,0 +1,240 @@
+"""The fix search's space (``SearchSpace``): what it may change and the configurations it tries.
+
+A configuration is the session's toggles (a function's mode, a torch callable's mode) and options
+(``dynamic``, ``torch._dynamo.config`` values under ``_config``, source rewrites of the cell under
+``_rewrites``). The search starts from the seeds (the fixes the report's breaks and recompiles suggest,
+each one change from the start) and improves on a configuration one change at a time (its
+neighbours). The functions it toggles are the cell's own and the library functions that hold the
+report's breaks (``tracked``), the most breaks first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from ..core import dynconfig, torch_compat
+from ..core.names import is_torch_name
+from ..model.fixsearch import Trial
+from ..model.report import Report, Rewrite
+from . import library, trial
+from .toggles import available_function_modes
+from .workload import Workload, code_of
+
+#: One configuration to try: (toggles, options, the label that says what it changed).
+Candidate = tuple[dict[str, str], dict[str, Any], str]
+
+#: Library functions holding breaks the search tracks, at most (the ones with the most breaks).
+MAX_HOLDERS = 6
+#: A recompile on a tensor's size or stride (torch's words and nbcompile's plain ones): what ``--dynamic``
+#: removes.
+_SIZES = re.compile(r"size mismatch|stride mismatch|\.shape\b|\.size\(|\.stride\(|\bnumel\(|"
+                    r"\bsize\(\)|^>=|\s>=\s*\d")
+
+
+class RewriteSource(Protocol):
+    """The source rewrites a search tries (``analysis.rewrite``, handed in by the session): the proposals,
+    and the functions a set of them makes (name -> the rewritten function; ValueError when it cannot)."""
+
+    @property
+    def proposals(self) -> list[Rewrite]: ...
+
+    def functions(self, rewrites: list[Rewrite]) -> dict[str, Any]: ...
+
+    def elsewhere(self, filename: str, lineno: int) -> Rewrite | None: ...
+
+
+class SearchSpace:
+    """The configurations a search over ``workload`` may try, seeded by ``report``'s breaks and recompiles;
+    ``rewrites``: the source rewrites of the cell's break lines to try (each a change like a toggle)."""
+
+    def __init__(self, workload: Workload, report: Report, rewrites: RewriteSource | None = None) -> None:
+        self.workload = workload
+        self.report = report
+        self.rewrites = rewrites
+        #: name -> how many of the report's breaks it holds: the functions holding most are changed first.
+        self.priority: dict[str, int] = {}
+        self._config_candidates: list[dict[str, Any]] | None = None
+        #: Library functions the search toggles besides the workload's own (the holders of breaks in
+        #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
+        self.tracked: list[str] = self._holders()
+
+    def _holders(self) -> list[str]:
+        """The library functions that hold the report's breaks (most breaks first), which the search
+        toggles as it toggles the cell's own functions."""
+        workload = self.workload
+        counts: dict[str, int] = {}
+        for brk in self.report.breaks:
+            if not brk.filename or brk.filename == workload.filename:
+                continue
+            name = library.holder_of(brk.filename, brk.lineno)
+            if name is not None:
+                counts[name] = counts.get(name, 0) + 1
+        for brk in self.report.breaks:  # the cell's own functions, by the breaks they hold (by code, not by name:
+            # ``helper = make(CFG)`` holds a break in ``make.<locals>.helper``)
+            if brk.filename == workload.filename:
+                own, enclosing = cell_holder(workload.tracked, brk.filename, brk.lineno)
+                name = own or enclosing
+                if name is not None:
+                    counts[name] = counts.get(name, 0) + 1
+        self.priority = dict(counts)
+        added: list[str] = []
+        for name in sorted(counts, key=lambda n: -counts[n])[:MAX_HOLDERS]:
+            if name in workload.functions:
+                continue
+            try:
+                library.resolve(name)
+            except Exception:  # a holder nbcompile cannot rebind (a property, a C function): left out
+                continue
+            added.append(name)
+        return added
+
+    @property
+    def functions(self) -> list[str]:
+        """What the search toggles: the workload's functions and the library holders."""
+        return [*self.workload.functions, *(n for n in self.tracked if n not in self.workload.tracked)]
+
+    def function_modes(self) -> dict[str, tuple[str, ...]]:
+        """name -> the modes the search tries on it (the entries are compiled as they are, never toggled)."""
+        modes = available_function_modes()
+        return {name: tuple(m for m in modes if not (":" in name and m == "custom_op"))
+                for name in self.functions if name not in self.workload.entries}
+
+    def torch_names(self) -> list[str]:
+        names = [n for n in self.workload.toggles if is_torch_name(n)]
+        for brk in self.report.breaks:
+            for fix in brk.fixes:
+                names += [n for n in fix.toggles if is_torch_name(n)]
+        return list(dict.fromkeys(names))
+
+    def seeds(self) -> list[Candidate]:
+        """The report's suggested fixes, as configurations one change from the start."""
+        start = self.workload.toggles
+        seeds: list[Candidate] = []
+        report = self.report
+        configs = self.configs()
+        if len(configs) > 1:  # every config the breaks call for, together: on a model whose breaks are of several
+            # kinds the most one trial can remove (when one of them does harm, the trials of each alone follow)
+            together = {name: value for config in configs for name, value in config.items()}
+            seeds.append((dict(start), {"_config": together}, f"config {dynconfig.describe(together)}"))
+        for config in configs:  # one config change reaches every break of its kind at once: tried first
+            seeds.append((dict(start), {"_config": config}, f"config {dynconfig.describe(config)}"))
+        for proposal in self.proposals():
+            seeds.append((dict(start), {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line "
+                                                                    f"{proposal.cell_line}"))
+        for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
+            if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
+                seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
+        if self.sizes_recompile():
+            seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
+        doctor = [(r.function, f) for r in report.recompiles for f in r.fixes] + \
+            [(fb.function, f) for fb in report.fallbacks for f in fb.fixes]
+        for function, fix in doctor:  # the doctor's config values (a session carries them; a mark it cannot)
+            candidate = trial.recompile_candidate(function, fix)
+            if candidate is not None and set(candidate[1]) == {"_config"} and \
+                    not set(candidate[1]["_config"]) & set(self.workload.options.dynamo_config):
+                label, options = candidate
+                seeds.append((dict(start), options, label))
+        return seeds
+
+    def neighbours(self, base: Trial, start: Trial | None) -> Iterator[Candidate]:
+        """Every configuration one change from ``base``: the functions that hold a break first. ``start``: the
+        search's start (``--dynamic`` is tried where ``base`` recompiles more than it)."""
+        priority = self.priority
+        functions = sorted(self.function_modes().items(), key=lambda kv: -priority.get(kv[0], 0))
+        for name, modes in functions:
+            for mode in modes:
+                if base.toggles.get(name, "compile") != mode:
+                    yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
+        for name in self.torch_names():
+            mode = "compile" if base.toggles.get(name, "compile") == "disallow_in_graph" else "disallow_in_graph"
+            yield {**base.toggles, name: mode}, dict(base.options), f"{name} -> {mode}"
+        more = start is not None and ((base.recompiles or 0) > (start.recompiles or 0)
+                                      or (base.fallbacks or 0) > (start.fallbacks or 0))
+        if self.workload.options.dynamic is not True and "dynamic" not in base.options and \
+                (self.sizes_recompile() or more):  # only where it may help: sizes, or recompiles it made
+            yield dict(base.toggles), {**base.options, "dynamic": True}, "--dynamic"
+        done = base.options.get("_rewrites", ())
+        for proposal in self.proposals():
+            if proposal not in done:
+                yield dict(base.toggles), {**base.options, "_rewrites": (*done, proposal)}, \
+                    f"rewrite {proposal.rule} at cell line {proposal.cell_line}"
+        have = base.options.get("_config", {})
+        for config in self.configs():
+            if not set(config) & set(have):
+                label = f"config {dynconfig.describe(config)}"
+                yield dict(base.toggles), {**base.options, "_config": {**have, **config}}, label
+
+    def sizes_recompile(self) -> bool:
+        """Whether ``--dynamic`` may help the session's run: a recompile on a size or stride, or code that
+        hit the recompile limit (a recompile on a dtype, a length or a value is not one it removes; on a
+        two-layer BERT such a trial took 9 s, twice a plain one, and changed nothing)."""
+        if self.report.fallbacks:
+            return True
+        return any(_SIZES.search(text) for r in self.report.recompiles
+                   for text in [r.reason, *(f"{c.subject} {c.before}" for c in r.changes)])
+
+    def proposals(self) -> list[Rewrite]:
+        return list(self.rewrites.proposals) if self.rewrites is not None else []
+
+    def run_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """A trial's options as a run takes them: its rewrites built into the functions bound in place of
+        the originals (``_replace``). Raises ValueError when a rewrite cannot be built."""
+        rewrites = options.get("_rewrites", ())
+        if not rewrites or self.rewrites is None:
+            return options
+        return {**options, "_replace": self.rewrites.functions(list(rewrites))}
+
+    def configs(self) -> list[dict[str, Any]]:
+        """The ``torch._dynamo.config`` changes that may remove the report's breaks (``dynconfig``), less
+        those the session already sets (worked out once per search)."""
+        if self._config_candidates is None:
+            self._config_candidates = self._find_configs()
+        return self._config_candidates
+
+    def _find_configs(self) -> list[dict[str, Any]]:
+        reasons = [" ".join([b.gb_type, b.reason, b.explanation, b.source_line, *b.hints]) for b in self.report.breaks]
+        if not reasons:
+            return []
+        own = self.workload.options.dynamo_config
+        return [c for c in dynconfig.search_candidates(reasons) if not set(c) & set(own)]
+
+
+def key(toggles: dict[str, str], options: dict[str, Any]) -> Any:
+    """A configuration's key in the trials' memo: the toggles off ``compile`` and the options, hashable."""
+    return (tuple(sorted((n, m) for n, m in toggles.items() if m != "compile")),
+            tuple(sorted((k, _frozen(v)) for k, v in options.items())))
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` hashable (a trial's ``_config`` dict, a set of functions), for the trials' memo."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(value)
+    if isinstance(value, Rewrite):
+        return (value.cell_line, value.rule, value.after)
+    if isinstance(value, tuple):
+        return tuple(sorted((_frozen(v) for v in value), key=repr))
+    return value
+
+
+def cell_holder(functions: dict[str, Any], filename: str, lineno: int) -> tuple[str | None, str | None]:
+    """(the function of ``functions`` whose own code holds ``filename:lineno``, the innermost when several do;
+    else the one whose nested code holds it). A function nested in another is code of its own: a break in
+    ``make``'s inner ``def`` is held by ``helper = make(CFG)``, and by ``make`` only as its maker."""
+    own: list[tuple[int, str]] = []
+    enclosing: list[tuple[int, str]] = []
+    for name, fn in functions.items():
+        code = code_of(fn)
+        if code is None or code.co_filename != filename:
+            continue
+        lines = {line for _, _, line in code.co_lines() if line}
+        span = max(lines, default=0) - min(lines, default=0)
+        if lineno in lines:
+            own.append((span, name))
+        elif any(lineno in {line for _, _, line in c.co_lines() if line}
+                 for c in torch_compat.iter_code_objects(code) if c is not code):
+            enclosing.append((span, name))
+    return (min(own)[1] if own else None), (min(enclosing)[1] if enclosing else None)
