@@ -173,7 +173,7 @@ def test_toggle_trials_and_search_seeds_read_the_action_not_the_command(ip):
     _garble(session, fixes)
     session.verify_fixes()
     assert _proofs(fixes) == before
-    seeds = search_ops.Searcher(session, 60)._seeds()
+    seeds = search_ops.Searcher(session.workload, 60, report=session.report)._seeds()
     toggle_seeds = [s[0] for s in seeds if not s[1]]  # config values and rewrites seed with the start's toggles
     assert toggle_seeds == [{**session.toggles, **f.toggles} for f in toggles if f.verified is not False]
     assert all(s[0] == session.toggles for s in seeds if s[1])

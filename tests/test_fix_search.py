@@ -102,7 +102,7 @@ def test_budget_and_stop_are_honoured(ip):
         if len(search.trials) == 3:
             search.stop()
 
-    result = search_ops.Searcher(session, 60, progress=stop_after_three).run()
+    result = search_ops.Searcher(session.workload, 60, progress=stop_after_three, report=session.report).run()
     assert result.state == "stopped" and len(result.trials) == 3 and seen == [1, 2, 3]
     assert result.best is not None  # the best found so far is kept
 
@@ -313,7 +313,7 @@ def test_track_names_a_library_function_and_gives_it_back(ip, fakelib):
 def test_a_configuration_much_slower_than_the_start_is_not_chosen(ip):
     run_compile_cell(ip, LINE, CELL)
     session = nbcompile.last()
-    searcher = search_ops.Searcher(session, 60)
+    searcher = search_ops.Searcher(session.workload, 60, report=session.report)
     result = searcher.run()
     best, start = result.best, result.start
     assert best.breaks == 0 and start.breaks == 2

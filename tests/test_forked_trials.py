@@ -118,7 +118,8 @@ def test_an_interrupted_search_leaves_no_child_running(ip, monkeypatch):
 
     from nbcompile.engine import search as search_ops
 
-    result = search_ops.Searcher(session, 60, progress).run()  # stopped: the best found so far is kept
+    # stopped: the best found so far is kept
+    result = search_ops.Searcher(session.workload, 60, progress, report=session.report).run()
     assert started and result.state == "stopped", result.state
     for pid, child in started:
         assert child.pid == 0 and child.fd == -1

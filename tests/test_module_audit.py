@@ -79,7 +79,8 @@ def test_a_change_in_place_deep_in_a_user_module_is_caught_and_never_repeated(ip
     fixes = [fx for b in session.report.breaks for fx in b.fixes if fx.toggles]
     assert fixes and all(fx.verified is None and "nbdeep_mod." in fx.effect for fx in fixes), \
         [(fx.verified, fx.effect) for fx in fixes]
-    result = search_ops.Searcher(session, 15).run()  # the check saw it: no trial runs it again
+    # the check saw it: no trial runs it again
+    result = search_ops.Searcher(session.workload, 15, report=session.report).run()
     assert result.trials == [] and result.start is not None and "nbdeep_mod." in (result.start.error or "")
     assert count(module) == 2
 
@@ -106,7 +107,7 @@ def test_a_module_built_at_run_time_is_audited(ip, reach):
         module = sys.modules[name]
         assert usercode.made_at_run_time(module)
         assert module.calls == 1  # copied (a global) or caught and put back (sys.modules)
-        search_ops.Searcher(nbcompile.last(), 15).run()
+        search_ops.Searcher(nbcompile.last().workload, 15, report=nbcompile.last().report).run()
         assert module.calls == 1
     finally:
         sys.modules.pop(name, None)

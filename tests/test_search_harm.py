@@ -90,7 +90,8 @@ def test_a_module_imported_inside_a_function_is_copied_for_trials(ip, make_modul
     # the cell's own run once; its eager check ran on copies
     assert metrics_module.calls == 1 and metrics_module.seen == [1]
     assert session.report.check.compared and session.report.check.ok
-    result = search_ops.Searcher(session, 30).run()  # every trial, the timing: none on the real module
+    # every trial, the timing: none on the real module
+    result = search_ops.Searcher(session.workload, 30, report=session.report).run()
     assert len(result.trials) > 3
     assert metrics_module.calls == 1 and metrics_module.seen == [1]
 
@@ -111,7 +112,7 @@ def test_a_write_to_a_module_attribute_the_copies_do_not_hold_is_caught_and_undo
     assert metrics_module.calls == 1  # the cell's own run; the check's eager run was caught and put back
     check = session.report.check
     assert not check.compared and "nbharm_metrics2.calls" in check.message
-    result = search_ops.Searcher(session, 30).run()
+    result = search_ops.Searcher(session.workload, 30, report=session.report).run()
     assert metrics_module.calls == 1
     assert result.start.error is not None and "nbharm_metrics2.calls" in result.start.error
 
@@ -159,7 +160,7 @@ def test_the_budget_bounds_the_search_timing_included(ip):
     watchdog.start()
     began = time.perf_counter()
     try:
-        result = search_ops.Searcher(session, budget).run()
+        result = search_ops.Searcher(session.workload, budget, report=session.report).run()
     finally:
         watchdog.cancel()
     elapsed = time.perf_counter() - began
@@ -208,7 +209,7 @@ CELL5 = """\
 
 def test_timing_rejects_only_beyond_the_measured_spread(ip):
     session = _session(ip, CELL5, "f(x)")
-    searcher = search_ops.Searcher(session, 60)
+    searcher = search_ops.Searcher(session.workload, 60, report=session.report)
     result = searcher.run()
     best, start = result.best, result.start
     assert best is not None and best is not start
@@ -228,10 +229,10 @@ def test_timing_rejects_only_beyond_the_measured_spread(ip):
 
 def test_a_result_cut_short_by_the_budget_says_so(ip):
     session = _session(ip, CELL5, "f(x)")
-    result = search_ops.Searcher(session, 0.01).run()
+    result = search_ops.Searcher(session.workload, 0.01, report=session.report).run()
     assert result.state == "budget" and result.budget_bound
     assert "budget" in result.budget_bound and any("budget" in line for line in result.lines()[1:])
-    done = search_ops.Searcher(session, 120).run()
+    done = search_ops.Searcher(session.workload, 120, report=session.report).run()
     assert done.state == "done" and not done.budget_bound
 
 
@@ -271,7 +272,7 @@ def test_a_search_cut_short_never_says_untried_modes_failed(ip):
             return helper(x.sin()).cos()
         x = torch.ones(4)
         """, "f(x)")
-    result = search_ops.Searcher(session, 0.01).run()
+    result = search_ops.Searcher(session.workload, 0.01, report=session.report).run()
     assert result.state == "budget" and len(result.trials) <= 2, [t.describe() for t in result.trials]
     assert result.unremovable
     for line in result.unremovable:
@@ -333,7 +334,7 @@ def test_a_module_reached_without_an_import_statement_sees_one_run(ip, make_modu
         """, "f(x)")
     assert module.calls == 1  # the cell's own run; the check's eager run was caught and put back
     assert not session.report.check.compared and "nbharm_counted.calls" in session.report.check.message
-    search_ops.Searcher(session, 15).run()
+    search_ops.Searcher(session.workload, 15, report=session.report).run()
     assert module.calls == 1
 
 

@@ -30,7 +30,7 @@ def test_trials_count_on_eager_and_the_choice_is_proven_on_the_sessions_backend(
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "[f(x) for x in xs]" '
                          '--dynamo-config capture_scalar_outputs=False', CELL)
     session = nbcompile.last()
-    searcher = search_ops.Searcher(session, 60)
+    searcher = search_ops.Searcher(session.workload, 60, report=session.report)
     assert searcher.spec.backend == "eager" and searcher.verify_spec.backend == "aot_eager"
     result = searcher.run()
     best = result.best
@@ -83,7 +83,8 @@ def test_a_trial_past_its_deadline_is_cut_at_its_next_graph_and_counts_nothing(i
 def test_a_search_whose_start_cannot_end_in_its_budget_says_so_and_applies_nothing(ip):
     run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
     session = nbcompile.last()
-    searcher = search_ops.Searcher(session, 1e-6)  # over before the start's first graph compiles
+    # over before the start's first graph compiles
+    searcher = search_ops.Searcher(session.workload, 1e-6, report=session.report)
     result = searcher.run()
     assert result.state == "budget" and result.budget_bound, (result.state, result.budget_bound)
     assert result.best is None or result.best is result.start
@@ -102,12 +103,12 @@ def test_dynamic_is_tried_for_a_recompile_on_sizes_and_not_for_one_on_dtypes(ip)
     run_compile_cell(ip, '--backend eager --no-panel --no-dynamic --entry f --run "[f(x) for x in xs]"', cell)
     session = nbcompile.last()
     assert session.report.recompile_count >= 1
-    dtypes = search_ops.Searcher(session, 60).run()
+    dtypes = search_ops.Searcher(session.workload, 60, report=session.report).run()
     assert not any(t.options.get("dynamic") for t in dtypes.trials), [t.label for t in dtypes.trials]
     run_compile_cell(ip, '--backend eager --no-panel --no-dynamic --entry f --run "[f(y) for y in ys]"', cell)
     session = nbcompile.last()
     assert session.report.recompile_count >= 1
-    sizes = search_ops.Searcher(session, 60).run()
+    sizes = search_ops.Searcher(session.workload, 60, report=session.report).run()
     assert any(t.options.get("dynamic") and t.label == "--dynamic" for t in sizes.trials), \
         [t.label for t in sizes.trials]
 
@@ -134,7 +135,7 @@ def test_a_budget_that_leaves_no_trial_besides_the_start_says_how_much_to_give(i
     run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
     session = nbcompile.last()
     monkeypatch.setattr(search_ops.Searcher, "_estimate", lambda self, spec: 100.0)  # every trial looks too long
-    result = search_ops.Searcher(session, 60).run()
+    result = search_ops.Searcher(session.workload, 60, report=session.report).run()
     assert result.start is not None and result.start.tried
     assert [t.label for t in result.trials if t.tried] == ["start"]
     advised = re.search(r"give the search at least (\d+) s", result.budget_bound)
@@ -150,7 +151,7 @@ def test_a_search_cut_with_configurations_untried_says_how_much_budget_would_try
         return 0.0 if sum(1 for t in self.result.trials if t.tried) < 6 else 100.0
 
     monkeypatch.setattr(search_ops.Searcher, "_estimate", estimate)
-    result = search_ops.Searcher(session, 60).run()
+    result = search_ops.Searcher(session.workload, 60, report=session.report).run()
     assert result.state == "budget"
     advised = re.search(r"with (\d+) configurations? one change from the best untried: .* give the search at "
                         r"least (\d+) s to try them", result.budget_bound)

@@ -40,6 +40,11 @@ def head_problem(head: bytes, version: int) -> str | None:
 class TooManyEntries(NbcompileError):
     """An artifact file holds more entries than the caller's bound (its message says how many were read)."""
 
+    def __init__(self, bound: int, pos: int, size: int) -> None:
+        #: What the file holds, in words: "more than N entries (read up to byte P of S)".
+        self.holds = f"more than {bound:,} entries (read up to byte {pos:,} of {size:,})"
+        super().__init__(f"it holds {self.holds}")
+
 
 def decode(data: bytes, version: int, max_entries: int | None = None) -> list[CacheEntry]:
     """The entries of torch's artifact bytes, read without applying anything (torch's own reader trusts
@@ -84,8 +89,7 @@ def decode(data: bytes, version: int, max_entries: int | None = None) -> list[Ca
         kind = text()
         for _ in range(uint()):
             if max_entries is not None and len(entries) >= max_entries:
-                raise TooManyEntries(f"it holds more than {max_entries:,} entries (read up to byte {pos:,} of "
-                                     f"{len(data):,})")
+                raise TooManyEntries(max_entries, pos, len(data))
             key = text()
             entries.append((kind, key, raw()))
     return entries

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .text import cut
+
 
 class NbcompileError(ValueError):
     """A user error: bad option, name or mode. Its message is one line that says what is valid."""
@@ -27,10 +29,10 @@ def describe_failure(exc: BaseException) -> str:
     """``ValueError: boom`` (the cause), with Dynamo's wrapper named when it differs."""
     cause = _root_cause(exc)
     lines = [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
-    first = lines[0][:200] if lines else ""
+    first = cut(lines[0], 200) if lines else ""
     explanation = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Explanation:")), "")
     if explanation:  # Dynamo's graph-break text: the explanation says what it could not trace
-        first += f": {explanation[:200]}"
+        first += f": {cut(explanation, 200)}"
     text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
     if cause is not exc:
         text += f", raised as {type(exc).__name__}"

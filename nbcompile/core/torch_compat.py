@@ -701,6 +701,26 @@ def dynamo_config() -> Any:
     return torch._dynamo.config
 
 
+def compile_config_fingerprint() -> str:
+    """What the compiled code of a configuration depends on beyond its toggles and options and that Dynamo does
+    not guard: every value of ``torch._dynamo.config``, ``torch._inductor.config`` and
+    ``torch._functorch.config`` as text (``fallback_random``, ``capture_scalar_outputs``...). A kept
+    configuration whose fingerprint differs is compiled anew. Empty where a config module lacks
+    ``get_config_copy``."""
+    parts = []
+    for name in ("torch._dynamo.config", "torch._inductor.config", "torch._functorch.config"):
+        module = sys.modules.get(name)
+        copy_of = getattr(module, "get_config_copy", None)
+        if copy_of is None:
+            continue
+        try:
+            values = copy_of()
+        except Exception:  # noqa: BLE001  a config torch cannot copy: it is not part of the key
+            continue
+        parts.append(f"{name}:" + repr(sorted(values.items(), key=lambda kv: kv[0])))
+    return "\n".join(parts)
+
+
 def dynamo_config_patch(**changes: Any) -> Any:
     """A context manager setting ``torch._dynamo.config`` values for its duration, restored after."""
     return torch._dynamo.config.patch(**changes)

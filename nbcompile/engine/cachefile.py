@@ -37,6 +37,7 @@ import torch
 
 from ..core import torch_compat
 from ..core.errors import NbcompileError
+from ..core.text import cut
 
 MAGIC = b"NBCOMPILE-CACHE 1\n"
 FORMAT = "nbcompile-compile-cache"
@@ -98,7 +99,7 @@ class Plan:
                          "its version, so these entries will likely not be hit")
         for entry in self.entries[:LISTED]:
             if entry.target is None:
-                lines.append(f"  {entry.kind:<13} {entry.key[:60]}  skipped: torch writes nothing for it here "
+                lines.append(f"  {entry.kind:<13} {cut(entry.key, 60)}  skipped: torch writes nothing for it here "
                              "(its local cache of this type is off)")
                 continue
             where = os.path.relpath(entry.target, entry.root)
@@ -415,7 +416,7 @@ def save(path: str, key_parts: Mapping[str, Mapping[str, tuple[str, str]]] | Non
     try:
         entries = torch_compat.decode_compile_cache(payload, max_entries=MAX_ENTRIES)
     except torch_compat.TooManyEntries as exc:  # never write a file that load would refuse
-        raise NbcompileError(f"not saved: the artifacts hold {str(exc).removeprefix('it holds ')}") from None
+        raise NbcompileError(f"not saved: the artifacts hold {exc.holds}") from None
     check_entries("the artifacts", entries)
     saved_keys = {key for _, key, _ in entries}
     parts = {key: value for key, value in (key_parts or {}).items() if key in saved_keys}

@@ -205,6 +205,9 @@ class ChangeRunner:
                 self.report.add("errors", CompileError("--run", "", "check", self.report.check.message))
             elif self.report.frame_count == 0 and not self.report.errors:
                 self.report.check = check_ops.nothing_compiled(
+                    "torch.compiler.set_stance(\"force_eager\") is in effect: every compiled call runs eagerly "
+                    "(torch.compiler.set_stance(\"default\") compiles again)"
+                    if torch_compat.current_stance() == "force_eager" else
                     "the expression never reached a compiled entry (model.generate, for one, calls the module's "
                     "original forward); compile a function that makes the call, with --entry")
         written = replay.shared_written() if replay is not None else None

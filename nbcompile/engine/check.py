@@ -47,6 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..core import torch_compat
+from ..core.text import cut
 from ..model.report import Check
 from ..model.status import CheckKind, CheckRule
 from .audit import OutsideEffect as OutsideEffect
@@ -638,7 +639,7 @@ def _reference(wide: Replay, run_eager: Callable[[Any], Any], rng_before: RngSta
     except OutsideEffect as exc:
         return _NOREF, f"the float64 run {exc}"
     except Exception as exc:
-        return _NOREF, f"the float64 run raised {type(exc).__name__}: {one_line(str(exc))[:120]}"
+        return _NOREF, f"the float64 run raised {type(exc).__name__}: {cut(one_line(str(exc)), 120)}"
 
 
 def nothing_compiled(why: str) -> Check:

@@ -45,6 +45,7 @@ from torch.utils import _pytree as pytree
 
 from ..core import torch_compat
 from ..core.errors import NbcompileError
+from ..core.text import cut
 from . import check as check_ops
 from .custom_op_backward import _op_register_autograd, _op_tensors, _op_vjp, backward_schema
 from .custom_op_export import export_code as export_code
@@ -71,7 +72,7 @@ def spec_of(name: str, fn: Callable[..., Any], sample: Sample) -> OpSpec:
             _op_vjp(fn, [torch.ones_like(o) for o in outputs], positional, kwonly)
         error = ""
     except Exception as exc:  # the refusal is raised outside: its cause is not the error the user reads
-        error = f"{type(exc).__name__}: {check_ops.one_line(str(exc))[:160]}" if str(exc) else type(exc).__name__
+        error = f"{type(exc).__name__}: {cut(check_ops.one_line(str(exc)), 160)}" if str(exc) else type(exc).__name__
     if error:
         if any(call.needs_grad() for call in sample.all_calls()):
             raise NbcompileError(f"custom_op({name}): a call of the --run takes a gradient through it, and its "
@@ -208,7 +209,7 @@ def _check_gradient(spec: OpSpec, op: Any, fn: Callable[..., Any], sample: Sampl
             got = torch.autograd.grad([o for o, _ in pairs], [w for _, w in wrt], [c for _, c in pairs],
                                       allow_unused=True) if pairs else (None,) * len(wrt)
         except Exception as exc:
-            failed = f"{type(exc).__name__}: {check_ops.one_line(str(exc))[:160]}"
+            failed = f"{type(exc).__name__}: {cut(check_ops.one_line(str(exc)), 160)}"
         if failed and index == 1:
             return  # eager autograd fails: no gradient to hold the operator's against
         if failed:

@@ -78,7 +78,7 @@ def time_finalists(result: FixSearch, workload: Workload, budget: Budget,
                     t.median_s, t.iqr_s, t.min_s, t.max_s = row.median_s, row.iqr_s, row.min_s, row.max_s
             untimed = [row.why for row in rows if not row.timed]
             if untimed:
-                if any("budget" in why for why in untimed):
+                if any(row.out_of_budget for row in rows if not row.timed):
                     budget_cut(result, f"{plural(len(untimed), 'finalist')} not timed: the budget ran out")
                 else:
                     result.noisy = untimed[0]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..core import torch_compat
+from ..core.text import cut
 from .state import _ABSENT, _ATOMIC, _WALK_DEPTH, ReadOnly, Slot, _marks, _walk
 
 #: The most bytes of tensor state copied to replay a run.
@@ -284,7 +285,7 @@ class Replay:
             copied = copy.deepcopy((reals, extra), memo)
         except Exception as exc:  # a lock, a file, a generator: say so, repeat nothing
             return refuse(f"{_uncopyable(reals)} cannot be copied ({type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:80]}), "
+                          f"{cut((str(exc).splitlines() or [''])[0], 80)}), "
                           "so the eager run could not be kept off your objects")
         replay = cls(slots, reals, copied[0], copied[1], None, modules, imports)
         replay._keep_alive = memo.pop(id(memo), [])  # what deepcopy kept alive: no id in the memo is reused
@@ -579,7 +580,7 @@ class Replay:
                         twin.grad = grad.to(torch.float64)
         except (RuntimeError, TypeError) as exc:
             return refuse(f"a tensor could not be made float64 ({type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:80]})")
+                          f"{cut((str(exc).splitlines() or [''])[0], 80)})")
         replay = Replay(self.slots, self.reals, copies, extra, None, self.modules, self.imports)
         replay._keep_alive = [self._keep_alive, keep_alive]
         replay.memo = composed

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
-from ..core.text import plural
+from ..core.text import cut, plural
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
@@ -98,19 +98,17 @@ class Searcher:
     """One search over a workload; ``steps()`` yields after each trial (the panel runs it a step per
     event-loop turn, so its stop button is heard), ``run()`` runs it to the end."""
 
-    def __init__(self, source: Workload | SearchSource, budget_s: float,
+    def __init__(self, workload: Workload, budget_s: float,
                  progress: Callable[[FixSearch], None] | None = None, *, report: Report | None = None,
                  rewrites: RewriteSource | None = None) -> None:
-        """``source``: the workload the search runs, with the ``report`` whose breaks and recompiles seed it
-        (or, from a script or a test, what holds both: only its ``workload`` and ``report`` are read, here,
-        once). ``progress`` is called with the search's record after each trial. ``rewrites``: the source
+        """``workload``: what the search runs, with the ``report`` whose breaks and recompiles seed it.
+        ``progress`` is called with the search's record after each trial. ``rewrites``: the source
         rewrites of the cell's break lines to try (the analysis layer proposes and builds them; the session
         hands them in), each a trial like a toggle."""
         self.rewrites = rewrites
-        if isinstance(source, Workload):
-            workload = source
-        else:
-            workload, report = source.workload, source.report
+        if not isinstance(workload, Workload):
+            raise NbcompileError(f"a search runs a Workload (a session's .workload, with report=its .report), not "
+                                 f"a {type(workload).__name__}")
         if report is None:
             raise NbcompileError("a search needs the report whose breaks it starts from")
         self.workload: Workload = workload
@@ -317,7 +315,7 @@ class Searcher:
         if t.error is not None:
             return t.error
         if not t.check_ok:
-            return f"check FAILED ({t.check_message[:100]})"
+            return f"check FAILED ({cut(t.check_message, 100)})"
         if t.stale:  # a Python global it froze at trace time, changed: its result went stale (or not judged)
             return t.stale
         if t.graphs == 0:
@@ -340,7 +338,7 @@ class Searcher:
             if mode in ("allow_in_graph", "nonstrict_trace") and name in self.functions:
                 unsafe = [w for w in self.workload.lint(name) if w.rule in BLOCKING_LINT]
                 if unsafe:
-                    return f"{mode} on {name}: the lint warns {unsafe[0].rule} ({unsafe[0].message[:80]})"
+                    return f"{mode} on {name}: the lint warns {unsafe[0].rule} ({cut(unsafe[0].message, 80)})"
         return ""
 
     # -- the search ------------------------------------------------------------------------------
@@ -578,16 +576,6 @@ class _Walk:
     improved: bool = True
     cut: bool = False
     untried: int = 0
-
-
-class SearchSource(Protocol):
-    """What a search can be started from besides a workload: its holder (a ``Session``)."""
-
-    @property
-    def workload(self) -> Workload: ...
-
-    @property
-    def report(self) -> Report: ...
 
 
 class ConfigTarget(Protocol):

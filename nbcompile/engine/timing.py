@@ -434,7 +434,7 @@ def _bench(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     device = _device_of([*args, *kwargs.values()])
     replay = replay_for(fn, args, kwargs)
     if replay.refused is not None:
-        raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
+        raise NbcompileError(f"not timed: {replay.refusal}")
     with replay.swapped() as (target, c_args, c_kwargs):
 
         def setup(plan: BenchConfig, engine: Any) -> Any:
@@ -494,7 +494,7 @@ def bench_configs(workload: Workload, configs: list[tuple[str, dict[str, str], d
         raise NbcompileError("nothing to time: the workload has no --run expression")
     replay = workload.replay(code)
     if replay.refused is not None:
-        raise ValueError(replay.refused.replace("not compared", "not timed", 1))
+        raise ValueError(f"not timed: {replay.refusal}")
     return _bench_configs(workload, code, replay, configs, min_run_time, also_track)
 
 
@@ -566,6 +566,8 @@ class SearchTime:
     samples: int = 0
     #: Why it was not timed ("the budget ran out", "the run changes a module attribute..."), or "".
     why: str = ""
+    #: Not timed because the search's budget ran out (not because of the configuration).
+    out_of_budget: bool = False
 
     @property
     def timed(self) -> bool:
@@ -588,7 +590,8 @@ def time_search(workload: Workload, configs: list[tuple[str, dict[str, str], dic
         todo.append(("eager", None, {}))
     for name, modes, overrides in todo:
         if time.perf_counter() + (workload.run_s if modes is not None else 0.0) >= deadline:
-            rows.append(SearchTime(name, why="not timed: the budget ran out (or would, compiling it)"))
+            rows.append(SearchTime(name, why="not timed: the budget ran out (or would, compiling it)",
+                                   out_of_budget=True))
             continue
         try:
             rows.append(_time_one(workload, code, name, modes, overrides, deadline, min_run_time, also_track))
@@ -603,7 +606,7 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
               deadline: float, min_run_time: float, also_track: tuple[str, ...]) -> SearchTime:
     replay = workload.replay(code)  # fresh copies for each configuration
     if replay.refused is not None:
-        return SearchTime(name, why=replay.refused.replace("not compared", "not timed", 1))
+        return SearchTime(name, why=f"not timed: {replay.refusal}")
     device = _device_of(v for v in replay.copies.values() if isinstance(v, torch.Tensor))
     options = dataclasses.replace(workload.options.compile_options(),
                                   **{k: v for k, v in overrides.items() if not k.startswith("_")})
@@ -644,10 +647,10 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
             once()
         except Exception:
             if recording.cut:
-                return SearchTime(name, why="not timed: the budget ran out while it compiled")
+                return SearchTime(name, why="not timed: the budget ran out while it compiled", out_of_budget=True)
             raise
         if time.perf_counter() >= deadline:
-            return SearchTime(name, why="not timed: the budget ran out while it compiled")
+            return SearchTime(name, why="not timed: the budget ran out while it compiled", out_of_budget=True)
         _sync(device)
         began = time.perf_counter()
         once()
@@ -670,6 +673,7 @@ def _time_one(workload: Workload, code: Any, name: str, modes: dict[str, str] | 
         return SearchTime(name, why=f"not timed: the run wrote {written} in place, a tensor of yours your own run "
                                     "only read (shared with the copies, as the state is over the copy budget)")
     if len(times) < 3:
-        return SearchTime(name, samples=len(times), why="not timed: the budget ran out while it was timed")
+        return SearchTime(name, samples=len(times), why="not timed: the budget ran out while it was timed",
+                          out_of_budget=True)
     q = statistics.quantiles(times, n=4)
     return SearchTime(name, statistics.median(times), q[2] - q[0], min(times), max(times), len(times))

@@ -25,6 +25,7 @@ import torch
 from ..capture.hub import HUB, OverDeadline, Recording
 from ..core import dynconfig, torch_compat
 from ..core.errors import describe_failure
+from ..core.text import cut
 from ..core.torch_compat import CodeKey
 from ..model.report import Check, Fix, Report
 from ..model.status import CheckKind, TrialOutcome
@@ -351,7 +352,7 @@ def staleness(spec: Spec, modes: dict[str, str], options: dict[str, Any],
         return f"not judged with the globals changed ({changed}): {check.message}"
     if check.ok:
         return ""
-    return (f"stale: with {changed}, the compiled run {check.message[:120]}: {' / '.join(traced)} froze the "
+    return (f"stale: with {changed}, the compiled run {cut(check.message, 120)}: {' / '.join(traced)} froze the "
             "old value at trace time")
 
 
@@ -390,7 +391,7 @@ def effect(base: Outcome, after: Outcome) -> str:
     elif after.check.ok:
         parts.append("check ok")
     else:
-        parts.append(f"check FAILED ({after.check.message[:80]})")
+        parts.append(f"check FAILED ({cut(after.check.message, 80)})")
     if after.stale:
         parts.append(after.stale)
     return ", ".join(parts)
@@ -669,4 +670,4 @@ def _check_word(outcome: Outcome) -> str:
         return "check off"
     if not outcome.check.compared:
         return "check not compared"
-    return "check ok" if outcome.check.ok else f"check FAILED ({outcome.check.message[:80]})"
+    return "check ok" if outcome.check.ok else f"check FAILED ({cut(outcome.check.message, 80)})"

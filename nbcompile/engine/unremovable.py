@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from ..core.text import function_label
+from ..core.text import cut, function_label
 from ..model.fixsearch import FixSearch, Trial
 from . import library
 from .candidates import MAX_HOLDERS, SearchSpace, cell_holder
@@ -110,8 +110,8 @@ def explain_left(result: FixSearch, space: SearchSpace) -> None:
             needed = space.rewrites.elsewhere(brk.filename, brk.lineno)
             if needed is not None:
                 why += (f"; the library's code would need a rewrite ({needed.rule}): "
-                        f"{' '.join(needed.before.split())[:80]} -> {' '.join(needed.after.split())[:100]}")
-        result.unremovable.append(f"{where}: {brk.reason[:100]}: {why}")
+                        f"{cut(' '.join(needed.before.split()), 80)} -> {cut(' '.join(needed.after.split()), 100)}")
+        result.unremovable.append(f"{where}: {cut(brk.reason, 100)}: {why}")
     _moved(result, space, best, seen)
 
 
@@ -130,7 +130,7 @@ def _first_run_only(result: FixSearch, space: SearchSpace, best: Trial) -> None:
         place = (f"cell line {brk.cell_line}" if brk.cell_line is not None
                  else f"{brk.filename.rsplit('/', 1)[-1]} line {brk.lineno}")
         result.unremovable.append(
-            f"{function_label(brk.function)} ({place}): {brk.reason[:100]}: the session's first run only: a run "
+            f"{function_label(brk.function)} ({place}): {cut(brk.reason, 100)}: the session's first run only: a run "
             "on copies of the state it left (what every later call meets) has no break here, so there was "
             "nothing to search (one-time work of the first call, such as hooks a library installs, a cache it "
             "fills or a warning it logs once)")

@@ -263,8 +263,10 @@ class Workload:
 
     # -- configurations ------------------------------------------------------------------------------
     def config_key(self) -> Any:
-        """What identifies the current configuration: every toggle and every option."""
-        return (tuple(sorted(self.toggles.items())), repr(self.options))
+        """What identifies the current configuration: every toggle, every option, and the torch config values
+        compiled code depends on without a guard (``torch_compat.compile_config_fingerprint``: the user sets
+        ``fallback_random`` or ``capture_scalar_outputs``, and a toggle back compiles anew)."""
+        return (tuple(sorted(self.toggles.items())), repr(self.options), torch_compat.compile_config_fingerprint())
 
     def toggle_copies(self, code: types.CodeType, *, for_run: bool = True) -> Replay:
         """The copies a toggle's run of ``code`` runs on: the kept ones refreshed in place to equal the user's

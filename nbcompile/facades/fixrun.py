@@ -5,8 +5,6 @@ event-loop turn, so its Stop button and other cells are heard between trials."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -34,14 +32,8 @@ class FixRun:
         other cells are heard); when the search ends, is stopped or interrupted, the best is applied."""
         session = self._session
         try:
-            steps = self._searcher.steps()
-            while True:
-                with contextlib.redirect_stdout(io.StringIO()):  # the user's prints, once per trial and timed call
-                    result = next(steps, None)
-                if result is None:
-                    break
-                yield result
-        except KeyboardInterrupt:  # the kernel's interrupt: stop, keep the best found so far
+            yield from self._searcher.steps()  # the one driver: it keeps the user's prints out and hears interrupts
+        except KeyboardInterrupt:  # one between two steps (the driver hears those during a step)
             self.result.stop()
             self.result.finish(SearchStop.STOPPED)
         finally:

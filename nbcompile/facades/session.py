@@ -391,7 +391,7 @@ class Session:
             raise NbcompileError(f"{expr!r} is not an expression ({exc.msg})") from None
         replay = self.workload.replay(code)
         if replay.refused is not None:
-            raise NbcompileError(replay.refused.replace("not compared", "not timed", 1))
+            raise NbcompileError(f"not timed: {replay.refusal}")
         self.last_bench = bench_ops.bench_session(self.workload, code, replay, min_run_time)
         return self.last_bench
 

@@ -167,6 +167,32 @@ class Traces:
         self._follower.start()
 
 
+def _logs_below(root: pathlib.Path, depth: int = 3) -> str:
+    """Where under ``root`` the logs are when ``root`` itself holds none (a job's ``node0/``, ``node1/``): the
+    folders, said so the user can load each."""
+    if not root.is_dir():
+        return ""
+    folders: dict[pathlib.Path, int] = {}
+    pending = [(root, 0)]
+    while pending and len(folders) < 50:
+        here, level = pending.pop()
+        try:
+            entries = sorted(here.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir() and level < depth:
+                pending.append((entry, level + 1))
+            elif here != root and entry.suffix == ".log" and entry.is_file():
+                folders[here] = folders.get(here, 0) + 1
+    if not folders:
+        return ""
+    named = sorted(folders)
+    listed = ", ".join(f"{p.relative_to(root)}/ ({folders[p]})" for p in named[:4]) + \
+        (f" and {len(named) - 4} more" if len(named) > 4 else "")
+    return (f"; its folders hold them: {listed}: load each, e.g. nbcompile.load({str(named[0])!r})")
+
+
 def _finite(value: float) -> float | None:
     """A figure's value, or None (a gap) where it is not finite: the figure stays strict JSON."""
     return value if math.isfinite(value) else None
@@ -180,7 +206,8 @@ def load(path: str | os.PathLike[str], *, follow: bool = False) -> Traces:
     found = rank_files(root) if root.exists() or not follow else LogSet()
     if not found.ranks and not follow:
         skipped = f"; {'; '.join(found.skipped[:3])}" if found.skipped else ""
-        raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log){skipped}")
+        raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log)"
+                         f"{_logs_below(root)}{skipped}")
     traces = Traces(str(root), skipped=found.skipped)
     for rank, paths in sorted(found.ranks.items()):
         trace = RankTrace(rank, str(paths[0]))

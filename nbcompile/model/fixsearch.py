@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.text import _e, config_value_text, plural
+from ..core.text import _e, config_value_text, cut, plural
 from .report import Rewrite
 from .status import SearchStop, TrialOutcome
 
@@ -173,7 +173,7 @@ class FixSearch:
         if best is None or best is start:
             return f"{head}; nothing beat the start ({start.outcome()})"
         if not start.admissible:
-            return (f"{head}; the start was rejected ({start.rejected[:80]}); chosen: {best.describe()} with "
+            return (f"{head}; the start was rejected ({cut(start.rejected, 80)}); chosen: {best.describe()} with "
                     f"{plural(best.breaks or 0, 'break')}, {plural(best.recompiles or 0, 'recompile')}")
         return (f"{head}; breaks {start.breaks} -> {best.breaks}, recompiles {start.recompiles} -> "
                 f"{best.recompiles} with {best.describe()}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.text import function_label
+from ..core.text import cut, function_label
 from .render import change_text
 
 
@@ -95,7 +95,7 @@ def recompile_timeline(report: Any, limit: int) -> dict[str, Any]:
         if name not in points:
             order.append(name)
             points[name] = []
-        points[name].append((step, f"[{rec.compile_id}] {change_text(rec) or rec.reason[:80]}"))
+        points[name].append((step, f"[{rec.compile_id}] {cut(change_text(rec) or rec.reason, 80)}"))
         step += 1
     traces: list[dict[str, Any]] = []
     for name in order:

@@ -488,12 +488,13 @@ class Panel(widgets.VBox):
 
     def show_fix(self, result: FixSearch) -> None:
         """The search's progress (trials, best so far, time left) and its chart, as it goes."""
-        self.fix_progress.value = min(1.0, result.elapsed_s / result.budget_s) if result.state == "searching" else 1.0
+        searching = result.status is SearchStop.SEARCHING
+        self.fix_progress.value = min(1.0, result.elapsed_s / result.budget_s) if searching else 1.0
         best = result.best
         best_text = (f"best so far: {best.breaks} breaks, {best.recompiles} recompiles ({escape(best.describe())})"
                      if best is not None else "no admissible configuration yet")
         left = max(0.0, result.budget_s - result.elapsed_s)
-        state = f"{left:.0f} s left" if result.state == "searching" else escape(result.state)
+        state = f"{left:.0f} s left" if result.status is SearchStop.SEARCHING else escape(result.state)
         self.fix_label.value = (f"{len(result.trials)} trials; {best_text}; {state} <i>(each trial runs and is checked "
                                 "on copies of your objects: its check is the trial's, not the session's run)</i>")
         self.fix_output.outputs = ({
@@ -501,8 +502,8 @@ class Panel(widgets.VBox):
             "data": {_PLOTLY_MIME: result.figure_dict(), "text/plain": "fix search trials"},
             "metadata": {},
         },)
-        self.fix_html.value = result._repr_html_() if result.state != "searching" else ""
-        rewrites = best.rewrites if best is not None and result.state != "searching" else []
+        self.fix_html.value = result._repr_html_() if result.status is not SearchStop.SEARCHING else ""
+        rewrites = best.rewrites if best is not None and result.status is not SearchStop.SEARCHING else []
         self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
 
     def _rewrite_row(self, rewrite: Rewrite) -> widgets.VBox:
