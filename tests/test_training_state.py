@@ -95,16 +95,34 @@ def test_the_newcomers_training_cell_is_never_trained_by_a_click(ip, backend):
 
 @pytest.mark.slow
 def test_the_newcomers_training_cell_with_the_default_backend(ip):
+    """Inductor, with the first view shown (as a panel shows it): Dynamo's view and the complete view agree
+    on graphs, breaks and frames, and going back to a configuration seen before compiles nothing."""
     ip.run_cell(SETUP)
     result = run_compile_cell(ip, f"--no-panel {RUN}", CELL)
     assert result.error_in_exec is None
     session = nbcompile.last()
     assert session.options.backend == "inductor"
+    views: list[tuple] = []
+
+    def counts() -> tuple:
+        report = session.report
+        return report.graph_count, report.break_count, report.splits, report.frame_count
+
+    session.show_stage = lambda: views.append(("dynamo", session.report.stage, *counts()))
+    session.display_id, session.update_display = "probe", lambda: None  # a replaceable output: first views
     first = _state(ip.user_ns)
-    for mode in ("disable", "compile", "disable"):
+    compiled: list[int] = []
+    for mode in ("disable", "compile", "disable", "compile"):
+        before = len(session.recording.entry_of)
         ip.run_line_magic("nbcompile", f"set log_metrics {mode}")
+        compiled.append(len(session.recording.entry_of) - before)
+        views.append(("complete", session.report.stage, *counts()))
         assert _state(ip.user_ns) == first, mode
         assert session.report.check.ok and session.report.check.compared, (mode, session.report.check.message)
+    for i, view in enumerate(views[:-1]):
+        if view[0] == "dynamo":  # the complete view right after it says the same counts
+            assert view[1] == "dynamo" and views[i + 1][2:] == view[2:], views
+    assert compiled[2] == 0 and compiled[3] == 0, compiled  # both configurations were seen: nothing compiles
 
 
 HOLDERS = """\

@@ -190,8 +190,12 @@ def around(compiled: Any, changes: Mapping[str, Any]) -> Any:
 
     if isinstance(compiled, torch.nn.Module):
         base = type(compiled)
+        module = torch_compat.unwrap_compiled(compiled)  # what a call from compiled code traces in place
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():  # called from the session's compiled code, which set the config:
+                # its module, traced in place (a patch, or OptimizedModule.__call__, traced there would break)
+                return module(*args, **kwargs)
             with applied(frozen):
                 return base.__call__(self, *args, **kwargs)
 
@@ -200,6 +204,8 @@ def around(compiled: Any, changes: Mapping[str, Any]) -> Any:
 
     @functools.wraps(compiled)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():  # inside the session's compiled code: the config is set already
+            return compiled(*args, **kwargs)
         with applied(frozen):
             return compiled(*args, **kwargs)
 
