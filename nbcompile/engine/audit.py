@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import stat
 import sys
 import threading
 import types
@@ -120,6 +121,50 @@ def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) 
                 raise OutsideEffect(effect, outside=False)
 
 
+def _file_positions() -> dict[int, tuple[str, int]]:
+    """The process's open regular files past stdin, stdout and stderr (Linux's /proc/self/fd): fd -> (path,
+    position). torch's own cache files are left out (a compile may write them). Empty where /proc is not."""
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        return out
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "/torchinductor_"
+    std = set()  # the files behind stdout and stderr (a capture's file, nohup's): their other fds move with them
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            info = os.fstat(fd)
+            std.add((info.st_dev, info.st_ino))
+    for fd in fds:
+        if fd <= 2:
+            continue
+        with contextlib.suppress(OSError):
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) in std:
+                continue
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not path.startswith("/") or path.startswith(("/dev/", "/proc/", "/sys/")) or cache in path:
+            continue
+        position = _position(fd, path)
+        if position is not None:
+            out[fd] = (path, position)
+    return out
+
+
+def _position(fd: int, path: str) -> int | None:
+    """The position of ``fd`` when it is still the regular file ``path`` (a file closed and its fd reused is
+    another file: None)."""
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != path or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.lseek(fd, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
 class _ModuleAudit:
     """The attributes of the user's modules a run can reach, before it: what it changes that is not one
     of its copies is put back (a rebinding) or named (a change in place anywhere below it, by a deep
@@ -151,6 +196,7 @@ class _ModuleAudit:
         self.reals = replay._real_fingerprint()  # noqa: SLF001  # the marks reals_moved takes back
         self.imports = {name for name in replay.imports if name not in sys.modules}
         self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
+        self.files = _file_positions()  # open files: a run that reads or writes one moves its position
 
     def settle(self) -> str:
         effects: list[str] = []
@@ -174,6 +220,14 @@ class _ModuleAudit:
                     effects.append(f"sets {module.__name__}.{key}")
                 elif after.of(value, module.__name__) != prints[key]:
                     effects.append(f"changes {module.__name__}.{key} in place")
+        for fd, (path, was) in self.files.items():
+            now = _position(fd, path)
+            if now is not None and now != was:  # os.read, a file object's read or write: the stream moved
+                with contextlib.suppress(OSError):
+                    os.lseek(fd, was, os.SEEK_SET)
+                verb = "reads" if now > was else "moves"
+                effects.append(f"{verb} the open file {path} ({now - was:+,} bytes: a second run would read or write "
+                               "other bytes; its position was put back)")
         now_env = dict(os.environ)
         for key in sorted(set(now_env) | set(self.environ), key=str):
             if now_env.get(key) != self.environ.get(key):
