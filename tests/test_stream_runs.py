@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 CELL = """\
