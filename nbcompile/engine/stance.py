@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,8 @@ class Stances:
         self._explain = explain
         self._functions: dict[int, tuple[Any, Any]] = {}
         self._modules: dict[int, tuple[torch.nn.Module, Any]] = {}
+        #: The threads told that the stance does not cover their calls (``warnings.warn`` once each).
+        self.warned: set[int] = set()
 
     def layer(self, compiled: Any) -> Any:
         """``compiled`` as it is bound: with the layer while the stance is not ``default``."""
@@ -97,6 +100,12 @@ class Stances:
         @functools.wraps(fn)
         def under_stance(*args: Any, **kwargs: Any) -> Any:
             name = stances.name
+            if name != "default" and threading.current_thread() is not threading.main_thread() and \
+                    not swapping() and threading.get_ident() not in stances.warned:
+                stances.warned.add(threading.get_ident())  # said once per thread: it is not silent
+                warnings.warn(f"the stance {name} covers this session's calls on the main thread only: this call "
+                              f"from thread {threading.current_thread().name!r} runs under torch's own stance "
+                              "(torch's stance is process-wide)", RuntimeWarning, stacklevel=2)
             if name == "default" or swapping() or torch_compat.current_stance() != "default" or \
                     threading.current_thread() is not threading.main_thread():
                 # nbcompile's own runs; a stance the caller set around the call; another thread (torch's stance

@@ -85,6 +85,12 @@ def status_table(session: PanelSession) -> StatusTable:
         note(f"STALE: {session.stale}", StatusLine("stale", "error", short(session.stale),
                                                    session.stale if short(session.stale) != session.stale else "",
                                                    label="STALE"))
+    stance = session.stance()
+    if stance != "default":  # what a stance covers, and what it cannot keep apart (torch's stance is one)
+        text = (f"{stance} around this session's calls on the main thread; a call from another thread runs "
+                "under torch's own stance, and compiled code other threads run during a call sees this one "
+                "(torch's stance is process-wide)")
+        note(f"stance {text}", StatusLine("stance", "info", short(text), text, label="stance"))
     for line in status_lines(report):  # one short line per kind: the check, errors, notices, lint...
         if line.kind == "check":  # the message in one short line, and the run its figures come from
             if report.check is not None:
