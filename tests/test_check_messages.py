@@ -27,3 +27,14 @@ def test_text_cut_inside_a_word_ends_with_an_ellipsis():
 
     text = describe_failure(ValueError("word " * 100))
     assert len(text) < 230 and text.endswith("…"), text
+
+
+def test_a_redefined_helpers_recompile_says_it_was_defined_again_not_that_toggles_did_it(ip):
+    ip.run_cell("import torch\ndef helper(x):\n    return x + 1")
+    assert run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(torch.ones(3))"',
+                            "def f(x):\n    return helper(x.sin()) * 2\n").success
+    ip.run_cell("def helper(x):\n    return x + 2")
+    ip.run_cell("f(torch.ones(3))")
+    reasons = [r.reason for r in nbcompile.last().report.recompiles]
+    assert reasons and "helper was defined again" in reasons[-1], reasons
+    assert "toggles" not in reasons[-1]

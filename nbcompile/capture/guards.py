@@ -566,6 +566,10 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
                 "first call after a toggle does this once; so does a new model or optimizer"
                 + more)
     other = _OBJ_ID.match(first.strip())
+    if other is not None and other["name"].strip().endswith(".__code__"):  # a function defined again
+        name = plain_text(other["name"].strip().removesuffix(".__code__"), stack)
+        return (f"{name} was defined again since the previous compile (its code is another object): compiled "
+                f"again for the new {name}" + more)
     if other is not None:  # the same name holds another object than the one compiled for
         name = plain_text(other["name"].strip(), stack)
         return (f"{name} is another object than the one the previous compile was guarded on: compiled again for "
