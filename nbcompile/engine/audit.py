@@ -11,6 +11,7 @@ trials and the timing runs all run inside ``no_outside_effects``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import os
@@ -26,6 +27,7 @@ import torch
 from ..core import torch_compat
 from . import fingerprint
 from .replay import Replay
+from .usercode import user_code as _user_code
 from .usercode import user_modules
 
 
@@ -165,6 +167,108 @@ def _position(fd: int, path: str) -> int | None:
         return None
 
 
+#: How long the audit waits for the threads a run on copies started before it judges what they changed.
+_THREAD_WAIT_S = 2.0
+_SHALLOW_ITEMS = 1 << 20  # a container larger than this is compared by its length and ends only
+
+
+class _Shallow:
+    """One namespace's names that no copy holds, by their shallow contents: a list's, dict's, set's or deque's
+    items, an object's or a user class's attributes (and their containers one level down), a tensor's
+    version. ``settle`` puts back what a run changed and names it."""
+
+    def __init__(self, space: dict[str, Any], held: set[str]) -> None:
+        self.space = space
+        self.before: list[tuple[str, Any, Any]] = []  # (label, the object, its shallow state)
+        for key, value in list(space.items()):
+            if key in held or key.startswith("_") or key in ("In", "Out", "get_ipython", "exit", "quit"):
+                continue
+            self._watch(key, value, 0)
+
+    def _watch(self, label: str, value: Any, depth: int) -> None:
+        if isinstance(value, (list, dict, set, bytearray, collections.deque)):
+            if len(value) <= _SHALLOW_ITEMS:
+                self.before.append((label, value, _contents(value)))
+        elif isinstance(value, torch.Tensor):
+            self.before.append((label, value, torch_compat.tensor_version(value)))
+        elif depth == 0 and (isinstance(value, type) and _user_class(value) or
+                             not isinstance(value, type) and _user_class(type(value))):
+            attrs = vars(value)
+            self.before.append((label, value, dict(attrs) if not isinstance(value, type) else None))
+            for name, item in list(attrs.items()):
+                if not name.startswith("__") and not callable(item):
+                    self._watch(f"{label}.{name}", item, depth + 1)
+
+    def settle(self, *, put_back: bool = True) -> list[str]:
+        """What changed, named; put back unless ``put_back`` is False (a thread of the user's ran meanwhile:
+        the change may be its own)."""
+        effects = []
+        back = "put back" if put_back else "a thread of yours ran too, so it was left as it is"
+        for label, value, was in self.before:
+            if isinstance(value, torch.Tensor):
+                if torch_compat.tensor_version(value) != was:
+                    effects.append(f"changes your {label} in place (a function the copies hold reaches it)")
+                continue
+            if was is None:
+                continue
+            if isinstance(was, dict) and not isinstance(value, dict):  # an object's attributes
+                now = vars(value)
+                if now.keys() != was.keys() or any(now[k] is not v for k, v in was.items()):
+                    if put_back:
+                        now.clear()
+                        now.update(was)
+                    effects.append(f"sets an attribute of your {label} ({back})")
+                continue
+            if not _same_contents(value, was):
+                if put_back:
+                    _put_back(value, was)
+                effects.append(f"changes your {label} in place (a function the copies hold reaches it; {back})")
+        return effects
+
+
+def _user_threads_alive() -> bool:
+    """Whether a thread running the user's code is alive beside this one (its target is a function of the
+    user's files: a background loader, a timer)."""
+    me = threading.current_thread()
+    for thread in threading.enumerate():
+        target = getattr(thread, "_target", None)
+        code = getattr(target, "__code__", None)
+        if thread is not me and thread.is_alive() and code is not None and _user_code(code):
+            return True
+    return False
+
+
+def _user_class(cls: type) -> bool:
+    """A class the user wrote: in the notebook, or in a module of the user's files."""
+    if cls.__module__ in ("__main__", "__mp_main__"):
+        return True
+    module = sys.modules.get(cls.__module__)
+    return module is not None and bool(cls.__flags__ & (1 << 9)) and _user_file(module)
+
+
+def _contents(value: Any) -> Any:
+    if isinstance(value, dict):
+        return list(value.items())
+    return list(value)
+
+
+def _same_contents(value: Any, was: Any) -> bool:
+    now = _contents(value)
+    return len(now) == len(was) and all(
+        (a is b) if not isinstance(a, tuple) else a[0] is b[0] and a[1] is b[1] for a, b in zip(now, was, strict=True))
+
+
+def _put_back(value: Any, was: Any) -> None:
+    if isinstance(value, dict):
+        value.clear()
+        value.update(was)
+    elif isinstance(value, (list, bytearray)):
+        value[:] = was
+    elif isinstance(value, (set, collections.deque)):
+        value.clear()
+        (value.update if isinstance(value, set) else value.extend)(was)
+
+
 class _ModuleAudit:
     """The attributes of the user's modules a run can reach, before it: what it changes that is not one
     of its copies is put back (a rebinding) or named (a change in place anywhere below it, by a deep
@@ -197,6 +301,15 @@ class _ModuleAudit:
         self.imports = {name for name in replay.imports if name not in sys.modules}
         self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
         self.files = _file_positions()  # open files: a run that reads or writes one moves its position
+        # the user's names no copy holds (a list a forward hook appends to, a class attribute, a bound method's
+        # object): each one's shallow contents, put back and named if a run on the copies changes them
+        main = replay.namespace  # the notebook's names, when the run's caller gave them
+        if isinstance(main, dict) and not any(main is space for space in spaces):
+            spaces = [*spaces, main]
+        # put back only when no thread of the user's runs beside it (its changes are the user's, not the run's)
+        self.put_back = not _user_threads_alive()
+        self.spaces = [_Shallow(space, {key for owner, key in held if owner == id(space)}) for space in spaces]
+        self.threads = set(threading.enumerate())  # a thread the run starts may go on with the user's objects
 
     def settle(self) -> str:
         effects: list[str] = []
@@ -220,6 +333,15 @@ class _ModuleAudit:
                     effects.append(f"sets {module.__name__}.{key}")
                 elif after.of(value, module.__name__) != prints[key]:
                     effects.append(f"changes {module.__name__}.{key} in place")
+        started = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
+        for thread in started:  # what it does next to the user's names is seen below (and put back)
+            thread.join(timeout=max(0.0, _THREAD_WAIT_S / len(started)))
+        if started:
+            still = [t.name for t in started if t.is_alive()]
+            effects.append(f"starts the thread {started[0].name!r}" + (", which still runs on your objects"
+                                                                       if still else ""))
+        for shallow in self.spaces:
+            effects.extend(shallow.settle(put_back=self.put_back))
         for fd, (path, was) in self.files.items():
             now = _position(fd, path)
             if now is not None and now != was:  # os.read, a file object's read or write: the stream moved

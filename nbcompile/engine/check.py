@@ -100,6 +100,9 @@ class Comparison:
     #: id(real object) -> its copy: a real object and its copy count as the same object.
     pairs: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
     seen: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False)
+    #: The pairs in ``seen``, held: a temporary (a state dict, an object's contents) freed mid-walk would
+    #: hand its id to another object, which would then be taken as already compared.
+    held: list[tuple[Any, Any]] = dataclasses.field(default_factory=list, repr=False)
     #: Why no float64 reference judged ("" when one did): the rule is then the dtype tolerances.
     fp64_reason: str = "no float64 reference was run"
     #: Values judged against the float64 reference: (path, compiled error, eager error, allowed error).
@@ -171,10 +174,14 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0, ref: An
     if key in out.seen:  # cycles, and objects reached twice
         return
     out.seen.add(key)
+    out.held.append((a, b))
     if type(a) is not type(b):
-        out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
+        if _same_class_name(a, b):  # a class defined again (its cell run twice): one name, judged by contents
+            _compare_contents(a, b, path, out, depth, ref)
+        else:
+            out.problems.append(f"{path}: compiled gives {_kind(a, b)}, eager gives {_kind(b, a)}")
         return
-    if isinstance(a, (list, tuple)):
+    if isinstance(a, (list, tuple, collections.deque)):
         if len(a) != len(b):
             out.problems.append(f"{path}: compiled gives {_kind(a)}, eager gives {_kind(b)}")
             return
@@ -201,6 +208,7 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0, ref: An
                 _compare(p.grad, q.grad, f"{path}.{name}.grad", out, depth + 1, r)
         if a.training != b.training:
             out.problems.append(f"{path}.training: compiled gives {a.training}, eager gives {b.training}")
+        _compare_plain_attributes(a, b, path, out, depth, ref)
     elif isinstance(a, torch.optim.Optimizer):
         _compare(a.state_dict()["state"], b.state_dict()["state"], f"{path}.state", out, depth + 1,
                  _child(ref, lambda r: r.state_dict()["state"]))
@@ -208,12 +216,12 @@ def _compare(a: Any, b: Any, path: str, out: Comparison, depth: int = 0, ref: An
         for f in dataclasses.fields(a):
             _compare(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}", out, depth + 1,
                      _attr(ref, f.name))
-    elif out.pairs.get(id(a)) is b or a is b:
+    elif out.pairs.get(id(a)) is b or a is b or not _has_own_eq(a) or _holds_tensors(a):
+        # no == of its own (DynamicCache, small classes holding tensors), or one that cannot judge tensors
+        # (identity, repr, or tensor == tensor, ambiguous or exact): the tensors inside, leaf by leaf
         _compare_contents(a, b, path, out, depth, ref)
-    elif _has_own_eq(a):
+    else:
         _compare_plain(a, b, path, out)
-    else:  # no == of its own (DynamicCache, small classes holding tensors): what is inside
-        _compare_contents(a, b, path, out, depth, ref)
 
 
 def _same_keys(a: dict[Any, Any], b: dict[Any, Any], out: Comparison) -> bool:
@@ -245,7 +253,7 @@ def _compare_contents(a: Any, b: Any, path: str, out: Comparison, depth: int, re
         if a is not b and out.pairs.get(id(a)) is not b:
             out.skipped.append(path)
         return
-    if list(state_a) != list(state_b):
+    if set(state_a) != set(state_b):  # the same attributes set in another order are the same attributes
         out.problems.append(
             f"{path}: compiled has attributes {_short(list(state_a))}, eager has {_short(list(state_b))}"
         )
@@ -256,14 +264,92 @@ def _compare_contents(a: Any, b: Any, path: str, out: Comparison, depth: int, re
                  _item(state_ref, name))
 
 
+def _compare_plain_attributes(a: torch.nn.Module, b: torch.nn.Module, path: str, out: Comparison, depth: int,
+                              ref: Any = _NOREF) -> None:
+    """A module's tensors held as plain attributes, not registered (a cache that is an ``nn.Module``, as
+    transformers' ``Cache`` was from 4.42 to 4.47, keeps its keys in lists): compared like its parameters."""
+    mine, theirs = _plain_tensor_attributes(a), _plain_tensor_attributes(b)
+    if not mine and not theirs:
+        return
+    if set(mine) != set(theirs):
+        out.problems.append(f"{path}: compiled has attributes {_short(sorted(mine))}, eager has {_short(sorted(theirs))}")
+        return
+    for name in mine:
+        _compare(mine[name], theirs[name], f"{path}.{name}", out, depth + 1, _attr(ref, name))
+
+
+def _plain_tensor_attributes(module: torch.nn.Module) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("_") and not isinstance(v, torch.nn.Module) and _holds_tensors(v)}
+
+
 def _contents(value: Any) -> dict[str, Any] | None:
-    """What an object holds, for objects compared by content (``__dict__`` or ``__slots__``)."""
-    if hasattr(value, "__dict__") and not isinstance(value, type):
-        return {k: v for k, v in vars(value).items() if not callable(v) or isinstance(v, torch.nn.Module)}
-    slots = [s for cls in type(value).__mro__ for s in getattr(cls, "__slots__", ())]
-    if slots:
-        return {s: getattr(value, s) for s in slots if hasattr(value, s)}
-    return None
+    """What an object holds, for objects compared by content: its ``__slots__`` (through the class's slot
+    descriptors, so a property of the same name does not hide them) and its ``__dict__``."""
+    if isinstance(value, type):
+        return None
+    state: dict[str, Any] = {}
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):  # a private slot's descriptor is mangled
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            descriptor = cls.__dict__.get(name)
+            try:
+                item = descriptor.__get__(value, type(value)) if descriptor is not None else getattr(value, name)
+            except AttributeError:  # a slot never set
+                continue
+            state.setdefault(name, item)
+    has_dict = True
+    try:
+        attributes = vars(value)
+    except TypeError:
+        has_dict = False
+    if has_dict:
+        state.update(attributes)
+    elif not state:
+        return None
+    return {k: v for k, v in state.items() if not callable(v) or isinstance(v, torch.nn.Module)}
+
+
+#: How far ``_holds_tensors`` looks: nesting depth, and items per container.
+_HOLDS_DEPTH = 4
+_HOLDS_ITEMS = 64
+
+
+def _holds_tensors(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` holds a tensor (or a module) in its attributes, slots or containers, looked for a few
+    levels down: such an object's own ``==`` cannot judge it (tensor ``==`` is elementwise)."""
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return True
+    if depth >= _HOLDS_DEPTH or value is None or isinstance(value, (str, bytes, bool, int, float, complex, type)):
+        return False
+    items: Iterable[Any]
+    if isinstance(value, dict):
+        items = value.values()
+    elif isinstance(value, (list, tuple, collections.deque, set, frozenset)):
+        items = value
+    else:
+        try:
+            state = _contents(value)
+        except Exception:  # a descriptor that raises: nothing known inside
+            return False
+        if not state:
+            return False
+        items = state.values()
+    for i, item in enumerate(items):
+        if i >= _HOLDS_ITEMS:
+            break
+        if _holds_tensors(item, depth + 1):
+            return True
+    return False
+
+
+def _same_class_name(a: Any, b: Any) -> bool:
+    ta, tb = type(a), type(b)
+    return ta.__qualname__ == tb.__qualname__ and ta.__module__ == tb.__module__
 
 
 def _has_own_eq(value: Any) -> bool:
@@ -433,12 +519,16 @@ def one_line(message: str) -> str:
     return "; ".join(keep) if keep else (lines[0] if lines else "values differ")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: Any, other: Any = _NOREF) -> str:
+    """``value`` as a mismatch names it; by its class's full name where it reads as ``other`` does."""
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)}"
-    return _short(value)
+    text = _short(value)
+    if other is not _NOREF and text == _short(other) and type(value) is not type(other):
+        return f"{text} (a {type(value).__module__}.{type(value).__qualname__})"
+    return text
 
 
 def _is_numpy(value: Any) -> bool:
@@ -673,6 +763,8 @@ def effect_seen(check: Check | None) -> str | None:
 def verdict(comparison: Comparison, random_ops: Iterable[str], backend: str) -> Check:
     diff = comparison.max_abs_diff
     diff_text = f"max abs diff {diff:.3g}" if diff is not None else "no floating-point values"
+    if comparison.problems and diff == 0:  # what differs is not a floating-point value: say so, not "diff 0"
+        diff_text = "the floating-point values agree"
     rule = CheckRule.TOLERANCE if comparison.fp64_reason else CheckRule.FP64
     worst = max(comparison.errors, key=lambda e: e[1] / e[3] if e[3] > 0 else math.inf, default=None)
     compiled_error = worst[1] if worst is not None and rule is CheckRule.FP64 else None

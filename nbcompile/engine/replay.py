@@ -18,6 +18,7 @@ import collections
 import contextlib
 import copy
 import enum
+import logging
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -183,6 +184,29 @@ def _rehome_dropped(originals: Iterable[Any], memo: dict[int, Any], keep_alive: 
                 made = _rehomed(value, memo, keep_alive)
                 if made is not value:
                     twin_space[key] = made
+            elif isinstance(value, dict) and value and isinstance(twin_space.get(key), dict) \
+                    and not twin_space[key] and all(isinstance(v, _REHOMED) for v in value.values()):
+                # hooks the copy protocol made empty (``Optimizer.__setstate__``'s step hooks): the copy's own
+                twin_space[key].update({k: _rehomed(v, memo, keep_alive) for k, v in value.items()})
+
+
+#: Objects whose copy is themselves by design, and which hold where records go, not data (a ``Logger``
+#: pickles as ``getLogger(name)``).
+_SHARED_BY_DESIGN = (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Manager)
+
+
+def _shared_with_copies(found: dict[int, tuple[Any, str]], copies: Any, allowed: set[int]) -> str | None:
+    """The label of a mutable object of the user's that the copies hold as it is (a ``__deepcopy__`` that
+    returns ``self``), or None: what a run on the copies changes there, it changes in the user's."""
+    reached: dict[int, tuple[Any, str]] = {}
+    _walk(copies, reached, "copy")
+    for key, (value, label) in found.items():
+        if key not in reached or key in allowed or isinstance(value, (torch.Tensor, *_DEEPCOPY_KEEPS,
+                                                                     *_SHARED_BY_DESIGN)):
+            continue
+        if isinstance(value, (list, dict, set, bytearray, collections.deque)) or hasattr(value, "__dict__"):
+            return label
+    return None
 
 
 class Replay:
@@ -220,6 +244,9 @@ class Replay:
         self.modules: list[types.ModuleType] = list(modules)
         #: Module names the run's functions import inside themselves (a first import runs a module's code).
         self.imports: set[str] = set(imports)
+        #: The namespace the run evaluates in, when its caller knows it (the audit watches the names no copy
+        #: holds: ``audit._Shallow``).
+        self.namespace: dict[str, Any] | None = None
         #: What the copies' containers held right after ``capture`` (``rewind`` puts it back).
         self._contents: list[tuple[Any, Any]] = []
         #: The user's tensors shared with the copies, not copied (over the budget, the user's own run left
@@ -292,6 +319,10 @@ class Replay:
         replay.memo = memo
         rehome_callables([*replay.copies.values(), replay.extra_copy], memo, replay._keep_alive)
         _rehome_dropped([real for real, _ in found.values()], memo, replay._keep_alive)
+        kept_as_is = _shared_with_copies(found, (replay.copies, replay.extra_copy), {id(t) for t, _ in shared})
+        if kept_as_is is not None:
+            return refuse(f"{kept_as_is} is its own copy (its __deepcopy__ hands it back), so a second run would "
+                          "change yours")
         for label, value in list(replay.copies.items()):  # a function the run names (its defaults, its closure)
             if isinstance(value, _REHOMED):
                 replay.copies[label] = _rehomed(value, memo, replay._keep_alive)
@@ -582,6 +613,7 @@ class Replay:
             return refuse(f"a tensor could not be made float64 ({type(exc).__name__}: "
                           f"{cut((str(exc).splitlines() or [''])[0], 80)})")
         replay = Replay(self.slots, self.reals, copies, extra, None, self.modules, self.imports)
+        replay.namespace = self.namespace
         replay._keep_alive = [self._keep_alive, keep_alive]
         replay.memo = composed
         replay.labels = dict(self.labels)

@@ -198,7 +198,9 @@ class Workload:
         copied, for ``code`` the --run expression only (a bench of another expression copies or refuses)."""
         roots, reached = self._roots(code)
         read_only = self.read_only if code is self._compiled_run[1] else None  # what the --run run left unwritten
-        return Replay.capture(roots, modules=reached.modules, imports=reached.imports, read_only=read_only)
+        replay = Replay.capture(roots, modules=reached.modules, imports=reached.imports, read_only=read_only)
+        replay.namespace = self.namespace  # the notebook's names: the audit watches those no copy holds
+        return replay
 
     def watch(self, code: types.CodeType) -> ReadOnly:
         """The version marks of the tensors ``code`` reaches, before the user's own run of it (``done()``
