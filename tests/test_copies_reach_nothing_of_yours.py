@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 HELPER = "def helper(y):\n    return y * 2\n"

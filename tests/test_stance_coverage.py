@@ -8,6 +8,7 @@ import threading
 import warnings
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 CELL = "import torch\ndef f(x):\n    return x.sin() + 1\n"

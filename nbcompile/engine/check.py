@@ -272,7 +272,9 @@ def _compare_plain_attributes(a: torch.nn.Module, b: torch.nn.Module, path: str,
     if not mine and not theirs:
         return
     if set(mine) != set(theirs):
-        out.problems.append(f"{path}: compiled has attributes {_short(sorted(mine))}, eager has {_short(sorted(theirs))}")
+        out.problems.append(
+            f"{path}: compiled has attributes {_short(sorted(mine))}, eager has {_short(sorted(theirs))}"
+        )
         return
     for name in mine:
         _compare(mine[name], theirs[name], f"{path}.{name}", out, depth + 1, _attr(ref, name))
