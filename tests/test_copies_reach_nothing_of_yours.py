@@ -50,7 +50,8 @@ def test_an_optimizers_step_hook_runs_on_the_copies_too(ip):
                 "opt = torch.optim.SGD(m.parameters(), lr=0.5)\n"
                 "def freeze(o, a, k):\n    for p in o.param_groups[0]['params']: p.grad.zero_()\n"
                 "opt.register_step_pre_hook(freeze)")
-    step = "def step():\n    opt.zero_grad()\n    helper(m(torch.ones(3, 2))).pow(2).mean().backward()\n    opt.step()\n"
+    step = ("def step():\n    opt.zero_grad()\n    helper(m(torch.ones(3, 2))).pow(2).mean().backward()\n"
+            "    opt.step()\n")
     assert run_compile_cell(ip, '--backend eager --no-panel --run "step()"', HELPER + step).success
     session = nbcompile.last()
     weight = ip.ev("m.weight.tolist()")
