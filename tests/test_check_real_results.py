@@ -73,7 +73,7 @@ def _shown(session) -> dict:
 
 @pytest.mark.parametrize("panel", ["", "--no-panel"])
 def test_a_non_leaf_result_is_shown_through_toggles_and_reruns(ip, panel):
-    ip.run_cell("x = torch.randn(2, 4)" if "torch" in ip.user_ns else "import torch\nx = torch.randn(2, 4)")
+    ip.run_cell("import torch\nx = torch.randn(2, 4)")
     assert run_compile_cell(ip, f'--backend eager {panel} --run "f(x)"', NON_LEAF_CELL).success
     session = nbcompile.last()
     result = session.report.result

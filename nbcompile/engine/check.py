@@ -301,15 +301,14 @@ def _contents(value: Any) -> dict[str, Any] | None:
             descriptor = cls.__dict__.get(name)
             try:
                 item = descriptor.__get__(value, type(value)) if descriptor is not None else getattr(value, name)
-            except AttributeError:  # a slot never set
+            except Exception:  # a slot never set (AttributeError), or a property in its place that raised
                 continue
             state.setdefault(name, item)
-    has_dict = True
     try:
         attributes = vars(value)
-    except TypeError:
-        has_dict = False
-    if has_dict:
+    except TypeError:  # no __dict__: the slots alone
+        attributes = None
+    if isinstance(attributes, collections.abc.Mapping):
         state.update(attributes)
     elif not state:
         return None
@@ -334,10 +333,7 @@ def _holds_tensors(value: Any, depth: int = 0) -> bool:
     elif isinstance(value, (list, tuple, collections.deque, set, frozenset)):
         items = value
     else:
-        try:
-            state = _contents(value)
-        except Exception:  # a descriptor that raises: nothing known inside
-            return False
+        state = _contents(value)
         if not state:
             return False
         items = state.values()
@@ -668,9 +664,21 @@ def judge(
             continue  # compared tensor by tensor above, skipping what neither run touched
         if compiled is not None and isinstance(mine, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
             continue
-        compare(mine, eager_left[label], f"{label} (after the run)", comparison,
-                reference=wide_left.get(label, _NOREF))
+        compare(_state_of(mine), _state_of(eager_left[label]), f"{label} (after the run)", comparison,
+                reference=_state_of(wide_left.get(label, _NOREF)))
     return verdict(comparison, random_ops, backend)
+
+
+def _state_of(obj: Any) -> Any:
+    """What an object with a ``state_dict`` holds, by it (a ``GradScaler``'s copy protocol keeps its scale in
+    ``_init_scale`` and drops the tensor; an LR scheduler's lambdas are not state): its attributes otherwise."""
+    state_dict = getattr(obj, "state_dict", None)
+    if not callable(state_dict) or isinstance(obj, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, type)):
+        return obj
+    try:
+        return state_dict()
+    except Exception:  # noqa: BLE001  a state_dict that needs what the run did not set up: the attributes
+        return obj
 
 
 def _found(check: Check, kind: CheckKind, effect: str = "") -> Check:

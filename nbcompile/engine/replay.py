@@ -201,9 +201,9 @@ def _shared_with_copies(found: dict[int, tuple[Any, str]], copies: Any, allowed:
     reached: dict[int, tuple[Any, str]] = {}
     _walk(copies, reached, "copy")
     for key, (value, label) in found.items():
-        if key not in reached or key in allowed or isinstance(value, (torch.Tensor, *_DEEPCOPY_KEEPS,
-                                                                     *_SHARED_BY_DESIGN)):
-            continue
+        if key not in reached or key in allowed or callable(value) or \
+                isinstance(value, (torch.Tensor, *_DEEPCOPY_KEEPS, *_SHARED_BY_DESIGN)):
+            continue  # a callable (an lru_cache wrapper hands itself back by design) is code, not state
         if isinstance(value, (list, dict, set, bytearray, collections.deque)) or hasattr(value, "__dict__"):
             return label
     return None
