@@ -198,8 +198,20 @@ _SHARED_BY_DESIGN = (logging.Logger, logging.LoggerAdapter, logging.Handler, log
 def _shared_with_copies(found: dict[int, tuple[Any, str]], copies: Any, allowed: set[int]) -> str | None:
     """The label of a mutable object of the user's that the copies hold as it is (a ``__deepcopy__`` that
     returns ``self``), or None: what a run on the copies changes there, it changes in the user's."""
-    reached: dict[int, tuple[Any, str]] = {}
-    _walk(copies, reached, "copy")
+    reached: set[int] = set()
+    stack: list[tuple[Any, int]] = [(copies, 0)]
+    while stack:  # what the copies hold, not looking into code (a function's or a wrapper's own attributes)
+        value, depth = stack.pop()
+        if id(value) in reached or depth > _WALK_DEPTH or callable(value) or \
+                isinstance(value, (torch.Tensor, *_DEEPCOPY_KEEPS)):
+            continue
+        reached.add(id(value))
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in list(value.values()))
+        elif isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+            stack.extend((v, depth + 1) for v in list(value))
+        else:
+            stack.extend((v, depth + 1) for v in list(getattr(value, "__dict__", {}).values()))
     for key, (value, label) in found.items():
         if key not in reached or key in allowed or callable(value) or \
                 isinstance(value, (torch.Tensor, *_DEEPCOPY_KEEPS, *_SHARED_BY_DESIGN)):
