@@ -35,11 +35,8 @@ data (``kind``, ``rule``: ``model.status``); its ``message`` only shows it.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import dataclasses
-import io
 import math
-import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,6 +50,8 @@ from ..model.status import CheckKind, CheckRule
 from .audit import OutsideEffect as OutsideEffect
 from .audit import no_outside_effects as no_outside_effects
 from .replay import Replay
+from .runstate import RngState as RngState
+from .runstate import quiet as quiet
 
 #: (rtol, atol) by dtype: assert_close's documented defaults. Integers, bools: exact.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -547,35 +546,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# --- the random-number state ----------------------------------------------------------------
-
-class RngState:
-    """torch's (CPU and CUDA), Python's and NumPy's random-number state."""
-
-    def __init__(self) -> None:
-        self.torch = torch.get_rng_state()
-        cuda_started = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        self.cuda = torch.cuda.get_rng_state_all() if cuda_started else None
-        self.python = random.getstate()
-        self.numpy = None
-        try:
-            import numpy
-
-            self.numpy = numpy.random.get_state()
-        except ImportError:  # pragma: no cover
-            pass
-
-    def restore(self) -> None:
-        torch.set_rng_state(self.torch)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-        random.setstate(self.python)
-        if self.numpy is not None:
-            import numpy
-
-            numpy.random.set_state(self.numpy)
-
-
 # --- the check ---------------------------------------------------------------------------
 
 def against_eager(
@@ -745,21 +715,6 @@ def _reference(wide: Replay, run_eager: Callable[[Any], Any], rng_before: RngSta
 def nothing_compiled(why: str) -> Check:
     """A run in which no compiled code ran: eager against eager says nothing."""
     return Check(True, None, f"not compared: nothing was compiled in this run: {why}", compared=False)
-
-
-@contextlib.contextmanager
-def quiet() -> Any:
-    """What the eager run prints or logs is not shown: the user sees one run."""
-    import logging
-
-    before = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:  # torch's trace records still reach nbcompile's recordings (torch 2.11 drops them under a disable)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                torch_compat.trace_records_through_disable():
-            yield
-    finally:
-        logging.disable(before)
 
 
 def effect_seen(check: Check | None) -> str | None:
