@@ -8,7 +8,7 @@ TORCH_TEST_VERSION := 2.13.0
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 CONTRACT_TESTS := $(wildcard ../shared/contract_tests)
 
-.PHONY: demo test lab venv test-deps chromium schema bench clean
+.PHONY: demo test test-nightly lab venv test-deps chromium schema bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ test: test-deps
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
+
+# The click-invariant state machine with ten times the sequences `make test` runs (tests/test_click_invariants.py).
+test-nightly: test-deps
+	NBCOMPILE_CLICK_EXAMPLES=$${NBCOMPILE_CLICK_EXAMPLES:-500} $(PY) -m pytest tests/test_click_invariants.py -q
 
 lab: $(LAB_INSTALLED)
 	$(VENV)/bin/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )

@@ -276,41 +276,43 @@ class _Linter:
                       "seen (pass the values in, or keep them as tensors)")
 
     def _mutations(self, sub: ast.AST) -> None:
-        targets: list[tuple[ast.expr, str]] = []
+        #: (what is written, how it is said, whether it is a container's method: a list's append, a dict's
+        #: update, which writes the container, not a tensor)
+        targets: list[tuple[ast.expr, str, bool]] = []
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             nodes = sub.targets if isinstance(sub, (ast.Assign, ast.Delete)) else [sub.target]
             for target in nodes:
                 if isinstance(target, (ast.Subscript, ast.Attribute)):
-                    targets.append((target, "assigns into"))
+                    targets.append((target, "assigns into", False))
                 elif isinstance(sub, ast.AugAssign) and isinstance(target, ast.Name):
                     operator = ast.unparse(sub)[len(target.id):].split()[0]
-                    targets.append((target, f"applies {operator} (in place on a tensor) to"))
+                    targets.append((target, f"applies {operator} (in place on a tensor) to", False))
                 elif isinstance(target, ast.Name) and target.id in self.global_decls:
                     scope = "the enclosing function's" if target.id in self.nonlocal_decls else "the global"
                     self.warn("mutation", target.id, target, f"rebinds {scope} {target.id}")
         elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             attr = sub.func.attr
             if attr.endswith("_") and not attr.startswith("_"):
-                targets.append((sub.func.value, f"calls the in-place {attr}() on"))
+                targets.append((sub.func.value, f"calls the in-place {attr}() on", False))
             elif attr in _CONTAINER_MUTATORS and isinstance(sub.func.value, ast.Name):
                 where, value = self.resolve(sub.func.value.id)
                 if isinstance(value, (list, dict, set)):
-                    targets.append((sub.func.value, f"calls {attr}() on"))
+                    targets.append((sub.func.value, f"calls {attr}() on", True))
         if isinstance(sub, ast.Call):
             for kw in sub.keywords:
                 if kw.arg == "out":
-                    targets.append((kw.value, "writes out= into"))
-        for target, verb in targets:
+                    targets.append((kw.value, "writes out= into", False))
+        for target, verb, container_call in targets:
             root = _root_name(target)
             if root is None:
                 continue
             if root == self.self_name:
                 self.warn("mutation", ast.unparse(target), target, f"{verb} {ast.unparse(target)}: state of the module")
-            elif root in self.state_names and not (verb.startswith("calls ") and "in-place" not in verb):
+            elif root in self.state_names and not container_call:
                 self.warn("mutation", ast.unparse(target), target,
                           f"{verb} {ast.unparse(target)}, which is state of the module ({root} comes from "
                           f"{self.self_name})")
-            elif root in self.aliases and not (verb.startswith("calls ") and "in-place" not in verb):
+            elif root in self.aliases and not container_call:
                 param = self.aliases[root]
                 via = "" if root == param else f" (through {root}, a view of {param})"
                 if isinstance(sub, ast.AugAssign) and isinstance(target, ast.Name) and param not in self.tensors:
