@@ -46,9 +46,15 @@ def user_code(code: types.CodeType) -> bool:
     return user_file(code.co_filename)
 
 
+#: Code with no file of the user's behind it: the standard library's frozen modules (``<frozen posixpath>``), the
+#: code torch.fx generates (``<eval_with_key>.3``).
+_NOT_USERS = ("<frozen ", "<eval_with_key>")
+
+
 def user_file(filename: str) -> bool:
     """A file of the user's (a cell's, a module of theirs), not the standard library's or an installed package's."""
-    return not filename.startswith(_SYSTEM_PREFIXES) and not filename.startswith(os.path.dirname(torch.__file__))
+    return not filename.startswith(_SYSTEM_PREFIXES) and not filename.startswith(os.path.dirname(torch.__file__)) \
+        and not filename.startswith(_NOT_USERS)
 
 
 def made_at_run_time(module: types.ModuleType) -> bool:
