@@ -416,6 +416,10 @@ class Harness:
         self.checks: list[str] = []
         self.last_user: dict[str, Any] = {}
         self.user_rng = torch.get_rng_state()
+        if "transformers" in self.cell.setup:  # transformers imports torchvision, whose CUDA ops cannot load here
+            from real_models_oracle import import_torchvision
+
+            import_torchvision()
         self._user(lambda: self._ok(self.shell.run_cell(self.cell.setup)),
                    lambda: exec(self.cell.setup, self.shadow))  # noqa: S102
         self.rerun_cell()
