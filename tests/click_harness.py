@@ -381,9 +381,14 @@ def _sync(shadow: dict[str, Any], ns: dict[str, Any], names: tuple[str, ...]) ->
     """The shadow's objects given the user's values, in place (its functions keep their objects)."""
     for name in names:
         mine, theirs = ns[name], shadow[name]
-        if name == "LOG_PATH":
-            with open(theirs, "w") as out, open(mine) as src:
-                out.write(src.read())
+        if name == "LOG_PATH":  # the user's file's lines, or none yet
+            lines = open(mine).read() if os.path.exists(mine) else None  # noqa: SIM115
+            if lines is None:
+                if os.path.exists(theirs):
+                    os.remove(theirs)
+            else:
+                with open(theirs, "w") as out:
+                    out.write(lines)
         elif hasattr(mine, "load_state_dict") and hasattr(mine, "state_dict"):
             theirs.load_state_dict(copy.deepcopy(mine.state_dict()))
             if isinstance(mine, torch.nn.Module):
