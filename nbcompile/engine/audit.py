@@ -186,6 +186,9 @@ class _Shallow:
             self._watch(key, value, 0)
 
     def _watch(self, label: str, value: Any, depth: int) -> None:
+        if value is self.space or type(value).__module__.startswith("nbcompile") or \
+                isinstance(value, type) and value.__module__.startswith("nbcompile"):
+            return  # the namespace itself (the run's copies are swapped into it) and nbcompile's own objects
         if isinstance(value, (list, dict, set, bytearray, collections.deque)):
             if len(value) <= _SHALLOW_ITEMS:
                 self.before.append((label, value, _contents(value)))
