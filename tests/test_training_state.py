@@ -12,51 +12,14 @@ import json
 
 import pytest
 import torch
+from click_harness import BY_NAME
 
 import nbcompile
 
 from nbhelpers import run_compile_cell
 
-SETUP = """\
-import logging
-import torch
-from torch import nn
-torch.manual_seed(0)
-log = logging.getLogger("train")
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4 * 8 * 8, 10)
-    def forward(self, x):
-        x = torch.relu(self.bn(self.conv1(x)))
-        return self.fc(x.flatten(1))
-model = CNN()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
-xb = torch.randn(8, 1, 8, 8)
-yb = torch.randint(0, 10, (8,))
-"""
-
-CELL = """\
-def log_metrics(loss, logits):
-    log.info("loss %s", loss.tolist())
-    return logits.argmax(1).tolist()
-
-def train_step(model, opt, sched, xb, yb):
-    model.train()
-    opt.zero_grad()
-    logits = model(xb)
-    loss = nn.functional.cross_entropy(logits, yb)
-    if loss.item() > 5.0:
-        print("big loss")
-    loss.backward()
-    opt.step()
-    sched.step()
-    log_metrics(loss, logits)
-    return loss
-"""
+NEWCOMER = BY_NAME["adamw_cosine_bn"]  # the newcomer's cell, shared with the click invariants
+SETUP, CELL = NEWCOMER.setup, NEWCOMER.body
 
 RUN = '--run "train_step(model, opt, sched, xb, yb)"'
 
