@@ -54,7 +54,7 @@ test: test-deps
 	$(VENV)/bin/ruff check nbcompile tests benchmarks notebooks
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rs
+	$(PY) -m pytest tests $(CONTRACT_TESTS) -q -rfEs --durations=30
 
 # The click-invariant state machine with ten times the sequences `make test` runs (tests/test_click_invariants.py).
 test-nightly: test-deps
