@@ -154,6 +154,7 @@ export interface Check {
   compiled_error: number | null;
   eager_error: number | null;
   run: string;
+  source: string;
 }
 export interface Cause {
   count: number;

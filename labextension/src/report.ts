@@ -240,7 +240,7 @@ export function statusLines(report: IReport): IStatusLine[] {
     const detail = `${message}\n${SESSION_RUN_DETAIL}`;
     const [severity, head]: [IStatusLine['severity'], string] =
       !check.compared ? ['info', 'check not compared'] : check.ok ? ['ok', 'check ok'] : ['error', 'Check failed'];
-    const source = RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN;
+    const source = check.source || (RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN);
     lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(message), detail });
   }
   const errors = compileErrors(report);

@@ -88,7 +88,7 @@ test('recompile fixes show with their proof in the renderer and in the gutter to
 test('the status is one short line per kind, coloured by severity, the rest folded', () => {
   const long = 'compiled error 7.02e-05, eager error 1e-07, ratio 702 on in_proj_bias\n' + 'x'.repeat(500);
   const r = report({
-    check: { ok: false, max_abs_diff: 7e-5, message: long, compared: true, rule: 'fp64', compiled_error: 7e-5, eager_error: 1e-7, run: 'cell' },
+    check: { ok: false, max_abs_diff: 7e-5, message: long, compared: true, rule: 'fp64', compiled_error: 7e-5, eager_error: 1e-7, run: 'cell', source: '' },
     errors: [{ function: 'f', compile_id: '0/0', fail_type: 'Unsupported', message: 'boom' }],
     notice: 'helper -> allow_in_graph failed; kept the last good report'
   });
@@ -107,6 +107,13 @@ test('the status is one short line per kind, coloured by severity, the rest fold
   expect(shown.length).toBeLessThan(200);
   expect(shown).toContain('ratio 702');
   expect(shown).not.toContain('xxxx');
+});
+
+test('the check line names the run in the words the kernel set (Check.source), as every other view does', () => {
+  const check = { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0,
+    eager_error: 0, run: 'copies', source: 're-run on copies after log_metrics -> disable' };
+  expect(statusLines(report({ check }))[0].label).toBe('check ok (re-run on copies after log_metrics -> disable)');
+  expect(statusLines(report({ check: { ...check, source: '' } }))[0].label).toBe('check ok (re-run on copies after a toggle)');
 });
 
 test('long op lists are folded and torch log records sit in a closed section', () => {
@@ -128,7 +135,7 @@ test('long op lists are folded and torch log records sit in a closed section', (
 
 test('the check line names the run its figures come from, as the check says it', () => {
   const check = { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0,
-    eager_error: 0 };
+    eager_error: 0, source: '' };
   const label = (run: string) => statusLines(report({ check: { ...check, run } }))[0].label;
   expect(label('cell')).toBe("check ok (the session's run)");
   expect(label('copies')).toBe('check ok (re-run on copies after a toggle)');

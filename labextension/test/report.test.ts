@@ -18,7 +18,7 @@ function report(extra: Partial<IReport> = {}): IReport {
     graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '', torch_log: [],
     fallbacks: [], causes: [], splits: 1,
-    check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0, eager_error: 0, run: 'copies' },
+    check: { ok: true, max_abs_diff: 0, message: 'matches eager', compared: true, rule: 'fp64', compiled_error: 0, eager_error: 0, run: 'copies', source: '' },
     breaks: [1, 2].map(() => ({
       function: 'helper', filename: '<ipython-input-3>', lineno: 4, cell_line: 4, source_line: 'print("x")',
       reason: 'r', gb_type: 'Failed to trace builtin operator', gb_id: 'GB0059', explanation: 'no print',

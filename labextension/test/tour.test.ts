@@ -55,7 +55,7 @@ function tour(extra: Partial<IReport> = {}): IReport {
     recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '', torch_log: [],
     fallbacks: [], causes: [], breaks,
     check: { ok: true, max_abs_diff: 1e-7, message: 'matches eager (71 values compared)', compared: true, rule: 'fp64',
-      compiled_error: 1.5e-5, eager_error: 1.6e-5, run: 'cell' },
+      compiled_error: 1.5e-5, eager_error: 1.6e-5, run: 'cell', source: '' },
     ...extra
   };
 }

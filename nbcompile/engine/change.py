@@ -311,7 +311,9 @@ class ChangeRunner:
         kept = w.recall(key) if valid else None
         if kept is not None:
             # on a copy: the kept report stays as its compile made it, whatever this run does
-            self.recording.report = copy.deepcopy(dataclasses.replace(kept.report, result=None, notice=""))
+            # its check is this run's to give (a kept verdict would name an earlier run)
+            self.recording.report = copy.deepcopy(dataclasses.replace(kept.report, result=None, notice="",
+                                                                      check=None))
             self.host.after_toggle()  # what the toggles say now (a change since may have written the kept report's)
             compiled = len(self.recording.entry_of)
             self._run_noted(on_copies=True)

@@ -591,7 +591,8 @@ class ConfigTarget(Protocol):
 
     def untrack(self, name: str) -> None: ...
 
-    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, **options: Any) -> Report: ...
+    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, said: str = "",
+                     **options: Any) -> Report: ...
 
 
 def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | None = None) -> None:
@@ -619,7 +620,7 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
         options["dynamo_config"] = {**target.options.dynamo_config, **best.options["_config"]}
     try:
         target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
-                            prove_by=prove_by, **options)
+                            prove_by=prove_by, said="the fix search applied its best configuration", **options)
         result.applied = True
     finally:
         if not result.applied:

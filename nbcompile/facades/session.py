@@ -263,7 +263,7 @@ class Session:
                 lint = "; the allow_in_graph lint says: " + "; ".join(w.message for w in self.lint(name)[:3])
             return f"{name} -> {mode} failed ({cause}); kept {name} -> {previous}{lint}"
 
-        return self._transaction(change, lambda: self.engine.apply(name, previous), failed)
+        return self._transaction(change, lambda: self.engine.apply(name, previous), failed, said=f"{name} -> {mode}")
 
     def configure(self, **changes: Any) -> Report:
         """Change backend, mode, fullgraph, dynamic or dynamo_config (a dict of ``torch._dynamo.config`` values
@@ -288,12 +288,16 @@ class Session:
             self.engine.rebind(self.entries)
 
         said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-        return self._transaction(change, undo, lambda cause: f"{said} failed ({cause}); kept the previous options")
+        return self._transaction(change, undo, lambda cause: f"{said} failed ({cause}); kept the previous options",
+                                 said=said)
 
-    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, **options: Any) -> Report:
+    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, said: str = "",
+                     **options: Any) -> Report:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
         toggle and option is put back (and the report kept) and the error says why in one line. The new
-        report's fixes are proven after (``verify_soon``), by ``prove_by`` when given (the fix search's end)."""
+        report's fixes are proven after (``verify_soon``), by ``prove_by`` when given (the fix search's end).
+        ``said``: the change in the words the check's run is named by ("the fix search applied its best
+        configuration"); by default the toggles and options set."""
         self._check_idle()
         for name, mode in toggles.items():
             self.engine.validate(name, mode)
@@ -321,8 +325,10 @@ class Session:
             put({name: previous.get(name, "compile") for name in wanted})
             self.engine.rebind(self.entries)
 
+        said = said or ", ".join([*(f"{n} -> {m}" for n, m in wanted.items() if previous.get(n, "compile") != m),
+                                  *(f"{k}={v!r}" for k, v in options.items())]) or "the same configuration"
         return self._transaction(change, undo, lambda cause: f"applying {wanted} failed ({cause}); kept the "
-                                 "previous configuration", prove_by=prove_by)
+                                 "previous configuration", prove_by=prove_by, said=said)
 
     def _options_with(self, changes: dict[str, Any]) -> CellOptions:
         """The options with ``changes``, checked: an unknown option or a bad value is refused before anything
@@ -336,14 +342,15 @@ class Session:
         return updated
 
     def _transaction(self, change: Callable[[], None], undo: Callable[[], None], failed: Callable[[str], str], *,
-                     prove_by: float | None = None) -> Report:
+                     said: str, prove_by: float | None = None) -> Report:
         """One change, whole or not at all. ``change`` applies it and restarts; if that fails (or is
         interrupted), the compiled code is dropped, ``undo`` puts the previous configuration back and the old
         report is kept. Then a name taken over outside the cell makes the session stale (said in one line), an
         interrupt is re-raised as it came, and any other failure is raised as one line, ``failed(cause)``,
         which the kept report says too (the displayed report and the gutter stay on the last good view, the
         failure beside it). Done: the views redraw and the new report's fixes are proven (``verify_soon``, by
-        ``prove_by`` when given)."""
+        ``prove_by`` when given). ``said``: the change, in the words that name the run the new check comes from
+        ("re-run on copies after log_metrics -> disable"), the same in every view."""
         old_report = self.report
         try:
             change()
@@ -366,6 +373,9 @@ class Session:
             self.recording.notify()
             self.redraw()
             raise NbcompileError(message) from exc
+        check = self.report.check
+        if check is not None and check.run == "copies" and not check.source:
+            check.source = f"re-run on copies after {said}"
         self.redraw()
         self.verify_soon(by=prove_by)
         return self.report

@@ -361,8 +361,9 @@ RUN_SOURCES = {"cell": SESSION_RUN, "copies": "re-run on copies after a toggle",
 
 
 def check_source(check: Check) -> str:
-    """The run ``check``'s figures come from, as its line says it."""
-    return RUN_SOURCES.get(check.run, SESSION_RUN)
+    """The run ``check``'s figures come from, as its line says it: the words set where the run was known
+    (``Check.source``), else those of its kind (``Check.run``)."""
+    return check.source or RUN_SOURCES.get(check.run, SESSION_RUN)
 
 
 def check_head(check: Check) -> str:

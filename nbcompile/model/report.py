@@ -284,6 +284,10 @@ class Check:
     #: user's objects), ``"copies"`` (a toggle's or an option's re-run on copies), ``"trial"`` (a trial of
     #: its own, on copies); ``""`` when not said.
     run: str = ""
+    #: The run in the words every view shows beside the verdict ("re-run on copies after log_metrics ->
+    #: disable"); ``""``: the words of ``run`` (``render.RUN_SOURCES``). Set once, where the run is known, so the
+    #: header, the panel, the status, the saved notebook and the extension name the same run.
+    source: str = ""
 
     def __post_init__(self) -> None:
         # Not fields: the report's JSON says these in ``message``; ``engine.check`` sets them where it says it.
