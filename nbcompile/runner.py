@@ -95,7 +95,8 @@ _USAGE_ERROR = "UsageError: "
 
 
 def summary(nb: Any) -> dict[str, Any]:
-    """Functions, graphs, breaks, recompiles per %%compile cell (latest report), and speedups."""
+    """Functions, graphs, breaks, recompiles per %%compile cell (latest report), and speedups, each with the
+    bench's own noise verdict (``noisy``: why the page leaves it out, or "")."""
     cells, speedups = [], []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -112,7 +113,9 @@ def summary(nb: Any) -> dict[str, Any]:
             if BENCH_MIME in o.get("data", {}):
                 for row in o["data"][BENCH_MIME]["rows"]:
                     if row["config"] != "eager" and row["speedup"] is not None:
-                        speedups.append({"cell": index + 1, "config": row["config"], "speedup": row["speedup"]})
+                        # the bench's own verdict on the ratio, as its page shows it ("noisy, not shown")
+                        speedups.append({"cell": index + 1, "config": row["config"], "speedup": row["speedup"],
+                                         "noisy": row.get("noisy") or ""})
     return {"compile_cells": cells, "speedups": speedups}
 
 
@@ -181,7 +184,10 @@ def print_summary(name: str, facts: dict[str, Any], data: dict[str, Any]) -> Non
               f"{plural(c['breaks'], 'graph break')}, {plural(c['recompiles'], 'recompile')}, "
               f"{plural(c['frames'], 'frame')}, {check}")
     for s in data["speedups"]:
-        print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
+        if s.get("noisy"):  # the page leaves this ratio out as noise: no figure here either
+            print(f"  cell {s['cell']}: speedup {s['config']}: within noise, not shown ({s['noisy']})")
+        else:
+            print(f"  cell {s['cell']}: speedup {s['config']}: {s['speedup']:.2f}x over eager")
     for f in facts.get("failed_cells") or []:
         run = f" (In [{f['execution_count']}])" if f.get("execution_count") else ""
         print(f"  cell {f['cell']}{run} FAILED: {f['error']}")

@@ -224,3 +224,56 @@ def test_what_the_cell_hung_on_a_function_survives_its_custom_op(ip):
     _set_ok(session, "helper")
     ip.run_cell("helper.set_scale(5.0)")
     assert torch.allclose(ip.user_ns["f"](torch.ones(4)), (torch.ones(4).sin() * 5.0).cos())
+
+
+# -- issue 34, point 8: an optional argument the run passed as None ------------------------------
+
+
+def test_none_in_one_call_and_floats_in_others_is_an_optional_float(ip):
+    session = _session(ip, """\
+        import torch
+        def helper(x, scale=None):
+            return x if scale is None else x * scale
+        def f(x):
+            return helper(x.sin()).cos() + helper(x, 0.5)
+        x = torch.ones(4)
+        """, "f(x)")
+    _set_ok(session, "helper")
+    assert "float? scale=None" in session.export()
+    helper = ip.user_ns["helper"]
+    assert torch.allclose(helper(torch.ones(3), 2.0), torch.full((3,), 2.0))  # the user's own later call
+    assert torch.allclose(helper(torch.ones(3)), torch.ones(3))
+
+
+def test_an_annotated_optional_argument_the_run_passed_as_none_takes_a_float(ip):
+    session = _session(ip, """\
+        import torch
+        def helper(x, scale: float | None = None):
+            return x if scale is None else x * scale
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    _set_ok(session, "helper")
+    assert torch.allclose(ip.user_ns["helper"](torch.ones(3), 2.0), torch.full((3,), 2.0))
+
+
+def test_an_argument_that_was_none_in_every_call_and_has_no_annotation_is_not_judged(ip):
+    """Only None was seen: nothing says whether a later call passes a tensor or a number (an operator's
+    argument has one type). It used to be typed ``Tensor?``, and the user's own ``helper(x, 2.0)`` then raised
+    inside torch; now the toggle is refused in one line naming the parameter and the annotation to add."""
+    session = _session(ip, """\
+        import torch
+        def helper(x, scale=None):
+            return x if scale is None else x * scale
+        def f(x):
+            return helper(x.sin()).cos()
+        x = torch.ones(4)
+        """, "f(x)")
+    with pytest.raises(nbcompile.NbcompileError) as caught:
+        session.set("helper", "custom_op")
+    said = str(caught.value)
+    assert "\n" not in said and "custom_op(helper): not judged, because scale was None in every call" in said, said
+    assert "annotate it (scale: float | None = None, or torch.Tensor | None)" in said, said
+    assert session.toggles["helper"] == "compile"
+    assert torch.allclose(ip.user_ns["helper"](torch.ones(3), 2.0), torch.full((3,), 2.0))  # untouched

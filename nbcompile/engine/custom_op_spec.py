@@ -173,13 +173,15 @@ def _observed(kinds: set[str], param: str, name: str, notes: list[str]) -> str:
     if rest == {"empty"}:
         raise NbcompileError(f"custom_op({name}): not judged, because {param} was an empty list in every call of the "
                              f"--run; annotate it ({param}: list[torch.Tensor], list[int] or list[float])")
-    if not rest:
-        notes.append(f"{param} was None in every call, taken as an optional tensor (annotate it to say otherwise)")
-        return "Tensor?"
+    if not rest:  # a later call may pass a tensor or a number, and an operator's argument takes one of them
+        raise NbcompileError(f"custom_op({name}): not judged, because {param} was None in every call of the --run; "
+                             f"annotate it ({param}: float | None = None, or torch.Tensor | None)")
     if rest == {"tensor"}:
         return "Tensor" + optional
     if rest == {"bool"}:
         return "bool" + optional
+    if rest == {"float"}:
+        return "float" + optional  # floats only (with None: an optional float): a later int is taken as a float
     if rest <= {"int", "float", "bool"}:
         return "Scalar" + optional  # a Scalar keeps an int an int and a float a float
     if len(rest) == 1 and next(iter(rest)) in _LISTS:

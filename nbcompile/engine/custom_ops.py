@@ -9,7 +9,9 @@ toggle works after it:
 - the schema: each parameter's annotation when it names an operator type (``torch.Tensor``, ``int``,
   ``float``, ``bool``, ``int | float``, ``Optional[...]``, lists), else the types of the values every
   recorded call passed (and the default): Python numbers widen to ``Scalar`` (an int stays an int, a
-  float a float), ``None`` among tensors or numbers makes the type optional. The schema is proved on
+  float a float), ``None`` among tensors or numbers makes the type optional (``float?`` beside floats);
+  an argument that was ``None`` in every call is not judged (a later call may pass a tensor or a number):
+  refused, asking for an annotation. The schema is proved on
   every recorded call; an argument of two kinds (a tensor in one call, a list in another), or a call
   an annotation does not admit, is refused with the reason;
 - the fake implementation: the function itself, run on fake tensors with the call's ints, when it

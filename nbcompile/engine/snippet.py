@@ -9,19 +9,26 @@ above it the imports of the names the cell uses but took from earlier cells
 compiled apart when a compiled module instance of the cell already holds its
 class: the module's compile reaches it, and a second ``torch.compile`` would only
 nest. Run in a fresh interpreter, either gives the session's graphs and breaks.
+
+A source rewrite the user accepts (``commented``) keeps the comments and blank lines of the lines it
+replaces: the accepted cell and the Fix tab's diff show the user's text, only the code changed.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
+import difflib
 import functools
+import io
 import re
 import symtable
 import sys
+import tokenize
 import types
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import dynconfig
 from ..core.errors import NbcompileError
@@ -29,6 +36,9 @@ from ..core.names import is_torch_name, torch_name
 from ..core.options import CompileOptions
 from .library import export_target, is_library_name
 from .toggles import validate
+
+if TYPE_CHECKING:
+    from ..model.report import Rewrite
 
 STYLES = ("calls", "decorators")
 #: How notebooks import the names a cell uses without importing them itself, when the namespace the
@@ -394,3 +404,93 @@ def unnested_entries(entries: list[str], source: str, namespace: Mapping[str, An
                 todo += [n.func.id for n in ast.walk(classes[name]) if isinstance(n, ast.Call)
                          and isinstance(n.func, ast.Name) and n.func.id in classes]
     return [e for e in entries if "." not in e or e.split(".")[0] not in held]
+
+
+# -- an accepted rewrite, with the user's comments ------------------------------------------------------
+
+#: Tokens that are not code: a rewrite that keeps the comments must give the same tokens less these.
+_NOT_CODE = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.ENCODING})
+
+
+def _tokens(text: str) -> list[tokenize.TokenInfo] | None:
+    try:
+        return list(tokenize.generate_tokens(io.StringIO(text + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+
+
+def _line_kinds(text: str) -> tuple[list[str], dict[int, str]] | None:
+    """Each line of ``text`` as ``code``, ``comment`` (a comment alone) or ``blank``, and the comment each
+    line ends with (0-based rows); None when it does not tokenize."""
+    tokens = _tokens(text)
+    if tokens is None:
+        return None
+    count = text.count("\n") + 1
+    code = [False] * count
+    comments: dict[int, str] = {}
+    for token in tokens:
+        if token.type == tokenize.COMMENT and token.start[0] <= count:
+            comments[token.start[0] - 1] = token.string
+        elif token.type not in _NOT_CODE and token.type not in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                                                tokenize.ENDMARKER):
+            for row in range(token.start[0], min(token.end[0], count) + 1):
+                code[row - 1] = True  # a string over many lines: each of them is code
+    kinds = ["code" if code[i] else "comment" if i in comments else "blank" for i in range(count)]
+    return kinds, comments
+
+
+def _same_code(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are the same code, comments and blank lines aside."""
+    ta, tb = _tokens(a), _tokens(b)
+    if ta is None or tb is None:
+        return False
+    return [(t.type, t.string) for t in ta if t.type not in _NOT_CODE] == \
+        [(t.type, t.string) for t in tb if t.type not in _NOT_CODE]
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
+def commented(rewrite: Rewrite) -> Rewrite:
+    """``rewrite`` with the comments of the lines it replaces kept (a comment after code stays after the
+    line that takes that line's place, a comment alone stays a line of its own) and, where it gives fewer
+    lines than it replaces, their blank lines kept in place: what the user accepts is their text with only
+    the code changed. The code is the rewrite's own, token for token; where the comments cannot be placed
+    so, the rewrite as it is."""
+    before, after = rewrite.before.split("\n"), rewrite.after.split("\n")
+    read = _line_kinds(rewrite.before)
+    if read is None:
+        return rewrite
+    kinds, comments = read
+    lost = {row: text for row, text in comments.items() if text not in rewrite.after}
+    shrinks = len(after) < len(before)
+    if not lost and not (shrinks and "blank" in kinds):
+        return rewrite
+    indent = _indent(after[0]) if after and after[0].strip() else _indent(before[0])
+    merged: list[str] = []
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("equal", "insert"):
+            merged += after[j1:j2]
+            continue
+        taking, k = after[j1:j2], 0  # the lines that take the place of before[i1:i2], in order
+        for i in range(i1, i2):
+            if kinds[i] == "blank":
+                if shrinks:
+                    merged.append("")
+            elif kinds[i] == "comment":
+                if i in lost:
+                    merged.append(indent + lost[i])
+            elif k < len(taking):
+                merged.append(taking[k] + (f"  {lost[i]}" if i in lost else ""))
+                k += 1
+            elif i in lost:
+                merged.append(indent + lost[i])
+        merged += taking[k:]
+    above = [indent + lost[row] for row in sorted(lost)] + after
+    for candidate in (merged, above):
+        text = "\n".join(candidate)
+        if _same_code(rewrite.after, text):
+            return dataclasses.replace(rewrite, after=text)
+    return rewrite

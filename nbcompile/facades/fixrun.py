@@ -29,13 +29,22 @@ class FixRun:
 
     def steps(self) -> Iterator[FixSearch]:
         """Yields after each trial (the panel runs one step per event-loop turn, so its stop button and
-        other cells are heard); when the search ends, is stopped or interrupted, the best is applied."""
+        other cells are heard); when the search ends, is stopped, interrupted or fails, the best is applied,
+        and the search's ``progress`` hears its end once more (the record then says how it ended, never
+        "searching": a view that follows the trials, the Fix tab's bar, shows the end whichever way it came)."""
         session = self._session
         try:
             yield from self._searcher.steps()  # the one driver: it keeps the user's prints out and hears interrupts
         except KeyboardInterrupt:  # one between two steps (the driver hears those during a step)
             self.result.stop()
             self.result.finish(SearchStop.STOPPED)
+        except GeneratorExit:  # the stepper was dropped (the panel let go of it): the search stops here
+            self.result.stop()
+            self.result.finish(SearchStop.STOPPED)
+            raise
+        except Exception as exc:  # the search itself failed: the best found so far is still applied
+            self.result.finish(SearchStop.FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0])
+            raise
         finally:
             try:
                 if not session.closed:  # within the search's budget: its re-run was kept time for, its proofs
@@ -45,7 +54,11 @@ class FixRun:
             finally:
                 self.result.elapsed_s = max(self.result.elapsed_s, self._searcher.elapsed())
                 session.last_fix = self.result
-                session.redraw()
+                try:
+                    if self._searcher.progress is not None and not session.closed:
+                        self._searcher.progress(self.result)  # the end, as the trials were: once more
+                finally:
+                    session.redraw()
 
     def run(self) -> FixSearch:
         for _ in self.steps():

@@ -16,6 +16,7 @@ from ..analysis import rewrite as rewrite_ops
 from ..core.errors import NbcompileError
 from ..core.options import CellOptions
 from ..core.text import callable_name
+from ..engine.snippet import commented
 from ..engine.workload import Workload
 from ..model.fixsearch import Trial
 from ..model.report import Report, Rewrite
@@ -58,10 +59,16 @@ class CellRewrites:
         return found[0] if found else None
 
 
+#: The toggles a ``%%compile`` flag says.
+_FLAGS = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
+
+
 def accepted_cell(cell: str, rewrites: list[Rewrite]) -> str:
-    """The cell body (as the user wrote it, without the magic's line) with ``rewrites`` applied; a
-    ValueError (the cell changed since) says which line no longer reads as the rewrite expects."""
-    return rewrite_ops.apply("\n" + cell, rewrites)[1:]
+    """The cell body (as the user wrote it, without the magic's line) with ``rewrites`` applied, the comments
+    and blank lines of the lines they replace kept (``commented``: the same code, token for token, that the
+    search proved); a ValueError (the cell changed since) says which line no longer reads as the rewrite
+    expects."""
+    return rewrite_ops.apply("\n" + cell, [commented(r) for r in rewrites])[1:]
 
 
 def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, best: Trial | None,
@@ -70,8 +77,9 @@ def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, b
     wrote it) with the rewrites ``accepted`` before and this one becomes the next input (in a notebook, a
     new cell below; in a terminal, the next prompt), to run when the user wants; nothing runs and no object
     changes now. Its ``%%compile`` line is ``line`` plus what ``best`` sets that a flag can say
-    (``accepted_line``). Returns the new cell text and the rewrites accepted now. A rewrite whose lines the
-    cell no longer has (it was edited since) is refused in one line."""
+    (``accepted_line``); what no flag says (``unflagged``) is said in a comment at the cell's end, with the
+    ``%nbcompile set`` line that completes it. Returns the new cell text and the rewrites accepted now. A
+    rewrite whose lines the cell no longer has (it was edited since) is refused in one line."""
     if not isinstance(rewrite, Rewrite):
         raise NbcompileError(f"accept takes a Rewrite (from session.last_fix.best.rewrites), not "
                              f"{type(rewrite).__name__}")
@@ -81,6 +89,11 @@ def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, b
     except ValueError as exc:
         raise NbcompileError(f"cannot accept the rewrite at cell line {rewrite.cell_line}: {exc}") from None
     text = accepted_line(rewrite, line, best, options) + "\n" + body
+    unsaid = unflagged(rewrite, best)
+    if unsaid:  # a configuration the line cannot say whole is said in the cell, never left out unsaid
+        text = text.rstrip("\n") + "\n" + "\n".join(
+            f"# the search's choice also sets {name} -> {mode}, which no %%compile flag says: after running this "
+            f"cell, %nbcompile set {name} {mode}" for name, mode in unsaid) + "\n"
     shell = _shell()
     if shell is not None:
         shell.set_next_input(text, replace=False)
@@ -89,14 +102,18 @@ def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, b
 
 def accepted_line(rewrite: Rewrite, line: str, best: Trial | None, options: CellOptions) -> str:
     """The ``%%compile`` line of an accepted rewrite's cell: the session's (``line``, its arguments), plus
-    what the configuration that needs the rewrite (``best``) sets that a flag can say."""
+    what the configuration that needs the rewrite (``best``) sets that a flag can say: its toggles (a library
+    function's with its ``--track``, as the search tracked it), its config values, ``--dynamic``."""
     text = f"%%compile {line}".rstrip()
     if best is None or rewrite not in best.rewrites:
         return text
-    flags = {"disable": "--disable", "allow_in_graph": "--allow", "disallow_in_graph": "--disallow"}
+    tracked = set(options.track)
     for name, mode in sorted(best.toggles.items()):
-        if mode in flags and options.initial_toggles().count((name, mode)) == 0:
-            text += f" {flags[mode]} {name}"
+        if mode in _FLAGS and options.initial_toggles().count((name, mode)) == 0:
+            if ":" in name and name not in tracked:  # a library function the search tracked: the cell tracks it
+                text += f" --track {name}"
+                tracked.add(name)
+            text += f" {_FLAGS[mode]} {name}"
     for name, value in sorted(best.options.get("_config", {}).items()):
         if name not in options.dynamo_config:
             shown = (",".join(sorted(callable_name(v) for v in value)) if isinstance(value, frozenset)
@@ -105,6 +122,14 @@ def accepted_line(rewrite: Rewrite, line: str, best: Trial | None, options: Cell
     if best.options.get("dynamic") and not options.dynamic:
         text += " --dynamic"
     return text
+
+
+def unflagged(rewrite: Rewrite, best: Trial | None) -> list[tuple[str, str]]:
+    """The toggles of the configuration that needs ``rewrite`` that no ``%%compile`` flag says (``custom_op``,
+    ``nonstrict_trace``): (name, mode), to be set after the accepted cell runs."""
+    if best is None or rewrite not in best.rewrites:
+        return []
+    return [(name, mode) for name, mode in sorted(best.toggles.items()) if mode != "compile" and mode not in _FLAGS]
 
 
 def _shell() -> Any:

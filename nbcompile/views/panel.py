@@ -67,6 +67,7 @@ from .panel_html import (
     failed_guard,
     kernels_html,
     recompiles_html,
+    rewrite_diff,
     source_view,
     split_figure,
     torch_op_names,
@@ -185,6 +186,8 @@ class Panel(widgets.VBox):
         self.fix_html = widgets.HTML()
         #: The chosen configuration's source rewrites, each with its diff and an Accept button.
         self.rewrites_box = widgets.VBox()
+        #: Each rewrite's row, once drawn: a later redraw keeps it (and what its Accept said).
+        self._rewrite_rows: dict[tuple[Any, ...], widgets.VBox] = {}
         #: The search the Fix tab runs now (its stop button stops it), or None.
         self.fix_running: FixSearch | None = None
         self.tabs = widgets.Tab(children=[
@@ -450,16 +453,25 @@ class Panel(widgets.VBox):
                 self._draw_status()
             self.show_fix(run.result)
 
+        def failed(exc: BaseException) -> None:
+            """The search ended on ``exc``: the record says so (the driver said it already, where it could)."""
+            if run.result.status is SearchStop.SEARCHING:
+                run.result.finish(SearchStop.FAILED if isinstance(exc, Exception) else SearchStop.STOPPED,
+                                  f"{type(exc).__name__}: {exc}".splitlines()[0] if isinstance(exc, Exception) else "")
+            if isinstance(exc, Exception):
+                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
         def step() -> None:
             try:
                 next(steps)
             except StopIteration:
                 finish()
                 return
-            except Exception as exc:
-                run.result.finish(SearchStop.FAILED, f"{type(exc).__name__}: {exc}")
-                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            except BaseException as exc:  # an error, or an interrupt the search could not hear: the tab ends too
+                failed(exc)
                 finish()
+                if not isinstance(exc, Exception):
+                    raise
                 return
             if loop is not None:
                 loop.call_soon(step)
@@ -471,8 +483,14 @@ class Panel(widgets.VBox):
         if loop is not None:
             loop.call_soon(step)
             return
-        run.run()
-        finish()
+        try:
+            run.run()
+        except BaseException as exc:  # the tab shows the end whatever it was; an interrupt goes on to the kernel
+            failed(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            finish()
 
     def stop_fix(self) -> None:
         if self.fix_running is not None:
@@ -507,10 +525,15 @@ class Panel(widgets.VBox):
         self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
 
     def _rewrite_row(self, rewrite: Rewrite) -> widgets.VBox:
-        """A proven rewrite: its diff, and Accept, which puts the rewritten cell in the next input (the cell
-        itself, and the user's objects, change only when the user runs it)."""
+        """A proven rewrite: its diff in the cell (the user's comments and blank lines kept, the lines around
+        it as written), and Accept, which puts the rewritten cell in the next input (the cell itself, and the
+        user's objects, change only when the user runs it) and shows it with a copy button."""
+        key = (rewrite.cell_line, rewrite.before, rewrite.after, rewrite.rule, rewrite.function)
+        known = self._rewrite_rows.get(key)
+        if known is not None:  # drawn again (a later redraw of the same search): as it was, accepted or not
+            return known
         diff = widgets.HTML(f"<b>source rewrite ({escape(rewrite.rule)}), proven by the search:</b>"
-                            f"<pre style='margin:2px 0'>{escape(rewrite.diff())}</pre>")
+                            f"<pre style='margin:2px 0'>{escape(rewrite_diff(self.session.source, rewrite))}</pre>")
         done = widgets.HTML()
         button = widgets.Button(description="Accept", icon="check",
                                 tooltip="put the cell, rewritten, in the next input (nothing runs now)")
@@ -523,11 +546,14 @@ class Panel(widgets.VBox):
                 return
             button.disabled = True
             done.value = ("accepted: the rewritten cell is the next input (a terminal's next prompt; where the "
-                          "frontend does not take it, copy it from here and run it):"
-                          f"<pre style='max-height:200px;overflow:auto'>{escape(text)}</pre>")
+                          "frontend does not take it, copy it from here and run it): " + copy_button(text) +
+                          "<pre class='nbcompile-accepted' style='max-height:200px;overflow:auto'>"
+                          f"{escape(text)}</pre>")
 
         button.on_click(accept)
-        return widgets.VBox([diff, widgets.HBox([button, done], layout=widgets.Layout(**ROW))])
+        row = widgets.VBox([diff, widgets.HBox([button, done], layout=widgets.Layout(**ROW))])
+        self._rewrite_rows[key] = row
+        return row
 
     def detach(self) -> None:
         """Stop following the session (it was reset): controls off, hooks gone."""
@@ -748,8 +774,11 @@ class Panel(widgets.VBox):
             self.export_html.value = f"<span style='color:#b00'>{escape(exc)}</span>"
             return
         self.snippet = snippet
-        self.export_html.value = (
-            f"<button class='nbcompile-copy' data-snippet='{escape(snippet)}' "
-            "onclick='navigator.clipboard.writeText(this.dataset.snippet)'>Copy</button>"
-            f"<pre class='nbcompile-snippet'>{escape(snippet)}</pre>"
-        )
+        self.export_html.value = copy_button(snippet) + f"<pre class='nbcompile-snippet'>{escape(snippet)}</pre>"
+
+
+def copy_button(text: str) -> str:
+    """A Copy button whose click puts ``text`` on the clipboard (the browser's, from the page: no kernel
+    round trip, so it works in an exported page too); ``text`` rides in its ``data-snippet``."""
+    return (f"<button class='nbcompile-copy' data-snippet='{escape(text)}' "
+            "onclick='navigator.clipboard.writeText(this.dataset.snippet)'>Copy</button>")

@@ -1,18 +1,20 @@
 """What the panel's tabs show, as pure functions of a report (no widget): the graph-splits figure, the
 cell source with its breaks marked, and the causes, recompiles and kernels as HTML.
 
-Also the guard lines a recompile failed and the torch ops a report's graphs call. Every string is
-escaped (``escape``).
+Also the guard lines a recompile failed, the torch ops a report's graphs call, and a proven source
+rewrite as a diff of the cell (``rewrite_diff``). Every string is escaped (``escape``).
 """
 
 from __future__ import annotations
 
+import difflib
 import html
 import re
 from typing import Any
 
 from ..capture.guards import subject_of
 from ..core.text import function_label, plural, short_path
+from ..engine.snippet import commented
 from ..model.render import (
     cause_line,
     change_text,
@@ -24,8 +26,10 @@ from ..model.render import (
     splits_text,
     where_cause,
 )
-from ..model.report import Report
+from ..model.report import Report, Rewrite
 
+#: Unchanged lines of the cell shown around a rewrite in its diff.
+DIFF_CONTEXT = 2
 #: Most characters of kernel code shown per kernel in the Kernels tab.
 KERNEL_CHARS = 20_000
 
@@ -196,3 +200,17 @@ def kernels_html(report: Report) -> str:
         blocks.append(f"<details><summary>[{escape(k.compile_id)}] {escape(k.name)} ({escape(k.language)})</summary>"
                       f"<pre>{escape(code)}</pre></details>")
     return "".join(blocks)
+
+
+def rewrite_diff(source: str, rewrite: Rewrite, context: int = DIFF_CONTEXT) -> str:
+    """``rewrite`` as a unified diff of the cell ``source`` (line 1 the magic's line, as ``cell_line``
+    counts), with the user's comments and blank lines kept (``commented``: the text accept gives) and
+    ``context`` unchanged lines of the cell around it, as written. Where the cell no longer reads as the
+    rewrite expects (it changed since), the rewrite's own lines alone."""
+    kept = commented(rewrite)
+    lines = [line.rstrip("\r") for line in source.split("\n")]
+    first, count = rewrite.cell_line - 1, rewrite.before.count("\n") + 1
+    if first < 0 or lines[first:first + count] != rewrite.before.split("\n"):
+        return kept.diff()
+    new = lines[:first] + kept.after.split("\n") + lines[first + count:]
+    return "\n".join(difflib.unified_diff(lines, new, "cell", "cell, rewritten", lineterm="", n=context))
