@@ -229,7 +229,7 @@ def test_what_the_cell_hung_on_a_function_survives_its_custom_op(ip):
 # -- issue 34, point 8: an optional argument the run passed as None ------------------------------
 
 
-def test_none_in_one_call_and_floats_in_others_is_an_optional_float(ip):
+def test_none_in_one_call_and_floats_in_others_is_an_optional_scalar(ip):
     session = _session(ip, """\
         import torch
         def helper(x, scale=None):
@@ -239,9 +239,10 @@ def test_none_in_one_call_and_floats_in_others_is_an_optional_float(ip):
         x = torch.ones(4)
         """, "f(x)")
     _set_ok(session, "helper")
-    assert "float? scale=None" in session.export()
+    assert "Scalar? scale=None" in session.export()  # a Scalar keeps an int an int and a float a float
     helper = ip.user_ns["helper"]
     assert torch.allclose(helper(torch.ones(3), 2.0), torch.full((3,), 2.0))  # the user's own later call
+    assert torch.allclose(helper(torch.ones(3), 3), torch.full((3,), 3.0))
     assert torch.allclose(helper(torch.ones(3)), torch.ones(3))
 
 

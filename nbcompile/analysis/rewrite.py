@@ -6,13 +6,16 @@ proposes such rewrites, one per site, as ``Rewrite`` records:
 
 - ``where``: a tensor-valued ``if``/``else`` that picks one of two values (an assignment to one name, a
   conditional expression, a ``return`` in each branch) becomes ``torch.where(cond, a, b)``: Dynamo breaks the
-  graph on ``if`` over a tensor (data-dependent control flow) but traces ``torch.where``;
+  graph on ``if`` over a tensor (data-dependent control flow) but traces ``torch.where``; only where neither
+  branch does anything but give its value (no call that may append, print or update in place), as
+  ``torch.where`` evaluates both on every call;
 - ``check``: ``if cond: raise ...`` (and ``assert cond, f"..."``) becomes ``torch._check`` (a shape or integer
   condition) or ``torch._assert_async`` (a tensor condition), which stay in the graph;
 - ``item``: ``n = t.item()`` (or ``float(t.sum())``) whose value only feeds tensor math keeps ``n`` a 0-dim
   tensor, so the graph need not break to hand a Python number back;
 - ``defer``: a ``print`` or logging call in the middle of a function moves to just before its one final
-  ``return``: the break stays but no longer splits the function's work into two graphs.
+  ``return``: the break stays but no longer splits the function's work into two graphs; only where what it
+  prints cannot change on the way (nothing it passes changes, in place or through an alias, what it shows).
 
 Proposals may be speculative: the engine runs each as a trial (the rewritten function compiled, its breaks
 counted, its results checked against eager) and keeps only those that prove out. What this module promises is
@@ -22,8 +25,10 @@ and that a rewrite only fires where it keeps eager behaviour for the values it t
 value that only feeds tensor math). ``apply`` puts rewrites into the cell text; ``rewritten_function`` builds
 the rewritten function object without running the cell or touching the user's namespace.
 
-Pure ``ast``: no torch import, nothing executed. How an expression reads to Dynamo is judged in
-``conditions.py``; the rewritten function's def is compiled by ``rewrite_build.py``.
+Pure ``ast``: nothing executed. How an expression reads to Dynamo is judged in ``conditions.py``; what a
+call shows and what may change it, or what a branch does besides giving its value, in ``core/dynconfig.py``
+(the fix search's guard on ``reorderable_logging_functions`` reads the same); the rewritten function's def is
+compiled by ``rewrite_build.py``.
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ import types
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
+from ..core import dynconfig
 from ..model.report import Rewrite, RewriteRule
 from .conditions import (
     BOOL_TORCH,
-    MUTATORS,
     PY_TESTS,
     TENSOR_CALLS,
     ToTensor,
@@ -327,6 +332,8 @@ def _where(site: _Site, src: _Source) -> _Edit | None:
     head, test, a, b, last = picked
     if python_level(test) or not all(reads_only(e) for e in (test, a, b)):
         return None
+    if any(dynconfig.side_effect(e) for e in (a, b)):  # torch.where evaluates both on every call: a branch
+        return None  # that appends, prints, updates in place or calls what nbcompile cannot see into stays an if
     if not src.owns_lines(stmt, last):
         return None
     if all(isinstance(e, ast.Constant) for e in (a, b)):
@@ -660,8 +667,10 @@ def _ancestors(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[ast.AST]:
 def _defer(fn: _FunctionNode, src: _Source) -> _Edit | None:
     """``print``/``logger.info``/``warnings.warn`` calls in the body moved to just before the one final
     ``return`` (``return e`` -> ``_result = e``, the calls, ``return _result``); each moved call's line is left
-    as a comment, so the lines between keep their numbers. Only top-level calls whose arguments only read
-    values that nothing after them changes."""
+    as a comment, so the lines between keep their numbers. Only top-level calls whose output cannot change:
+    their arguments only read, nothing they pass (the return's own work included) rebinds or changes in place
+    what they show or anything that may alias it (``dynconfig.changed_after``), and no print or log call they
+    pass stays, which would then show before them."""
     body = fn.body
     final = body[-1]
     if not isinstance(final, ast.Return) or len(body) < 2:
@@ -671,7 +680,12 @@ def _defer(fn: _FunctionNode, src: _Source) -> _Edit | None:
         if node is not final and isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)) \
                 and not _in_nested_scope(node, fn, parents):
             return None
-    moved = [i for i, stmt in enumerate(body[:-1]) if _deferrable(stmt, body[i + 1:-1])]
+    moved: list[int] = []
+    for i in reversed(range(len(body) - 1)):  # from the return up: a call kept in place is a barrier
+        if _deferrable(fn, body[i], body[i + 1:]):
+            moved.insert(0, i)
+        elif _shows(body[i]):
+            break  # the calls above it would now print after it
     # a call already at the end (only moved calls between it and the return) gains nothing, unless the
     # return itself computes (``return x + self.fc2(h)``): the call then moves after that work
     computes = final.value is not None and not isinstance(final.value, (ast.Name, ast.Constant))
@@ -704,48 +718,33 @@ def _call(stmt: ast.stmt) -> ast.Call:
     return stmt.value
 
 
-def _deferrable(stmt: ast.stmt, later: list[ast.stmt]) -> bool:
-    """A ``print``/logging/``warnings.warn`` call whose arguments only read, and read nothing ``later``
-    statements rebind or change in place."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
-        return False
-    call = stmt.value
+def _logging_call(call: ast.Call) -> bool:
+    """``print(...)``, ``warnings.warn(...)``, ``logger.info(...)`` (a logger by its usual names)."""
     func = call.func
     if isinstance(func, ast.Name):
-        ok = func.id == "print"
-    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        ok = (func.value.id == "warnings" and func.attr == "warn") or \
-             (bool(_LOGGER_NAME.match(func.value.id)) and func.attr in _LOGGING_CALLS)
-    else:
-        ok = False
-    args = [*call.args, *(k.value for k in call.keywords)]
-    if not ok or not all(reads_only(a) for a in args):
-        return False
-    read = {n.id for a in args for n in ast.walk(a) if isinstance(n, ast.Name)}
-    return not any(_changes(s, read) for s in later)
-
-
-def _changes(stmt: ast.stmt, names: set[str]) -> bool:
-    """True when ``stmt`` may rebind or change in place one of ``names`` (or what hangs off it)."""
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and node.id in names:
-            return True
-        if isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load) \
-                and _root(node) in names:
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _root(node.func.value) in names:
-            name = node.func.attr
-            if (name.endswith("_") and not name.startswith("_")) or name in MUTATORS:
-                return True
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and names.intersection(node.names):
-            return True
+        return func.id == "print"
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return (func.value.id == "warnings" and func.attr == "warn") or \
+            (bool(_LOGGER_NAME.match(func.value.id)) and func.attr in _LOGGING_CALLS)
     return False
 
 
-def _root(node: ast.expr) -> str:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else ""
+def _shows(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` prints, warns or logs itself (a call the defer rule would move past)."""
+    return any(isinstance(n, ast.Call) and _logging_call(n) for n in ast.walk(stmt))
+
+
+def _deferrable(fn: _FunctionNode, stmt: ast.stmt, later: list[ast.stmt]) -> bool:
+    """A ``print``/logging/``warnings.warn`` call whose arguments only read, and whose output nothing ``later``
+    (the final ``return``, whose value is now computed before it, included) can change: no rebinding of a name
+    it reads, no change in place of what it shows or of anything that may alias it, no call handed one of those
+    that nbcompile cannot see into (``dynconfig.changed_after``)."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)) or not _logging_call(stmt.value):
+        return False
+    call = stmt.value
+    if not all(reads_only(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+        return False
+    return dynconfig.changed_after(fn, call, later, rebinding=True, unknown_calls=True) is None
 
 
 def _fresh_name(fn: _FunctionNode) -> str:

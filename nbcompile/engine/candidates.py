@@ -10,6 +10,7 @@ report's breaks (``tracked``), the most breaks first.
 
 from __future__ import annotations
 
+import linecache
 import re
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -56,6 +57,9 @@ class SearchSpace:
         #: name -> how many of the report's breaks it holds: the functions holding most are changed first.
         self.priority: dict[str, int] = {}
         self._config_candidates: list[dict[str, Any]] | None = None
+        #: (filename, line) of a break at a logging call -> why ``reorderable_logging_functions`` was not tried
+        #: for it (its function changes what the call shows after it): filled when the configs are worked out.
+        self.withheld: dict[tuple[str, int], str] = {}
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.tracked: list[str] = self._holders()
@@ -198,7 +202,25 @@ class SearchSpace:
         if not reasons:
             return []
         own = self.workload.options.dynamo_config
-        return [c for c in dynconfig.search_candidates(reasons) if not set(c) & set(own)]
+        return [c for c in dynconfig.search_candidates(reasons, withheld=self._reorder_withheld)
+                if not set(c) & set(own)]
+
+    def _reorder_withheld(self, dotted: str) -> str:
+        """Why ``reorderable_logging_functions`` must not take the logging function ``dotted``: a break at a
+        call of it whose function changes in place, after the call, what the call shows (torch would run the
+        call after its graph, showing the new values); "" when no such break is. Each reason is kept in
+        ``withheld`` by the break's place."""
+        why = ""
+        for brk in self.report.breaks:
+            text = " ".join([brk.reason, brk.source_line])
+            if not brk.filename or not dynconfig.names_logging(dotted, text):
+                continue
+            source = "".join(linecache.getlines(brk.filename))
+            found = dynconfig.reorder_withheld(source, brk.lineno, dotted) if source else ""
+            if found:
+                self.withheld[(brk.filename, brk.lineno)] = found
+                why = why or found
+        return why
 
 
 def key(toggles: dict[str, str], options: dict[str, Any]) -> Any:

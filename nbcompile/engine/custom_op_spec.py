@@ -180,8 +180,6 @@ def _observed(kinds: set[str], param: str, name: str, notes: list[str]) -> str:
         return "Tensor" + optional
     if rest == {"bool"}:
         return "bool" + optional
-    if rest == {"float"}:
-        return "float" + optional  # floats only (with None: an optional float): a later int is taken as a float
     if rest <= {"int", "float", "bool"}:
         return "Scalar" + optional  # a Scalar keeps an int an int and a float a float
     if len(rest) == 1 and next(iter(rest)) in _LISTS:

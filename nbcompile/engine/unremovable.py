@@ -111,6 +111,9 @@ def explain_left(result: FixSearch, space: SearchSpace) -> None:
             if needed is not None:
                 why += (f"; the library's code would need a rewrite ({needed.rule}): "
                         f"{cut(' '.join(needed.before.split()), 80)} -> {cut(' '.join(needed.after.split()), 100)}")
+        withheld = space.withheld.get((brk.filename, brk.lineno))
+        if withheld:  # torch could run the call after the graph, but it would show values changed since
+            why += f"; reorderable_logging_functions was not tried for it: {withheld}"
         result.unremovable.append(f"{where}: {cut(brk.reason, 100)}: {why}")
     _moved(result, space, best, seen)
 

@@ -45,6 +45,9 @@ class CheckKind(_Word):
     #: The eager run tried to change something outside its copies (a file, a process, a module attribute no
     #: copy holds): not compared, and never run again (``Check.effect`` says what).
     OUTSIDE_EFFECT = "outside effect"
+    #: The values match, but what the compiled run printed, logged or warned differs from what the eager run
+    #: did on its copies (a print run after its graph shows values changed since): ``Check.ok`` False.
+    OUTPUT_DIFFERS = "output differs"
 
 
 class TrialOutcome(_Word):

@@ -56,7 +56,7 @@ from ..model.render import (
 from ..model.render import (
     check_source as run_source,
 )
-from ..model.report import Check, Frame, Report, Rewrite
+from ..model.report import Frame, Report, Rewrite
 from ..model.status import SearchStop
 from .backends import backend_problem as backend_problem
 from .backends import working_backends
@@ -125,9 +125,6 @@ class Panel(widgets.VBox):
         #: What the last toggle or option change did, item by item (``Report.diff``).
         self.last_diff: ReportDiff | None = None
         self.figure_dict: dict[str, Any] = {}
-        #: The check a toggle or option change of this panel re-ran on copies, and what it was: the status names
-        #: the run its figures come from (any other check is the session's run).
-        self._check_source: tuple[weakref.ref[Check], str] | None = None
         self.style_html = widgets.HTML(f"<style>{PANEL_CSS}</style>")
         self.title = widgets.HTML()
         self.status = widgets.HTML()
@@ -284,7 +281,6 @@ class Panel(widgets.VBox):
 
         def toggle() -> None:
             self.session.set(name, change["new"])
-            self._ran_on_copies(f"{name} -> {change['new']}")
             self.last_effect = set_effect(name, change["new"], before, self.session.report).split(". Now:")[0]
             self.last_diff = before.diff(self.session.report)
 
@@ -302,24 +298,14 @@ class Panel(widgets.VBox):
 
         def configure() -> None:
             self.session.configure(**{name: value})
-            self._ran_on_copies(f"{name}={value!r}")
             self.last_diff = before.diff(self.session.report)
             self.last_effect = f"{name}={value!r}: {self.last_diff.summary()}"
 
         self._act(configure, change)
 
-    def _ran_on_copies(self, change: str) -> None:
-        """Remember that the report's check now comes from the re-run on copies after ``change``."""
-        check = self.session.report.check
-        self._check_source = (weakref.ref(check), f"re-run on copies after {change}") if check is not None else None
-
     def check_source(self) -> str:
-        """The run the status's check figures come from: the re-run on copies after this panel's last change
-        while its check is the report's, else the session's run."""
-        if self._check_source is not None:
-            ref, said = self._check_source
-            if ref() is not None and ref() is self.session.report.check:
-                return said
+        """The run the status's check figures come from, in the words the check carries (``Check.source``, set
+        by the session's change: "re-run on copies after helper -> disable"), as every other view says it."""
         return run_source(self.session.report.check) if self.session.report.check is not None else SESSION_RUN
 
     def _act(self, action: Callable[[], None], change: dict[str, Any]) -> None:
@@ -449,7 +435,6 @@ class Panel(widgets.VBox):
             self.fix_running = None
             self._searching(False)
             if run.result.applied:
-                self._ran_on_copies("the fix search applied its best configuration")
                 self._draw_status()
             self.show_fix(run.result)
 
