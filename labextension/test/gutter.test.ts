@@ -2,7 +2,8 @@ import { EditorState } from '@codemirror/state';
 import { EditorView } from '@codemirror/view';
 
 import { TIP_CLOSE_DELAY_MS, markedLines, markerGutter, openTip, setMarkers, tipField } from '../src/gutter';
-import { IMarker } from '../src/report';
+import { IMarker, IReport, markers } from '../src/report';
+import { Cause, Fix } from '../src/report-schema';
 
 function view(doc: string): EditorView {
   return new EditorView({ state: EditorState.create({ doc, extensions: [markerGutter] }), parent: document.body });
@@ -82,4 +83,50 @@ test('markers shift when lines are inserted above, and go when their line is edi
   expect(markedLines(v)).toEqual([5]);
   v.dispatch({ effects: setMarkers.of([]) });
   expect(markedLines(v)).toEqual([]);
+});
+
+// Issue 34: a call the user disabled with nbcompile's toggle. The cause as the kernel writes it now: torch's
+// hint "Remove the `torch.compiler.disable` call" (a call nbcompile made, nowhere in the user's code) is replaced
+// by nbcompile's own, and the gutter shows that.
+const DISABLED_SOURCE = '%%compile --run "caller(torch.ones(3))"\nimport torch\ndef helper(x):\n    return x.cos() * 2\n' +
+  'def caller(x):\n    return helper(x.sin()) + 1\n';
+
+function disabledReport(): IReport {
+  const compileBack: Fix = {
+    command: '%nbcompile set helper compile', why: 'helper is disabled by this session; compiling it lets Dynamo trace it inline',
+    warnings: [], verified: true, effect: 'breaks 1 -> 0, graphs 2 -> 1, check ok', action: null
+  };
+  const cause: Cause = {
+    count: 1, cell_line: 6, filename: '<ipython-input-1-b3da036a77ee>', lineno: 6,
+    gb_type: 'Skip calling `torch.compiler.disable()`d function',
+    reason: 'Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):', fixes: [compileBack],
+    function: 'caller', source_line: 'return helper(x.sin()) + 1',
+    explanation: 'Skip calling function `<function helper at 0x7f055757a660>` since it was wrapped with `torch.compiler.disable`',
+    hints: ["helper is disabled by you (nbcompile's toggle): it runs eagerly, as you chose; toggle it back to compile " +
+      '(%nbcompile set helper compile) to trace it'],
+    gb_id: 'GB0098', doc_url: 'https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0098.html',
+    compile_ids: ['0/1'], count_text: 'x1: 1 break event at this line (compile 0/1)'
+  };
+  const report: Partial<IReport> = {  // the fields the gutter reads; the schema may gain others meanwhile
+    title: '%%compile [1]: caller', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {},
+    schema_version: 1, stage: 'complete', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
+    graph_count: 2, break_count: 1, splits: 1, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
+    graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
+    torch_log: [], fallbacks: [], check: null, breaks: [], causes: [cause]
+  };
+  return report as IReport;
+}
+
+test("a call you disabled reads in nbcompile's words in its tooltip, never torch's 'Remove the disable call'", () => {
+  const v = view(DISABLED_SOURCE);
+  v.dispatch({ effects: setMarkers.of(markers(disabledReport(), DISABLED_SOURCE)) });
+  expect(markedLines(v)).toEqual([6]);
+  openTip(v, 6);
+  const tip = document.querySelector('.cm-tooltip.nbcompile-tip') as HTMLElement;
+  const text = tip.textContent ?? '';
+  expect(text).toContain('helper is disabled by you');
+  expect(text).toContain('toggle it back to compile (%nbcompile set helper compile)');
+  expect(text).not.toContain('Remove the');
+  expect(text).toContain('Skip calling function `helper` since');  // torch's repr of the function, as its name
+  expect(text).not.toContain('0x7f055757a660');
 });

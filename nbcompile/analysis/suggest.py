@@ -66,6 +66,16 @@ _INSTALL_ROOTS = _install_roots()
 
 #: A hint that asks to change the line itself.
 _EDIT_HINT = re.compile(r"^\s*(?:Remove|Delete|Rewrite|Change|Move)\b")
+#: torch's hint for a call of a function under ``torch.compiler.disable``, and the empty reason it quotes.
+_REMOVE_DISABLE = re.compile(r"Remove the `?torch\.compiler\.disable`? call", re.I)
+_NO_REASON = re.compile(r"\s*\(reason: None\)")
+
+
+def disabled_by_you(name: str, command: str) -> str:
+    """The hint for a call of a function the user disabled with nbcompile's toggle, in place of torch's;
+    ``command`` sets it back to compile."""
+    return (f"{name} is disabled by you (nbcompile's toggle): it runs eagerly, as you chose; toggle it back to "
+            f"compile ({command}) to trace it")
 
 
 def is_installed(filename: str) -> bool:
@@ -304,6 +314,11 @@ class Advisor:
         if "disable" in gb:
             for name in self.called(brk):
                 if self.toggles.get(name) == "disable":
+                    # the user chose this (the panel, %nbcompile set, the %%compile line): torch's "Remove the
+                    # `torch.compiler.disable` call" names a call nbcompile made, which is nowhere in their code
+                    brk.hints = [disabled_by_you(name, self.command(name, "compile")),
+                                 *(h for h in brk.hints if not _REMOVE_DISABLE.search(h))]
+                    brk.explanation = _NO_REASON.sub("", brk.explanation)
                     fixes.append(self._toggle(name, "compile",
                                               f"{name} is disabled by this session; "
                                               "compiling it lets Dynamo trace it inline"))

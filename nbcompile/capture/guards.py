@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..core.text import code_text, cut, plain_text
+from ..core.text import NUMBER_READS, code_text, cut, mangled_names, plain_text
 from ..model.report import Fix, FixAction, GuardChange, MarkKind
 from .global_state import state_fixes
 
@@ -44,6 +44,17 @@ _OBJ_ID = re.compile(r"___check_obj_id\((?P<name>[^,]+), \d+\)")
 _EQUALS = re.compile(r"^(?P<lhs>.+?) == (?P<rhs>.+)$")
 _RANGE = re.compile(r"^(?:(?P<lo>-?\d+) <= )?(?P<expr>[^<>=]+?)(?: <= (?P<hi>-?\d+))?$")
 _GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (?P<what>.+)")
+#: ``___dict_contains('key', L['d'])``: a key the compiled code found in a dict (``not ...``: did not find).
+_DICT_CONTAINS = re.compile(r"^(?P<negated>not )?___dict_contains\((?P<key>'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|"
+                            r"-?\d{1,30}), (?P<expr>[^\n]{1,300})\)$")
+#: torch's text when a tensor argument's type changed (a plain tensor, then an ``nn.Parameter``): it names the new
+#: type only (``failed_guards`` adds the one compiled for, where a compile's guards said it).
+_TENSOR_TYPE_RAW = re.compile(r"expected type of '(?P<name>[^'\n]{1,300})' to be a tensor type, ' but found "
+                              r"<class '(?P<cls>[\w.]{1,300})'>")
+_TENSOR_TYPE = re.compile(r"^tensor '(?P<name>[^'\n]{1,300})' type mismatch\. expected (?P<before>[^,\n]{1,300}), "
+                          r"actual (?P<after>[^,\n]{1,300})$")
+#: What a tensor argument of unknown type was compiled for.
+ANOTHER_TENSOR_TYPE = "another tensor type"
 _DTYPES = {"Float": "torch.float32", "Double": "torch.float64", "Half": "torch.float16", "BFloat16": "torch.bfloat16",
            "Int": "torch.int32", "Long": "torch.int64", "Short": "torch.int16", "Char": "torch.int8",
            "Byte": "torch.uint8", "Bool": "torch.bool", "ComplexFloat": "torch.complex64",
@@ -65,10 +76,12 @@ def entry_ids(entries: Iterable[str]) -> list[str]:
 
 def failed_guards(reasons: Any) -> list[str]:
     """The failed-guard texts of a ``recompile_reasons`` payload (a string or a list, newest cache entry
-    first), without the compile ids and the user stack traces Dynamo appends."""
+    first), without the compile ids and the user stack traces Dynamo appends. A tensor argument whose type
+    changed reads as torch's other tensor mismatches do, with the type compiled for where that compile's
+    guards named it (``tensor_entries``)."""
     texts = [reasons] if isinstance(reasons, str) else [str(r) for r in reasons or []]
     out: list[str] = []
-    for text in texts:
+    for text in tensor_entries(texts):
         for line in text.splitlines():
             match = _ENTRY.match(line)
             if match is None:
@@ -77,6 +90,57 @@ def failed_guards(reasons: Any) -> list[str]:
             if guard and not guard.startswith(("User stack trace", "File ")):
                 out.append(guard)
     return out
+
+
+#: compile id -> {a tensor the frame reads, as the user names it: its class}, from each compile's guards
+#: (``note_tensor_types``): what a later failed type check was compiled for (torch's text names only the new one).
+_TENSOR_TYPES: dict[str, dict[str, str]] = {}
+#: The most compiles (and tensors of one compile) whose types are kept.
+MAX_NOTED = 256
+MAX_NOTED_TENSORS = 64
+_CHECK_TENSOR = re.compile(r"TENSOR_MATCH: check_tensor\(L\['(?P<name>[A-Za-z_]\w*)'\], (?P<cls>[A-Za-z_]\w*),")
+
+
+def note_tensor_types(compile_id: str, tree: str) -> None:
+    """Keep the types a compile's tensor arguments were guarded on (``dynamo_cpp_guards_str``); the newest
+    ``MAX_NOTED`` compiles. A compile id torch gives again (after ``torch._dynamo.reset()``) replaces its types."""
+    if not compile_id or "TENSOR_MATCH" not in tree:
+        return
+    found: dict[str, str] = {}
+    for m in _CHECK_TENSOR.finditer(tree):
+        found.setdefault(m["name"], m["cls"])
+        if len(found) >= MAX_NOTED_TENSORS:
+            break
+    _TENSOR_TYPES.pop(compile_id, None)
+    if found:
+        _TENSOR_TYPES[compile_id] = found
+    while len(_TENSOR_TYPES) > MAX_NOTED:
+        del _TENSOR_TYPES[next(iter(_TENSOR_TYPES))]
+
+
+def tensor_entries(texts: Iterable[str]) -> list[str]:
+    """Each reason's text with a tensor type change said as torch says its other tensor mismatches:
+    ``0/0: expected type of 'x' to be a tensor type, ' but found <class '...Parameter'>`` -> ``0/0: tensor 'x'
+    type mismatch. expected Tensor, actual Parameter`` (the type compiled for as that compile's guards named it,
+    else ``ANOTHER_TENSOR_TYPE``); any other text as it is."""
+    out = []
+    for text in texts:
+        if "to be a tensor type" in text:
+            text = "\n".join(_tensor_entry(line) for line in text.splitlines())
+        out.append(text)
+    return out
+
+
+def _tensor_entry(line: str) -> str:
+    entry = _ENTRY.match(line)
+    found = _TENSOR_TYPE_RAW.search(line)
+    if entry is None or found is None:
+        return line
+    after = found["cls"].rsplit(".", 1)[-1]
+    before = _TENSOR_TYPES.get(entry["id"], {}).get(found["name"], ANOTHER_TENSOR_TYPE)
+    if before == after:  # a compile id of another run (a log read since): not what this entry was compiled for
+        before = ANOTHER_TENSOR_TYPE
+    return f"{line[:entry.start('text')]}tensor '{found['name']}' type mismatch. expected {before}, actual {after}"
 
 
 _GLOBAL = re.compile(r"\bG\['([A-Za-z_]\w*)'\]")
@@ -91,7 +155,8 @@ def global_names(guards: Iterable[str]) -> frozenset[str]:
 def subject_of(expr: str) -> str:
     """Dynamo's source expression as the user writes it: ``G['SCALE']`` -> ``SCALE``,
     ``L['x'].size()[0]`` -> ``x.shape[0]``, ``self._modules['drop'].training`` -> ``self.drop.training``."""
-    expr = re.sub(r"\bG\['([A-Za-z_]\w*)'\]", r"\1", expr.strip())
+    expr = mangled_names(expr.strip()) if "__" in expr else expr.strip()
+    expr = re.sub(r"\bG\['([A-Za-z_]\w*)'\]", r"\1", expr)
     expr = re.sub(r"\bL\['([A-Za-z_]\w*)'\]", r"\1", expr)
     expr = re.sub(r"^kwargs\['([A-Za-z_]\w*)'\]", r"\1", expr)  # a keyword argument, as the call names it
     expr = re.sub(r"\._(?:modules|parameters|buffers)\['([A-Za-z_]\w*)'\]", r".\1", expr)
@@ -112,6 +177,15 @@ def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
         if m["what"] == "dtype":
             before, after = _DTYPES.get(before, before), _DTYPES.get(after, after)
         return GuardChange(f"{subject_of(m['name'])}.{what}", before, after)
+    if (m := _TENSOR_TYPE.search(guard)) is not None:
+        return GuardChange(subject_of(m["name"]), m["before"].strip(), m["after"].strip())
+    if (m := _TENSOR_TYPE_RAW.search(guard)) is not None:
+        return GuardChange(subject_of(m["name"]), ANOTHER_TENSOR_TYPE, m["cls"].rsplit(".", 1)[-1])
+    if (m := _DICT_CONTAINS.match(guard.strip())) is not None:
+        expr = subject_of(m["expr"])
+        where = f"vars({expr.removesuffix('.__dict__')})" if expr.endswith(".__dict__") else expr
+        held = m["negated"] is None  # the guard held when compiled: the key was in (or, negated, was not)
+        return GuardChange(f"{m['key']} in {where}", str(held), str(not held))
     if (m := _REQUIRES_GRAD.search(guard)) is not None:
         before = m["before"] == "1"
         return GuardChange(f"{subject_of(m['name'])}.requires_grad", str(before), str(not before))
@@ -269,6 +343,11 @@ def origin_line(source: str, function: str, subject: str) -> int | None:
                       and isinstance(n.value, ast.Name) and n.value.id == root), None)
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == function]
+    if any(isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in ("len", "type"))
+           for n in ast.walk(expr)):  # a value the function works out (``w.sum().item()``): the line that does
+        wanted = ast.dump(expr)
+        return next((node.lineno for fn in functions for node in ast.walk(fn)
+                     if isinstance(node, ast.expr) and ast.dump(node) == wanted), None)
     for fn in functions:
         params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs,
                   *([fn.args.vararg] if fn.args.vararg else []), *([fn.args.kwarg] if fn.args.kwarg else [])]
@@ -354,6 +433,70 @@ def _attribute_fixes(subject: str) -> list[Fix]:
             Fix("", f"or keep {subject} constant while the model runs")]
 
 
+def _float(text: str) -> bool:
+    """Whether a guard value as shown (``"0.1"``) is a Python float."""
+    try:
+        return isinstance(ast.literal_eval(text), float)
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _read_fixes(subject: str) -> list[Fix]:
+    """A number read from a tensor inside the compiled code (``w.sum().item()``): guarded, so each new value
+    compiles again. ``capture_scalar_outputs`` keeps it in the graph as a symbol; a trial proves it."""
+    tensor = subject.removesuffix(".item()")
+    return [Fix("torch._dynamo.config.capture_scalar_outputs = True",
+                f"{subject} is read as a Python number inside the compiled code, so each new value is a failed "
+                "guard; with this flag the number stays in the graph as a symbol: no break at .item(), no "
+                "recompile", action=_config("capture_scalar_outputs", True)),
+            Fix("", f"or keep it a tensor: use {tensor} (a 0-dim tensor) in the tensor math instead of {subject}")]
+
+
+def _float_fixes(subject: str) -> list[Fix]:
+    """A Python float passed in (a scheduler's learning rate, a ``loss.item()``): specialised on its value."""
+    return [Fix("--dynamic", f"torch.compile(dynamic=True): the Python float {subject} is a symbol from the first "
+                             "compile, so a new value reuses the compiled code", action=FixAction("dynamic")),
+            Fix("", f"or pass {subject} as a 0-dim tensor (torch.tensor({subject}) at the call, e.g. "
+                    "torch.tensor(sched.get_last_lr()[0])): a tensor is data, not a guard; a change to your call, "
+                    "not tried by nbcompile")]
+
+
+_TYPE_NAME = re.compile(r"^[A-Z]\w{0,100}$")
+
+
+def _tensor_kind(change: GuardChange) -> bool:
+    """A tensor argument that was one kind of tensor when compiled and is another now (``x: Tensor ->
+    Parameter``), as ``change_of`` reads torch's text."""
+    sides = {change.before, change.after}
+    return bool(sides & {"Tensor", "Parameter"}) and all(
+        side == ANOTHER_TENSOR_TYPE or (_TYPE_NAME.match(side) and side not in ("True", "False", "None"))
+        for side in sides)
+
+
+def _tensor_kind_fix(change: GuardChange) -> Fix:
+    s, before, after = change.subject, change.before, change.after
+    return Fix("", f"{s} was {_a(before)} when compiled and is {_a(after)} now: Dynamo compiles each kind of "
+                   f"tensor apart, once each (not once per call). To compile once, give {s} one kind at every "
+                   "call: a Parameter's .detach() (the same data as a plain tensor; no gradient flows back to the "
+                   "Parameter through it), or an nn.Parameter every time")
+
+
+def _a(kind: str) -> str:
+    return kind if kind == ANOTHER_TENSOR_TYPE else f"a{'n' if kind[:1] in 'AEIOU' else ''} {kind}"
+
+
+def _value_fixes(change: GuardChange, globals_: Container[str]) -> list[Fix]:
+    """Fixes for a value the compiled code was specialised on: a number read with ``.item()``, a float passed
+    in, a tensor of another kind. Empty for any other change."""
+    if change.subject.endswith(NUMBER_READS) and _number(change.before):
+        return _read_fixes(change.subject)
+    if change.subject.isidentifier() and change.subject not in globals_ and _float(change.before):
+        return _float_fixes(change.subject)
+    if _tensor_kind(change):
+        return [_tensor_kind_fix(change)]
+    return []
+
+
 def limit_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> list[Fix]:
     """What keeps a frame under ``recompile_limit``, from the guard that keeps failing."""
     fixes: list[Fix] = []
@@ -369,6 +512,8 @@ def limit_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) -> l
             fixes.append(_global_fix(change.subject, change.before))
         elif _SELF_ATTR.match(change.subject) and _number(change.before, ints=True):
             fixes.extend(_attribute_fixes(change.subject)[:2])
+        else:
+            fixes.extend(f for f in _value_fixes(change, globals_) if f.action is not None)
     fixes.append(Fix("torch._dynamo.config.recompile_limit = 16",
                      "more cache entries, where each variant is worth its own compiled code",
                      action=_config("recompile_limit", 16)))
@@ -399,6 +544,8 @@ def recompile_fixes(changes_: list[GuardChange], globals_: Container[str] = ()) 
                                  "value compiles again; pass it as an argument, or keep it constant"))
         elif _SELF_ATTR.match(change.subject) and _number(change.before, ints=True):
             fixes.extend(_attribute_fixes(change.subject))
+        elif value_fixes := _value_fixes(change, globals_):
+            fixes.extend(value_fixes)
         elif change.subject.endswith(".training"):
             fixes.append(Fix("", "train and eval are compiled apart: expect one recompile per mode, not more"))
     return fixes
@@ -467,6 +614,12 @@ def _stack_expressions(source: str, lineno: int) -> tuple[tuple[str, str], ...]:
         return ()
     stmt = min(statements, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
     stacks: list[list[ast.expr]] = []
+    # Dynamo breaks at a value read (``w.sum().item()``), not at the tensor calls of what it reads (``w.sum()``,
+    # traced into the graph before it): those calls' stacks are not where a resume function starts.
+    read = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and not n.args and not n.keywords
+            and isinstance(n.func, ast.Attribute) and f".{n.func.attr}()" in NUMBER_READS]
+    inside_reads = {id(c) for r in read if isinstance(r.func, ast.Attribute)
+                    for c in ast.walk(r.func.value) if isinstance(c, ast.Call)}
 
     def walk(node: ast.expr, pending: list[ast.expr]) -> None:
         if isinstance(node, ast.Call):
@@ -475,7 +628,8 @@ def _stack_expressions(source: str, lineno: int) -> tuple[tuple[str, str], ...]:
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 walk(arg, pending + before)
                 before.append(arg)
-            stacks.append([*pending, node])
+            if id(node) not in inside_reads:
+                stacks.append([*pending, node])
         elif isinstance(node, ast.BinOp):
             walk(node.left, pending)
             walk(node.right, [*pending, node.left])
@@ -531,12 +685,25 @@ _LAST_PARSE: tuple[str, ast.Module | None] | None = None
 
 def plain_subject(subject: str, stack: Mapping[str, str], where: str) -> str:
     """A guard change's subject with a stack slot named: the expression, else "a value on ``where``"."""
-    match = re.match(r"___stack\d+\b", subject)
-    if match is None:
+    if "___stack" not in subject:
         return subject
-    if match[0] in stack:
-        return stack[match[0]] + subject[match.end():]
-    return f"a value on {where}" if where else "a value on the stack"
+    out: list[str] = []
+    at = 0
+    for match in _SLOT.finditer(subject):
+        said = stack.get(match[0])
+        follows = subject[match.end():match.end() + 1]
+        if said is None or (said.endswith(NUMBER_READS) and follows in (".", "[")):  # ``loss.item()``: a number
+            return f"a value on {where}" if where else "a value on the stack"
+        if follows in (".", "[") and not _PRIMARY.fullmatch(said):
+            said = f"({said})"  # ``(step * 2).shape[0]``
+        out.append(subject[at:match.start()] + said)
+        at = match.end()
+    return "".join(out) + subject[at:]
+
+
+_SLOT = re.compile(r"___stack\d+\b")
+#: An expression an attribute or an index reads without brackets around it (``w.sum()``, ``xs[0]``).
+_PRIMARY = re.compile(r"\w+(?:\.\w+|\([^()]*\)|\[[^\[\]]*\])*")
 
 
 #: torch's reason when a cache entry's guarded object was freed (``Cache line invalidated because opt got
@@ -576,6 +743,13 @@ def plain_reason(summary: str, stack: Mapping[str, str]) -> str:
                 f"the {name} of this call. nbcompile's toggles re-run --run on copies of your objects (kept from "
                 "toggle to toggle), so your first call after a toggle does this once; so does a new model or "
                 "optimizer" + more)
+    typed = _TENSOR_TYPE.match(first.strip()) or _TENSOR_TYPE_RAW.search(first)
+    if typed is not None:
+        name = plain_text(subject_of(typed["name"]), stack)
+        before = typed["before"] if "before" in typed.groupdict() else ANOTHER_TENSOR_TYPE
+        after = typed["after"] if "after" in typed.groupdict() else typed["cls"].rsplit(".", 1)[-1]
+        return (f"{name} is {_a(after)}, compiled for {_a(before)}: Dynamo compiles each kind of tensor apart (a "
+                "plain tensor and an nn.Parameter too)" + more)
     guard, *comments = first.split("  #")
     guard = plain_text(guard.strip(), stack)
     where = ""

@@ -159,8 +159,9 @@ class Reasons:
 
     @cached_property
     def summary(self) -> str:
-        """The newest reason and how many earlier cache entries failed too."""
-        return parse_recompile_reasons(list(self.entries))
+        """The newest reason and how many earlier cache entries failed too (a tensor argument's type change
+        with the type compiled for, as ``guards.tensor_entries`` says it; ``entries`` keep torch's text)."""
+        return parse_recompile_reasons(guard_ops.tensor_entries(self.entries))
 
     @cached_property
     def global_names(self) -> frozenset[str]:
@@ -379,6 +380,8 @@ def _parse_output_graph(kind: str, envelope: Envelope, body: Any, payload: str) 
 
 
 def _parse_guards(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
+    # the types its tensor arguments were compiled for: a later recompile's reason names only the new one
+    guard_ops.note_tensor_types(envelope.compile_id, payload)
     return CppGuards(envelope, payload)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ..core import torch_compat
-from ..core.text import cut
+from ..core.text import cut, plain_text
 from ..model.report import Skip
 
 #: Most skipped frames kept per report.
@@ -61,7 +61,8 @@ def plain_reason(reason: str) -> str:
             return said
     first = reason.split("\nFrame info:", 1)[0].strip().splitlines()
     text = " ".join(line.strip() for line in first)
-    return cut(text.removeprefix("Dynamo decided to skip the frame while tracing: "), 200)
+    # torch's own text, in the user's names (a cell's temporary file, a resume function, ``L['x']``)
+    return cut(plain_text(text.removeprefix("Dynamo decided to skip the frame while tracing: ")), 200)
 
 
 def skips_of(found: Iterable[tuple[str, str, int, str]], users: Callable[[str], bool]) -> list[Skip]:

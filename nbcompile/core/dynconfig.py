@@ -190,17 +190,18 @@ def around(compiled: Any, changes: Mapping[str, Any]) -> Any:
     import torch
 
     if isinstance(compiled, torch.nn.Module):
-        base = type(compiled)
-        module = torch_compat.unwrap_compiled(compiled)  # what a call from compiled code traces in place
+        # The module keeps its type (Dynamo unwraps an OptimizedModule called from compiled code only when its
+        # type is exactly that: a subclass would be traced, and break in ``Module.train``'s ``__setattr__``);
+        # the instance's forward sets the config around a call from eager code.
+        inner = compiled.forward
 
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling():  # called from the session's compiled code, which set the config:
-                # its module, traced in place (a patch, or OptimizedModule.__call__, traced there would break)
-                return module(*args, **kwargs)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():  # called from the session's compiled code: the config is set
+                return inner(*args, **kwargs)
             with applied(frozen):
-                return base.__call__(self, *args, **kwargs)
+                return inner(*args, **kwargs)
 
-        compiled.__class__ = type(base.__name__, (base,), {"__call__": __call__})
+        compiled.forward = forward
         return compiled
 
     @functools.wraps(compiled)

@@ -7,25 +7,30 @@ guard that changed and its line; torch's error is its cause."""
 
 from __future__ import annotations
 
+import dis
 import functools
+import inspect
 import re
 import threading
+import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from ..core import torch_compat
 from ..core.errors import NbcompileError, RecompileRefused
+from ..core.text import function_label, plain_text, short_path, user_function
 from ..model.report import GuardChange
 from .replay import swapping
 
 #: torch's error names the refused frame: "filename: '<ipython-input-3-..>', function name: 'f', line number: 3".
 _WHERE = re.compile(r"filename: '(?P<file>[^']*)', function name: '(?P<fn>[^']*)', line number: (?P<line>\d+)")
 
-#: (torch's message, the refused frame's file and line, its globals) -> (what changed, the cell line).
-Explain = Callable[[str, str, int, dict[str, Any]], tuple[list[GuardChange], int | None]]
+#: (torch's message, the refused frame's file and line, the names it reads: its globals, and the arguments of the
+#: call that it has as they were passed) -> (what changed, the cell line).
+Explain = Callable[[str, str, int, Mapping[str, Any]], tuple[list[GuardChange], int | None]]
 
 
 def check_name(name: str) -> str:
@@ -36,20 +41,66 @@ def check_name(name: str) -> str:
     return name
 
 
-def explanation(message: str, explain: Explain, globals_: dict[str, Any]) -> str:
-    """nbcompile's words for torch's refusal: the function, its cell line and what changed (a global's new
-    value read from ``globals_``, the function's)."""
+def explanation(message: str, explain: Explain, globals_: Mapping[str, Any],
+                arguments: Mapping[str, Any] | None = None) -> str:
+    """nbcompile's words for torch's refusal, in one line: the function as the user named it (the part of ``f``
+    after a graph break: ``f (after line 6)``), its cell line, what changed (a new value read from the call's
+    ``arguments``, for the names the refused frame has as they were passed, or from ``globals_``, the
+    function's) and what to do. Never torch's code names or the cell's temporary file."""
     where = _WHERE.search(message)
     function, filename, line = (where["fn"], where["file"], int(where["line"])) if where else ("the function", "", 0)
-    changes, cell_line = explain(message, filename, line, globals_)
-    at = f" (cell line {cell_line})" if cell_line is not None else (f" ({filename}:{line})" if filename else "")
+    names: Mapping[str, Any] = {**globals_, **arguments} if arguments else globals_  # its arguments shadow globals
+    changes, cell_line = explain(message, filename, line, names)
+    label = function_label(function)
+    if label != function:  # a resumed part is named by its line already
+        at = ""
+    elif cell_line is not None:
+        at = f" (cell line {cell_line})"
+    else:
+        at = f" ({plain_text(short_path(f'{filename}:{line}'))})" if filename else ""
     if "triggered by" not in message:  # no cache entry failed: a first compile, which the stance refuses too
-        return (f"{function}{at} was never compiled for a call like this one, and the stance fail_on_recompile "
+        return (f"{label}{at} was never compiled for a call like this one, and the stance fail_on_recompile "
                 "refuses its first compile too; to allow it, %nbcompile stance default")
     said = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in changes) or "a guard failed (torch's error "\
         "below names it)"
-    return (f"{function}{at} would recompile, which the stance fail_on_recompile refuses: {said}; to allow it, "
+    return (f"{label}{at} would recompile, which the stance fail_on_recompile refuses: {said}; to allow it, "
             "%nbcompile stance default (or call it as it was compiled)")
+
+
+def passed_arguments(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], function: str,
+                     filename: str) -> dict[str, Any]:
+    """The arguments of a call of ``fn`` by parameter name, as the refused frame (``function`` in ``filename``)
+    has them: all of them when it is ``fn``'s own frame; in the part of ``fn`` after a graph break
+    (``torch_dynamo_resume_in_fn_at_N``), those ``fn`` never assigns to. Empty for any other frame (a function
+    ``fn`` calls), or when ``fn``'s code cannot be read: a value is never guessed."""
+    plain = _user_callable(fn)
+    code = getattr(getattr(plain, "__func__", plain), "__code__", None)
+    if not isinstance(code, types.CodeType) or user_function(function) != code.co_name or \
+            code.co_filename != filename:
+        return {}
+    try:
+        bound = inspect.signature(plain).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return {}
+    if function == code.co_name:
+        return dict(bound)
+    assigned = {i.argval for i in dis.get_instructions(code)
+                if i.opname in ("STORE_FAST", "DELETE_FAST", "STORE_DEREF", "DELETE_DEREF")}
+    return {name: value for name, value in bound.items() if name not in assigned}
+
+
+def _user_callable(fn: Any) -> Any:
+    """The user's function under ``fn`` (a compiled wrapper), or a module's bound ``forward`` where ``fn`` calls
+    the module; None when there is none."""
+    try:
+        plain = inspect.unwrap(torch_compat.unwrap_compiled(fn))
+    except ValueError:
+        return None
+    owner = getattr(plain, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and getattr(plain, "__name__", "") in ("__call__", "_call_impl",
+                                                                                  "_wrapped_call_impl"):
+        return owner.forward  # the module called: its forward has the call's arguments
+    return plain
 
 
 class Stances:
@@ -117,6 +168,8 @@ class Stances:
                 except RuntimeError as exc:
                     if torch_compat.RECOMPILE_REFUSED not in str(exc):
                         raise
-                    raise RecompileRefused(explanation(str(exc), stances._explain, globals_)) from exc
+                    where = _WHERE.search(str(exc))
+                    arguments = passed_arguments(fn, args, kwargs, where["fn"], where["file"]) if where else {}
+                    raise RecompileRefused(explanation(str(exc), stances._explain, globals_, arguments)) from exc
 
         return under_stance
