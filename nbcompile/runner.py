@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from .core.text import plural
+from .core.text import function_label, plural
 from .model.render import MIME_TYPE
 
 BENCH_MIME = "application/vnd.nbcompile.bench+json"
@@ -104,7 +104,8 @@ def summary(nb: Any) -> dict[str, Any]:
         reports = [o["data"][MIME_TYPE] for o in cell.get("outputs", []) if MIME_TYPE in o.get("data", {})]
         if reports and cell.source.lstrip().startswith("%%compile"):
             r = reports[-1]
-            functions = sorted({g["function"] for g in r["graphs"]} | {f["function"] for f in r["frames"]})
+            functions = sorted({function_label(g["function"]) for g in r["graphs"]}  # the user's names
+                               | {function_label(f["function"]) for f in r["frames"]})
             cells.append({"cell": index + 1, "execution_count": cell.get("execution_count"), "title": r["title"],
                           "frames": r["frame_count"], "graphs": r["graph_count"],
                           "breaks": r["break_count"], "recompiles": r["recompile_count"],

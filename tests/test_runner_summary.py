@@ -68,3 +68,14 @@ def test_the_json_summary_keeps_the_verdict_beside_the_figure():
 def test_a_trusted_speedup_is_printed_as_before(capsys):
     lines = _printed(capsys, _bench())
     assert any("speedup session: 2.00x over eager" in line for line in lines), lines
+
+
+def test_the_json_summary_names_functions_as_the_user_wrote_them():
+    """Issue 34, point 8: `--json` says `f (after line 12)`, never Dynamo's `torch_dynamo_resume_in_f_at_12`."""
+    report = {"title": "t", "frame_count": 2, "graph_count": 2, "break_count": 1, "recompile_count": 0,
+              "check": None, "graphs": [{"function": "f"}, {"function": "torch_dynamo_resume_in_f_at_12"}],
+              "frames": [{"function": "torch_dynamo_resume_in_f_at_12"}]}
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("%%compile\ndef f(x): ...", outputs=[
+        nbformat.v4.new_output("display_data", data={runner.MIME_TYPE: report, "text/plain": "r"})]))
+    assert runner.summary(nb)["compile_cells"][0]["functions"] == ["f", "f (after line 12)"]

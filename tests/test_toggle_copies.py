@@ -100,6 +100,6 @@ def test_the_check_says_which_run_its_figures_come_from(ip):
     assert session.report.check.run == "cell" and "check ok (the session's run)" in to_text(session.report)
     ip.run_line_magic("nbcompile", "set features disable")  # from another cell: no panel knows of it
     assert session.report.check.run == "copies"
-    assert "check ok (re-run on copies after a toggle)" in to_text(session.report)
+    assert "check ok (re-run on copies after features -> disable)" in to_text(session.report)
     session.run()
     assert session.report.check.run == "cell"
