@@ -144,6 +144,47 @@ def test_an_interrupted_toggle_rerun_is_rolled_back(kernel):
     _run(kc, "%nbcompile reset")
 
 
+def test_an_interrupt_during_inductors_compile_leaves_dynamos_view_marked_interrupted(kernel, tmp_path):
+    """The cell's run in two stages: Dynamo's view (shown first), then Inductor. An interrupt while Inductor
+    compiles (held there by a post-grad pass that waits) leaves the first view, marked interrupted, with the
+    line that says so: never a report marked complete that holds only what the cut stage got to."""
+    km, kc = kernel
+    marker = tmp_path / "inside-inductor"
+    _, reply = _run(kc, "%load_ext nbcompile\nimport pathlib, time, torch._inductor.config as inductor_config\n"
+                        f"MARK = pathlib.Path({str(marker)!r})\n"
+                        "def held(graph):\n    MARK.write_text('in')\n    time.sleep(120)\n"
+                        "SAVED = (inductor_config.fx_graph_cache, inductor_config.post_grad_custom_post_pass)\n"
+                        "inductor_config.fx_graph_cache = False\ninductor_config.post_grad_custom_post_pass = held")
+    assert reply["status"] == "ok", reply
+    cell = (
+        '%%compile --no-panel --run "caller(torch.ones(8))"\n'
+        "import torch\n"
+        "def caller(x):\n"
+        "    y = x.sin() + 1\n"
+        "    torch._dynamo.graph_break()\n"
+        "    return y.cos() * 2\n"
+    )
+    try:
+        msg_id = _send(kc, cell, cell_id="cell-inductor-interrupt")
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "Inductor's stage never started"
+        km.interrupt_kernel()
+        _, reply = _wait(kc, msg_id)
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    finally:
+        _run(kc, "inductor_config.fx_graph_cache, inductor_config.post_grad_custom_post_pass = SAVED")
+    facts = _json(kc, "import json, nbcompile\nr = nbcompile.last().report\n"
+                      "print(json.dumps([r.stage, r.interrupted, r.graph_count, r.break_count, r.frame_count, "
+                      "r.check is None, r.notice, r.to_json()['interrupted']]))")
+    stage, interrupted, graphs, breaks, frames, no_check, notice, in_json = facts
+    assert (stage, interrupted, in_json) == ("dynamo", True, True), facts
+    assert (graphs, breaks, frames) == (2, 1, 2), facts  # the first view: the caller and its resume function
+    assert no_check and notice.startswith("interrupted during Inductor's compile: "), facts
+    _run(kc, "%nbcompile reset")
+
+
 def test_decorated_defs_are_tracked_and_compiled(kernel):
     _, kc = kernel
     _run(kc, "%load_ext nbcompile")

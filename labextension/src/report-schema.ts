@@ -29,6 +29,8 @@ export interface NbcompileReport {
   torch_log: string[];
   causes: Cause[];
   stage: 'dynamo' | 'complete';
+  interrupted: boolean;
+  compiled_again: string;
   skipped: Skip[];
   cache: CacheStats;
   schema_version: number;

@@ -230,8 +230,12 @@ export function cacheText(cache: { hits: number; misses: number }): string {
 /** The report's status, one short line per kind (check, errors, notice, fallbacks, lint, torch log). */
 export function statusLines(report: IReport): IStatusLine[] {
   const lines: IStatusLine[] = [];
-  if (report.stage === 'dynamo') {
+  if (report.stage === 'dynamo' && !report.interrupted) {
     lines.push({ kind: 'stage', severity: 'info', label: "Dynamo's view", text: STAGE_DYNAMO, detail: '' });
+  }
+  if (report.compiled_again) {  // a configuration seen before compiled again: why (as render.py's status_lines)
+    lines.push({ kind: 'compiled again', severity: 'info', label: 'compiled again',
+      text: report.compiled_again.replace(/^compiled again: /, ''), detail: '' });
   }
   const check = report.check;
   if (check) {

@@ -30,7 +30,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   const sites = [brk(4, 'print'), brk(5, 'item'), brk(6, 'return')];
   const breaks = sites.flatMap(b => [b, b, b]);
   return {
-    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
+    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
     graph_count: 4, break_count: 9, splits: 3, recompile_count: 0, frame_count: 4, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks, causes: sites.map(b => cause(b, 3)), ...extra
@@ -114,6 +114,14 @@ test('the check line names the run in the words the kernel set (Check.source), a
     eager_error: 0, run: 'copies', source: 're-run on copies after log_metrics -> disable' };
   expect(statusLines(report({ check }))[0].label).toBe('check ok (re-run on copies after log_metrics -> disable)');
   expect(statusLines(report({ check: { ...check, source: '' } }))[0].label).toBe('check ok (re-run on copies after a toggle)');
+});
+
+test('a configuration seen before that compiled again says why, as the kernel said it', () => {
+  const said = 'compiled again: the code kept for this configuration was compiled on other objects than this run';
+  const line = statusLines(report({ compiled_again: said })).find(l => l.kind === 'compiled again');
+  expect(line?.label).toBe('compiled again');
+  expect(line?.text).toBe('the code kept for this configuration was compiled on other objects than this run');
+  expect(statusLines(report({})).some(l => l.kind === 'compiled again')).toBe(false);
 });
 
 test('long op lists are folded and torch log records sit in a closed section', () => {

@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -80,7 +81,12 @@ class Recording:
     """Owner of captured events: one report at a time, plus the code it owns."""
 
     def __init__(self, report: Report, *, cell_files: tuple[str, ...] = ()) -> None:
-        self.report = report
+        #: Dynamo's first view (``Report.stage == "dynamo"``) while the backend's stage that replaced it with a
+        #: fresh report runs: what the report falls back to if that stage is interrupted (``interrupted``).
+        self.first_view: Report | None = None
+        self._report = report
+        #: The notice ``interrupted`` set last (``run_ended`` takes it back once a run completes the report).
+        self._said = ""
         self.cell_files: set[str] = set(cell_files)
         self.spans: list[tuple[str, int, int]] = []
         #: Bumped by every change; views compare it with the version they drew (they never draw here).
@@ -102,6 +108,51 @@ class Recording:
         self.entry_of: dict[str, str] = {}
         #: Called with the report after each frame compiled for it (a view's progress line); never raises.
         self.progress: Callable[[Report], None] | None = None
+
+    @property
+    def report(self) -> Report:
+        return self._report
+
+    @report.setter
+    def report(self, report: Report) -> None:
+        old = self._report
+        if old is not report:  # a fresh report of the backend's stage in place of Dynamo's first view: keep the view
+            fresh = report.stage == "complete" and not (report.frames or report.graphs or report.check)
+            self.first_view = old if old.stage == "dynamo" and fresh else None
+        self._report = report
+
+    def interrupted(self, error: BaseException) -> None:
+        """A run for this recording was interrupted (``error``, a KeyboardInterrupt): the report is marked so,
+        never left to read as complete. After Dynamo's first view the report is that view again (its graphs,
+        breaks and guards), not the backend's stage cut short; ``notice`` says where it stopped."""
+        report = self._report
+        if report.interrupted:
+            return
+        where = _where_interrupted(error, report.backend)
+        view = self.first_view
+        if view is not None and report.stage == "complete":
+            self._report, self.first_view, report = view, None, view
+            report.notice = (f"interrupted during {where}: this is Dynamo's first view (its graphs, breaks and "
+                             "guards), without kernels, timings or the check; run the cell again to compile it whole")
+        elif report.stage == "dynamo":  # Dynamo's first view itself (no code generated in its pass)
+            report.notice = ("interrupted during Dynamo's first view: it holds the graphs and breaks Dynamo saw before "
+                             "it; run the cell again for the whole report")
+        else:
+            report.notice = (f"interrupted during {where}: the report holds what was compiled before it; run it "
+                             "again for the whole report")
+        report.interrupted = True
+        self._said = report.notice
+        self.notify()
+
+    def run_ended(self) -> None:
+        """A run for this recording ended, not interrupted: the first view is no longer stood by, and a report a
+        run interrupted before and this one took on (no first view: the same report) is no longer cut short."""
+        self.first_view = None
+        report = self._report
+        if report.interrupted and report.stage == "complete":
+            report.interrupted = False
+            if report.notice == self._said:  # what ``interrupted`` said, not a notice set since
+                report.notice = ""
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
@@ -214,12 +265,21 @@ class Hub:
 
     @contextlib.contextmanager
     def active(self, recording: Recording) -> Iterator[None]:
-        """Attribute compilations started in this thread to ``recording``."""
+        """Attribute compilations started in this thread to ``recording``. An interrupt marks its report
+        (``Recording.interrupted``); any other end of the run is ``Recording.run_ended``."""
         stack = self._stack()
         stack.append(recording)
         self._catch_torch_logs()
         try:
             yield
+        except KeyboardInterrupt as exc:
+            recording.interrupted(exc)
+            raise
+        except BaseException:
+            recording.run_ended()
+            raise
+        else:
+            recording.run_ended()
         finally:
             stack.pop()
             self._release_torch_logs()
@@ -442,6 +502,22 @@ class Hub:
 
 #: The most compiles whose global state is remembered.
 MAX_STATES = 4096
+
+#: Where Inductor's code lives: a frame there compiles (a training graph's backward compiles at its first
+#: backward call, outside the backend's call).
+_INDUCTOR_DIR = f"{os.sep}torch{os.sep}_inductor{os.sep}"
+
+
+def _where_interrupted(error: BaseException, backend: str) -> str:
+    """Where a run was interrupted, for its report: in the backend's compile (the recording backend's call, or
+    Inductor's code, on the interrupt's traceback), else in the run."""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code is RecordingBackend.__call__.__code__ or _INDUCTOR_DIR in code.co_filename:
+            return "Inductor's compile" if backend == "inductor" else f"the {backend} backend's compile"
+        tb = tb.tb_next
+    return "the run"
 
 
 HUB = Hub()

@@ -25,6 +25,7 @@ restarted process numbers its frames and file names afresh), into the rank's one
 
 from __future__ import annotations
 
+import builtins
 import codecs
 import json
 import os
@@ -340,6 +341,28 @@ class LogFile:
     done: bool = False
     #: An empty log is named once.
     empty_named: bool = False
+    #: The file read: (device, inode) when it was first opened (another file renamed over it is another log).
+    identity: tuple[int, int] | None = None
+    #: Its first bytes as read (a log truncated and written again past the offset read starts otherwise).
+    head: builtins.bytes = b""  # ``bytes`` is the field above here
+
+    def restart(self) -> None:
+        """Back to before the first read: a new reader (its problems too), decoder and hub, nothing counted."""
+        self.reader = reader_for(self.path)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.hub, self.offset, self.bytes, self.events = None, 0, 0, 0
+        self.done = self.empty_named = False
+        self.identity, self.head = None, b""
+        self.grown_at = time.monotonic()
+
+
+def reader_for(path: str) -> LogReader:
+    """A reader of the log ``path``; a compressed one, a small file that may hold gigabytes, read to the bounds."""
+    return LogReader(path, max_lines=MAX_RECORD_LINES if path.endswith(".gz") else None)
+
+
+#: The bytes of a log's start kept to tell the same log grown from one written anew.
+HEAD_BYTES = 256
 
 
 class RankTrace:
@@ -358,8 +381,7 @@ class RankTrace:
     def add_file(self, path: str) -> None:
         """Read ``path`` after the logs this rank already has (a restarted process's log). Constant work per
         log: a rank of 1,000 logs is named by its first and last (``log_names``), not all of them each time."""
-        bounded = path.endswith(".gz")  # a small file that may hold gigabytes: read to the bounds
-        self.logs.append(LogFile(path, LogReader(path, max_lines=MAX_RECORD_LINES if bounded else None)))
+        self.logs.append(LogFile(path, reader_for(path)))
         self._order.append(path)
         self._paths.add(path)
         if len(self.logs) > 1:
@@ -446,11 +468,48 @@ class RankTrace:
         self.recording.notify()
 
     def read_more(self, final: bool = False) -> bool:
-        """Read what the logs gained since the last call; True when anything was read."""
-        changed = False
+        """Read what the logs gained since the last call; True when anything was read. A log written anew
+        since (truncated, or another file renamed over it) starts the rank over (``start_over``)."""
+        rewritten = [(log, why) for log in self.logs if (why := self._rewritten(log)) is not None]
+        if rewritten:
+            self.start_over(rewritten)
+        changed = bool(rewritten)
         for log in self.logs:
             changed |= self._read_log(log, final)
         return changed
+
+    def _rewritten(self, log: LogFile) -> str | None:
+        """How ``log`` was written anew since it was read (None: it was not, or nothing was read yet): shorter
+        than the offset read, another file under its name, or other bytes at its start."""
+        if log.path.endswith(".gz") or log.identity is None:
+            return None  # a compressed log is read whole, once
+        try:
+            info = os.stat(log.path)
+        except OSError:
+            return None
+        if (info.st_dev, info.st_ino) != log.identity:
+            return "replaced by another file"
+        if info.st_size < log.offset:
+            return f"truncated ({info.st_size:,} bytes; {log.offset:,} had been read)"
+        if info.st_size > log.offset and log.head:  # it grew: the same log, or one written anew past the offset
+            try:
+                with open(log.path, "rb") as handle:
+                    head = handle.read(len(log.head))
+            except OSError:
+                return None
+            if head != log.head:
+                return "truncated and written anew"
+        return None
+
+    def start_over(self, rewritten: list[tuple[LogFile, str]]) -> None:
+        """Logs written anew: the rank's report starts over (what their old content counted is dropped, and
+        its other logs are read again into it), each such log named once, in its own problems."""
+        self.recording = Recording(Report(title=self.report.title, backend=self.report.backend))
+        for log in self.logs:
+            log.restart()
+        for log, why in rewritten:
+            log.reader.problems.append(f"{log.path}: the log was {why} while it was followed; read again from its "
+                                       "start (the counts of its old content dropped)")
 
     def _read_log(self, log: LogFile, final: bool) -> bool:
         problems = log.reader.problems
@@ -469,6 +528,11 @@ class RankTrace:
         if grew:
             try:
                 with open(log.path, "rb") as handle:
+                    if log.identity is None:  # the file this log is: another one under its name is read anew
+                        info = os.fstat(handle.fileno())
+                        log.identity = (info.st_dev, info.st_ino)
+                    if len(log.head) < HEAD_BYTES:
+                        log.head = handle.read(HEAD_BYTES)
                     handle.seek(log.offset)
                     while chunk := handle.read(CHUNK):
                         log.offset += len(chunk)

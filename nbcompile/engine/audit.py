@@ -5,19 +5,26 @@ outside the process's Python objects (write a file, start a process, use the net
 (``OutsideEffect``). The attributes of the user's modules the run reaches are watched too
 (``_ModuleAudit``): what it rebinds that no copy holds is put back, what it changes in place, a first
 import of a user module, a change to ``os.environ`` is named when the run ends; and a change to the
-user's own objects made through something the copies share with them. The check (``check.judge``), the
-trials and the timing runs all run inside ``no_outside_effects``.
+user's own objects made through something the copies share with them. The processes a run starts (a
+``DataLoader``'s workers, which hand their batches over through multiprocessing's own sockets: not the
+outside world) do not outlive it: they are shut down when it ends, and named when they had to be terminated
+(``_Children``). The check (``check.judge``), the trials and the timing runs all run inside
+``no_outside_effects``.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import inspect
+import multiprocessing
 import os
 import stat
 import sys
 import threading
+import time
+import traceback
 import types
 from collections.abc import Hashable
 from typing import Any
@@ -59,7 +66,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     elif (event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[1] is None
           and args[2] & (os.O_WRONLY | os.O_RDWR)):
         what = f"writes to a file ({args[0]!s:.60})"
-    elif event in _OUTSIDE:
+    elif event in _OUTSIDE and not (event == "socket.connect" and _within_own_processes()):
         what = _OUTSIDE[event]
     if what is None or (getattr(_GUARD, "compiler_may", False) and _compiling()):
         return
@@ -85,6 +92,22 @@ def _compiling() -> bool:
     return False
 
 
+def _within_own_processes() -> bool:
+    """Whether the current call is multiprocessing talking to a process of this process's own tree: its
+    resource sharer fetching a file descriptor another process of the tree pickled (a ``DataLoader`` worker
+    hands its batches' tensors over so), or its fork server. Not the outside world: the processes a run
+    starts are the audit's to end (``_Children``)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_filename in _MP_IPC:
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: multiprocessing's modules that connect to the processes of this process's tree only.
+_MP_IPC = frozenset(os.path.join(os.path.dirname(multiprocessing.__file__), name)
+                    for name in ("resource_sharer.py", "forkserver.py"))
 _CONVERT_FRAME = os.path.join("_dynamo", "convert_frame.py")
 #: Inductor compiles a training graph's backward at the first backward call, outside any frame conversion:
 #: its code cache, its build directories and its compile workers are the compiler's too.
@@ -107,20 +130,28 @@ def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) 
         sys.addaudithook(_audit)  # process-wide and permanent: it does nothing unless a check is running
         _HOOKED = True
     modules = _ModuleAudit(watch) if watch is not None and watch.refused is None else None
+    children = _Children() if watch is not None else None
     _GUARD.on, _GUARD.compiler_may = True, compiler_may
     failed = False
     try:
         with torch_compat.torch_saves_reported(_saving):  # torch's C++ writer raises no `open` audit event
             yield
-    except BaseException:
+    except BaseException as exc:
         failed = True
+        _GUARD.on, _GUARD.compiler_may = False, False
+        left = children.settle(exc) if children is not None else ""
+        note = getattr(exc, "add_note", None)  # Python 3.11: shown under the error's traceback
+        if left and note is not None:
+            note(f"nbcompile: the run on copies {left}")
         raise
     finally:
         _GUARD.on, _GUARD.compiler_may = False, False
-        if modules is not None:
-            effect = modules.settle()
-            if effect and not failed:
-                raise OutsideEffect(effect, outside=False)
+        left = children.settle(None) if children is not None and not failed else ""
+        effect = modules.settle() if modules is not None else ""
+        if left:  # first: a process left running says more than what it may have changed meanwhile
+            effect = left + (f"; it also {effect}" if effect else "")
+        if effect and not failed:
+            raise OutsideEffect(effect, outside=False)
 
 
 def _file_positions() -> dict[int, tuple[str, int]]:
@@ -165,6 +196,71 @@ def _position(fd: int, path: str) -> int | None:
         return os.lseek(fd, 0, os.SEEK_CUR)
     except OSError:
         return None
+
+
+#: How long the audit waits for the processes a run on copies started to end by themselves (a DataLoader's
+#: workers, their iterator shut down) before it terminates them.
+_PROCESS_WAIT_S = 2.0
+
+
+class _Children:
+    """The child processes a run on copies starts (multiprocessing's: a ``DataLoader``'s workers, a ``Process``
+    of the user's), ended when the run ends: none of them may go on after it. A ``DataLoader`` iterator shuts
+    its own workers down when it is dropped (its ``__del__``): the frames of the error the run ended with, which
+    hold it, are cleared and the garbage collected first; the processes still running then are terminated and
+    named (``settle``)."""
+
+    def __init__(self) -> None:
+        self.before = {p.pid for p in multiprocessing.active_children()}  # also reaps those that ended
+
+    def _started(self) -> list[multiprocessing.process.BaseProcess]:
+        return [p for p in multiprocessing.active_children() if p.pid not in self.before]
+
+    def settle(self, error: BaseException | None) -> str:
+        """End what the run left running; say what had to be terminated ("" when nothing was)."""
+        started = self._started()
+        if not started:
+            return ""
+        if error is not None and error.__traceback__ is not None:
+            traceback.clear_frames(error.__traceback__)  # an iterator the error's frames hold (its workers)
+        gc.collect()  # an iterator no one holds any more shuts its workers down
+        _shut_down_holders(self._started())  # one still held (a copy of a persistent loader's) is asked to
+        deadline = time.monotonic() + _PROCESS_WAIT_S
+        for process in self._started():
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        left = [p for p in self._started() if p.is_alive()]
+        for process in left:
+            process.terminate()
+        for process in left:
+            process.join(timeout=1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=1.0)
+        if not left:
+            return ""
+        names = ", ".join(repr(p.name) for p in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        one = len(left) == 1
+        return (f"starts the process{'' if one else 'es'} {names}, which still ran when it ended (nbcompile "
+                f"terminated {'it' if one else 'them'})")
+
+
+def _shut_down_holders(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """Shut down what still holds ``processes`` in a list and ends them itself when it is dropped: a
+    ``DataLoader`` iterator (its ``__del__`` stops its workers and forgets their pids, idempotent). Terminating
+    a worker from outside instead would make torch's SIGCHLD handler raise in this process."""
+    for process in processes:
+        for held in gc.get_referrers(process):
+            if type(held) is not list:
+                continue
+            for owner in gc.get_referrers(held):
+                # an instance's attributes: the instance itself, or its __dict__ once one was made
+                objs = [o for o in gc.get_referrers(owner) if getattr(o, "__dict__", None) is owner] \
+                    if type(owner) is dict else [owner]
+                for obj in objs:
+                    close = getattr(type(obj), "__del__", None)
+                    if close is not None and type(obj).__module__.startswith("torch.utils.data"):
+                        with contextlib.suppress(Exception):
+                            close(obj)
 
 
 #: How long the audit waits for the threads a run on copies started before it judges what they changed.
@@ -233,12 +329,16 @@ def _user_threads_alive() -> bool:
     """Whether a thread running the user's code is alive beside this one (its target is a function of the
     user's files: a background loader, a timer)."""
     me = threading.current_thread()
-    for thread in threading.enumerate():
-        target = getattr(thread, "_target", None)
-        code = getattr(target, "__code__", None)
-        if thread is not me and thread.is_alive() and code is not None and _user_code(code):
-            return True
-    return False
+    return any(thread is not me and thread.is_alive() and _runs_user_code(thread) for thread in threading.enumerate())
+
+
+def _runs_user_code(thread: threading.Thread) -> bool:
+    """Whether ``thread``'s target is a function of the user's files (or a subclass's ``run`` the user wrote)."""
+    target = getattr(thread, "_target", None)
+    if target is None and type(thread).run is not threading.Thread.run:
+        target = type(thread).run
+    code = getattr(target, "__code__", None)
+    return code is not None and _user_code(code)
 
 
 def _user_class(cls: type) -> bool:
@@ -339,6 +439,9 @@ class _ModuleAudit:
         started = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
         for thread in started:  # what it does next to the user's names is seen below (and put back)
             thread.join(timeout=max(0.0, _THREAD_WAIT_S / len(started)))
+        # a library's own thread that ended with the run (multiprocessing's queue feeder, a DataLoader's) is not
+        # the run's to name: only one still running, or one that ran the user's code
+        started = [t for t in started if t.is_alive() or _runs_user_code(t)]
         if started:
             still = [t.name for t in started if t.is_alive()]
             effects.append(f"starts the thread {started[0].name!r}" + (", which still runs on your objects"

@@ -313,7 +313,7 @@ class ChangeRunner:
             # on a copy: the kept report stays as its compile made it, whatever this run does
             # its check is this run's to give (a kept verdict would name an earlier run)
             self.recording.report = copy.deepcopy(dataclasses.replace(kept.report, result=None, notice="",
-                                                                      check=None))
+                                                                      check=None, compiled_again=""))
             self.host.after_toggle()  # what the toggles say now (a change since may have written the kept report's)
             compiled = len(self.recording.entry_of)
             self._run_noted(on_copies=True)
@@ -321,6 +321,10 @@ class ChangeRunner:
                 return
             # the kept code did not serve (a guard failed: your state changed since): compiled anew, whole
             valid = False
+            again = ("compiled again: the code kept for this configuration did not serve the run (a guard failed: "
+                     "what it was compiled for changed since)")
+        else:
+            again = w.compiled_again(key)
         affected = w.affected(changed) if changed is not None and valid and w.room_for(key) else None
         if self.first_view_wanted():
             w.restart(affected, rebind=False)
@@ -330,6 +334,7 @@ class ChangeRunner:
         if report is None:  # an entry thought out of reach compiled, or the copies changed: every entry anew
             report = self._compile_stage(old, None)
             assert report is not None
+        report.compiled_again = again
         if torch_compat.CACHE_REGIONS:
             w.keep(key, report)
 
@@ -365,10 +370,7 @@ class ChangeRunner:
             return False
         self.workload.restart(None, rebind=False)  # the pass's entries compile by Dynamo only, in regions of their own
         try:
-            self._view_pass(self.report, None)
-        except KeyboardInterrupt:
-            self.recording.report = self.host.new_report()
-            raise
+            self._view_pass(self.report, None)  # interrupted: the view kept so far, marked so (Report.interrupted)
         finally:
             self.workload.forget_dynamism()  # the cell's own run compiles as if the pass had not run
         if self.report.stage != "dynamo" or self.report.check is not None:

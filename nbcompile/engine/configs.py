@@ -45,6 +45,9 @@ class KeptConfigs:
         self._kept: OrderedDict[Any, Kept] = OrderedDict()
         self._orphans = 0
 
+    def __contains__(self, key: Any) -> bool:
+        return key in self._kept
+
     def __len__(self) -> int:
         return len(self._kept)
 

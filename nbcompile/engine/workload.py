@@ -140,6 +140,8 @@ class Workload:
         self._wrappers_generation = -1
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
         self.configs = KeptConfigs()
+        #: Every configuration kept since the cell's run, forgotten or not: one compiled again is said so.
+        self._seen: set[Any] = set()
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
         self._view_backend: str | None = None
 
@@ -326,6 +328,21 @@ class Workload:
         if any(mode in ("allow_in_graph", "nonstrict_trace", "custom_op") for mode in self.engine.modes.values()):
             return
         self.configs.keep(key, Kept(dict(self._wrappers), report, self._wrappers_generation))
+        self._seen.add(key)
+
+    def compiled_again(self, key: Any) -> str:
+        """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
+        when it was not seen: its code was compiled on other objects than this run's copies (the cell's own run
+        compiles on the user's), which torch guards by identity."""
+        if key not in self._seen or not torch_compat.CACHE_REGIONS:  # without regions, status says toggles compile
+            return ""
+        guarded = [label for label, value in (self.copies.copies.items() if self.copies is not None else ())
+                   if not _identity_free_value(value)][:3]
+        if not guarded:  # dropped for another reason (the kept-configuration limit, an option change): not said
+            return ""
+        return ("compiled again: the code kept for this configuration was compiled on other objects than this "
+                "run's copies (the cell's own run compiles on yours), and torch guards "
+                f"{', '.join(guarded) or 'some of them'} by identity; going back to it from now on compiles nothing")
 
     def room_for(self, key: Any) -> bool:
         """Whether a new configuration ``key`` may compile beside the code kept (else: drop it all first)."""
@@ -653,6 +670,13 @@ class Workload:
 
 
 _MISSING = object()
+
+
+def _identity_free_value(value: Any) -> bool:
+    """Whether compiled code guards ``value`` by its contents only (a tensor, a container, a plain value)."""
+    return (isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
+                               frozenset, str, bytes, int, float, bool, type(None)))
+            and not isinstance(value, torch.nn.Parameter))
 
 
 def _identity_free(copies: Replay) -> bool:

@@ -3,8 +3,10 @@ read into the same ``Report`` a live session builds, one per rank.
 
 ``load(path)`` reads a directory (``dedicated_log_torch_trace_rank_N_*.log``, one per rank) or one
 file; ``follow(path)`` tails a directory a running job writes, in a thread, and the panel redraws as
-compiles land. Reading the logs (records typed at the edge, fed to an offline hub) is
-``capture.logs``; the panel is ``views.traces_panel``. A truncated or corrupt log keeps what was read
+compiles land; a followed log written anew under it (truncated, or another file renamed over it) is
+read again from its start, what its old content counted dropped, and said once (``RankTrace.start_over``).
+Reading the logs (records typed at the edge, fed to an offline hub) is ``capture.logs``; the panel is
+``views.traces_panel``. A truncated or corrupt log keeps what was read
 and says which file and line broke; every string ends up escaped by the views like any other. The
 problems kept are bounded (``MAX_ERRORS`` over all logs, ``logs.MAX_PROBLEMS`` per log, then a count),
 and so is what a ``.log.gz`` makes a load read (``logs.MAX_DECOMPRESSED_BYTES``, ``logs.MAX_RECORD_LINES``:

@@ -396,8 +396,11 @@ def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
     the notice (a change that failed and was rolled back), fallbacks to eager, recompile-limit warnings,
     lint warnings, torch's own log (folded)."""
     lines = []
-    if report.stage == "dynamo":
+    if report.stage == "dynamo" and not report.interrupted:
         lines.append(StatusLine("stage", "info", STAGE_DYNAMO, label="Dynamo's view"))
+    if report.compiled_again:
+        lines.append(StatusLine("compiled again", "info", report.compiled_again.removeprefix("compiled again: "),
+                                label="compiled again"))
     if report.check is not None:
         lines.append(check_line(report.check, source))
     errors = compile_errors(report)

@@ -468,6 +468,14 @@ class Report:
     #: ``"dynamo"`` while only Dynamo's view is in (graphs, breaks, guards, recompiles: a pass on copies with no
     #: code generation, shown first); ``"complete"`` once kernels, timings and the check are in.
     stage: Literal["dynamo", "complete"] = "complete"
+    #: The run was interrupted (a KeyboardInterrupt) before its report was complete: after Dynamo's first view,
+    #: the report is that view (``stage == "dynamo"``: its graphs, breaks and guards, no kernels, timings or
+    #: check), never the backend's stage cut short; without one, what was compiled before it. ``notice`` says
+    #: where ("interrupted during Inductor's compile: ...").
+    interrupted: bool = False
+    #: Why a configuration seen before compiled again on a toggle back to it ("compiled again: ... compiled on
+    #: other objects than this run's copies ..."), or ``""``: going back compiles nothing where it can.
+    compiled_again: str = ""
     #: Frames of the cell's code (and the library code it reaches) Dynamo skipped without a visible break.
     skipped: list[Skip] = field(default_factory=list)
     #: FX graph and AOTAutograd cache hits and misses of the session's compiles, with what differed per miss.
