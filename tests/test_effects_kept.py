@@ -15,7 +15,7 @@ import torch
 
 import nbcompile
 from nbcompile.analysis.rewrite import propose
-from nbcompile.core import dynconfig
+from nbcompile.core import sideeffects
 from nbcompile.engine import trial
 from nbcompile.model.status import CheckKind
 
@@ -58,7 +58,7 @@ def test_a_print_before_an_in_place_update_is_not_reordered(ip):
     assert result.best is None or REORDER not in result.best.options.get("_config", {}), result
     assert not result.applied
     # the static guard says why, in one line, naming the update
-    why = dynconfig.reorder_withheld("\n" + PRINT_THEN_UPDATE, 5, "builtins.print")
+    why = sideeffects.reorder_withheld("\n" + PRINT_THEN_UPDATE, 5, "builtins.print")
     assert "y.add_(1)" in why and "line 6" in why and "\n" not in why
     assert any("y.add_(1)" in line for line in result.unremovable), result.unremovable
 
@@ -120,7 +120,7 @@ def test_a_harmless_print_is_still_reordered_and_proven(ip):
     assert best is not None and best.breaks == 0 and best.check_ok, result
     assert print in best.options["_config"][REORDER]
     assert result.applied
-    assert dynconfig.reorder_withheld("\n" + PRINT_KEPT, 5, "builtins.print") == ""
+    assert sideeffects.reorder_withheld("\n" + PRINT_KEPT, 5, "builtins.print") == ""
 
 
 # -- defer ----------------------------------------------------------------------------------------------

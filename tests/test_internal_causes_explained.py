@@ -316,7 +316,7 @@ def test_a_real_two_rank_job_with_one_warm_and_one_cold_cache_names_the_drift(tm
 def test_collectives_in_another_order_on_one_rank_are_named():
     """The comparison itself, on two ranks' frames whose schedules differ (a real job cannot issue its
     collectives in different orders without hanging, which is the point of the warning)."""
-    from nbcompile.capture.logs import divergences
+    from nbcompile.capture.divergence import divergences
     from nbcompile.model.report import Frame, Report
 
     def rank(order):
@@ -404,7 +404,7 @@ def test_a_call_from_another_thread_is_not_under_the_stance_and_leaves_torchs_al
 def test_ranks_are_matched_by_code_not_by_compile_id_and_equal_hits_name_no_warmer_rank():
     """One frame more on rank 1 (compiled first) shifts its compile ids: the same code's graphs are still
     compared with each other, and the same hits with more misses do not make a rank warmer."""
-    from nbcompile.capture.logs import divergences
+    from nbcompile.capture.divergence import divergences
     from nbcompile.model.report import Frame, Report
 
     def frame(cid, function, line, collectives=(), cache=()):

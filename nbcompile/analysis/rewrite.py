@@ -40,7 +40,7 @@ import types
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..core import dynconfig
+from ..core import sideeffects
 from ..model.report import Rewrite, RewriteRule
 from .conditions import (
     BOOL_TORCH,
@@ -332,7 +332,7 @@ def _where(site: _Site, src: _Source) -> _Edit | None:
     head, test, a, b, last = picked
     if python_level(test) or not all(reads_only(e) for e in (test, a, b)):
         return None
-    if any(dynconfig.side_effect(e) for e in (a, b)):  # torch.where evaluates both on every call: a branch
+    if any(sideeffects.side_effect(e) for e in (a, b)):  # torch.where evaluates both on every call: a branch
         return None  # that appends, prints, updates in place or calls what nbcompile cannot see into stays an if
     if not src.owns_lines(stmt, last):
         return None
@@ -669,7 +669,7 @@ def _defer(fn: _FunctionNode, src: _Source) -> _Edit | None:
     ``return`` (``return e`` -> ``_result = e``, the calls, ``return _result``); each moved call's line is left
     as a comment, so the lines between keep their numbers. Only top-level calls whose output cannot change:
     their arguments only read, nothing they pass (the return's own work included) rebinds or changes in place
-    what they show or anything that may alias it (``dynconfig.changed_after``), and no print or log call they
+    what they show or anything that may alias it (``sideeffects.changed_after``), and no print or log call they
     pass stays, which would then show before them."""
     body = fn.body
     final = body[-1]
@@ -738,13 +738,13 @@ def _deferrable(fn: _FunctionNode, stmt: ast.stmt, later: list[ast.stmt]) -> boo
     """A ``print``/logging/``warnings.warn`` call whose arguments only read, and whose output nothing ``later``
     (the final ``return``, whose value is now computed before it, included) can change: no rebinding of a name
     it reads, no change in place of what it shows or of anything that may alias it, no call handed one of those
-    that nbcompile cannot see into (``dynconfig.changed_after``)."""
+    that nbcompile cannot see into (``sideeffects.changed_after``)."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)) or not _logging_call(stmt.value):
         return False
     call = stmt.value
     if not all(reads_only(a) for a in [*call.args, *(k.value for k in call.keywords)]):
         return False
-    return dynconfig.changed_after(fn, call, later, rebinding=True, unknown_calls=True) is None
+    return sideeffects.changed_after(fn, call, later, rebinding=True, unknown_calls=True) is None
 
 
 def _fresh_name(fn: _FunctionNode) -> str:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..core import dynconfig, torch_compat
+from ..core import dynconfig, sideeffects, torch_compat
 from ..core.names import is_torch_name
 from ..model.fixsearch import Trial
 from ..model.report import Report, Rewrite
@@ -216,7 +216,7 @@ class SearchSpace:
             if not brk.filename or not dynconfig.names_logging(dotted, text):
                 continue
             source = "".join(linecache.getlines(brk.filename))
-            found = dynconfig.reorder_withheld(source, brk.lineno, dotted) if source else ""
+            found = sideeffects.reorder_withheld(source, brk.lineno, dotted) if source else ""
             if found:
                 self.withheld[(brk.filename, brk.lineno)] = found
                 why = why or found

@@ -26,16 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.divergence import compile_seconds, divergences, time_breakdown
 from ..capture.logs import (
     LogSet,
     RankTrace,
     TraceError,
     bounded,
-    compile_seconds,
-    divergences,
     log_names,
     rank_files,
-    time_breakdown,
 )
 from ..capture.records import clean_text
 from ..core.text import _e, plural
