@@ -34,8 +34,8 @@ import torch
 from ..core import torch_compat
 from . import fingerprint
 from .replay import Replay
+from .usercode import torch_owned, user_modules
 from .usercode import user_code as _user_code
-from .usercode import user_modules
 
 
 class OutsideEffect(Exception):
@@ -283,8 +283,9 @@ class _Shallow:
 
     def _watch(self, label: str, value: Any, depth: int) -> None:
         if value is self.space or type(value).__module__.startswith("nbcompile") or \
-                isinstance(value, type) and value.__module__.startswith("nbcompile"):
-            return  # the namespace itself (the run's copies are swapped into it) and nbcompile's own objects
+                isinstance(value, type) and value.__module__.startswith("nbcompile") or torch_owned(value):
+            return  # the namespace itself (the run's copies are swapped into it), nbcompile's own objects and
+            # torch's (``counters`` imported by name: compiling changes it by design)
         if isinstance(value, (list, dict, set, bytearray, collections.deque)):
             if len(value) <= _SHALLOW_ITEMS:
                 self.before.append((label, value, _contents(value)))
@@ -388,7 +389,8 @@ class _ModuleAudit:
         self.budgets: list[tuple[int, int]] = []
         for module in named + others:
             space = vars(module)
-            watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held}
+            watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held
+                       and not torch_owned(v)}  # torch's own state imported by name changes as torch compiles
             budget = ((fingerprint.MAX_NODES, fingerprint.MAX_BUFFER_BYTES) if any(module is m for m in named)
                       else (fingerprint.OTHER_NODES, fingerprint.OTHER_BUFFER_BYTES))
             walk = fingerprint.Walk(*budget)

@@ -10,6 +10,7 @@ What a run reaches (``state``), what an audit watches (``check``) and what a tra
 
 from __future__ import annotations
 
+import collections
 import dis
 import functools
 import os
@@ -93,6 +94,28 @@ def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleTyp
         if mine and id(vars(module)) not in skip:
             found.append(module)
     return found
+
+
+#: (how many of torch's modules were loaded, the ids of their module-level containers), for ``torch_owned``.
+_TORCH_OWNED: list[Any] = [-1, frozenset()]
+
+
+def torch_owned(value: Any) -> bool:
+    """Whether ``value`` is a container torch keeps at a module's top level (``torch._dynamo.utils.counters``,
+    a registry): compiling changes it by design, so a user's module or notebook that imports it by name does
+    not make a run's changes to it the run's effects (an audit neither names nor puts it back)."""
+    if not isinstance(value, (dict, list, set, collections.deque)):
+        return False
+    modules = [m for n, m in list(sys.modules.items()) if (n == "torch" or n.startswith("torch.")) and m is not None]
+    if _TORCH_OWNED[0] != len(modules):
+        ids = set()
+        for module in modules:
+            space = getattr(module, "__dict__", None)
+            if isinstance(space, dict):
+                ids.update(id(v) for v in list(space.values())
+                           if isinstance(v, (dict, list, set, collections.deque)))
+        _TORCH_OWNED[:] = [len(modules), frozenset(ids)]
+    return id(value) in _TORCH_OWNED[1]
 
 
 #: name -> (the module, whether it is the user's), for ``user_modules``, under the paths of ``_JUDGED_UNDER``.
