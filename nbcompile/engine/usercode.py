@@ -108,7 +108,7 @@ def torch_owned(value: Any) -> bool:
         return False
     modules = [m for n, m in list(sys.modules.items()) if (n == "torch" or n.startswith("torch.")) and m is not None]
     if _TORCH_OWNED[0] != len(modules):
-        ids = set()
+        ids: set[int] = set()
         for module in modules:
             space = getattr(module, "__dict__", None)
             if isinstance(space, dict):
