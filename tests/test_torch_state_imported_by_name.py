@@ -35,3 +35,6 @@ def test_counters_imported_by_name_leave_toggles_and_trials_judged(ip, tmp_path,
     fix = session.fix(budget_s=6)
     assert "counters" not in fix.state and all("counters" not in (t.error or "") for t in fix.trials), fix.state
     assert any(t.breaks is not None for t in fix.trials), [t.error for t in fix.trials]
+    import mystats
+
+    assert mystats.counters is counters  # the user's module keeps its name (never taken for one the run set)

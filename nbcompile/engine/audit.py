@@ -387,10 +387,13 @@ class _ModuleAudit:
         others = [m for m in user_modules(exclude=spaces) if not any(m is r for r in named)]
         self.unseen: list[str] = []
         self.budgets: list[tuple[int, int]] = []
+        #: Names bound, before the run, to torch's own state (not watched: compiling changes it by design).
+        self.torchs: dict[int, set[str]] = {}
         for module in named + others:
             space = vars(module)
             watched = {k: v for k, v in space.items() if not k.startswith("__") and (id(space), k) not in held
                        and not torch_owned(v)}  # torch's own state imported by name changes as torch compiles
+            self.torchs[id(space)] = {k for k, v in space.items() if k not in watched and torch_owned(v)}
             budget = ((fingerprint.MAX_NODES, fingerprint.MAX_BUFFER_BYTES) if any(module is m for m in named)
                       else (fingerprint.OTHER_NODES, fingerprint.OTHER_BUFFER_BYTES))
             walk = fingerprint.Walk(*budget)
@@ -426,6 +429,7 @@ class _ModuleAudit:
             after = fingerprint.Walk(*budget)  # the same bounds: what was cut before is cut again
             space = vars(module)
             for key in [k for k in space if not k.startswith("__") and k not in watched
+                        and k not in self.torchs.get(id(space), ())
                         and (id(space), k) not in self.held and not isinstance(space[k], types.ModuleType)]:
                 del space[key]
                 effects.append(f"sets {module.__name__}.{key}")
