@@ -107,7 +107,10 @@ def test_recompile_fixes_show_with_their_proof_in_the_panel_and_status(ip):
                      "import torch\ndef f(x):\n    return x.sin() * 2\n")
     session = nbcompile.last()
     fix = session.report.recompiles[0].fixes[0]
-    assert fix.verified is True
+    if fix.verified is None:  # a slow machine ran past the proofs' budget: prove with room (the views are the point)
+        session.verify_fixes(budget_s=120)
+        fix = session.report.recompiles[0].fixes[0]
+    assert fix.verified is True, fix.effect
     tab = session.panel().recompiles_html.value
     assert "fix (and its proof)" in tab and "proven: recompiles 2 -&gt; 0" in tab and "nbcompile-fix-proven" in tab
     notes = ip.run_line_magic("nbcompile", "status").notes
