@@ -107,7 +107,7 @@ def test_the_search_finds_the_config_fixes_and_the_export_writes_them(ip):
     run_compile_cell(ip, '--backend eager --no-panel --run "f(x)"', ITEM_PRINT_CELL)
     session = nbcompile.last()
     assert session.report.break_count == 3
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert result.best is not None and result.best.breaks == 0 and result.best.check_ok, result
     assert result.best.options["_config"]["capture_scalar_outputs"] is True
     assert print in result.best.options["_config"]["reorderable_logging_functions"]

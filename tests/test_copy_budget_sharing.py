@@ -78,7 +78,7 @@ def test_a_state_over_the_budget_is_shared_where_the_users_run_only_read_it(ip, 
     other = s.workload.replay(compile("big(x)", "<another expression>", "eval"))
     assert other.refused is not None and "MiB" in other.refused and not other.shared
     with torch.no_grad():
-        result = s.fix(budget_s=60)
+        result = s.fix(budget_s=600)
     assert result.start is not None and result.start.tried, result.start and result.start.error
     assert not any((t.error or "").startswith("not tried") for t in result.trials), \
         [t.error for t in result.trials]

@@ -53,7 +53,7 @@ PRINT_THEN_UPDATE = textwrap.dedent("""\
 def test_a_print_before_an_in_place_update_is_not_reordered(ip):
     session = _run(ip, PRINT_THEN_UPDATE)
     assert session.report.break_count == 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert not [t for t in _reordering(result) if t.admissible], result
     assert result.best is None or REORDER not in result.best.options.get("_config", {}), result
     assert not result.applied
@@ -80,7 +80,7 @@ PRINT_THEN_HELPER_UPDATE = textwrap.dedent("""\
 
 def test_a_reordered_print_that_shows_other_values_fails_its_trial(ip):
     session = _run(ip, PRINT_THEN_HELPER_UPDATE)
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     [tried] = [t for t in _reordering(result) if t.label.startswith("config")]
     assert tried.breaks == 0 and not tried.check_ok and tried.status() == "FAILED"
     assert tried.check_message.startswith("changes what your code prints: output line 1 reads 'y tensor([1.")
@@ -115,7 +115,7 @@ PRINT_KEPT = textwrap.dedent("""\
 def test_a_harmless_print_is_still_reordered_and_proven(ip):
     session = _run(ip, PRINT_KEPT)
     assert session.report.break_count == 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.breaks == 0 and best.check_ok, result
     assert print in best.options["_config"][REORDER]
@@ -149,7 +149,7 @@ def test_a_log_call_is_never_deferred_past_an_update_of_a_view(ip):
     logging.getLogger("effects.demo").setLevel(logging.INFO)
     try:
         session = _run(ip, LOG_THEN_UPDATE)
-        result = session.fix(budget_s=60)
+        result = session.fix(budget_s=600)
     finally:
         logging.getLogger("effects.demo").setLevel(logging.NOTSET)
     assert not [t for t in result.trials if t.rewrites], result
@@ -177,7 +177,7 @@ def test_a_harmless_log_call_is_still_deferred_and_proven(ip):
     logging.getLogger("effects.kept").setLevel(logging.INFO)
     try:
         session = _run(ip, LOG_KEPT)
-        result = session.fix(budget_s=60)
+        result = session.fix(budget_s=600)
     finally:
         logging.getLogger("effects.kept").setLevel(logging.NOTSET)
     deferred = [t for t in result.trials if [r.rule for r in t.rewrites] == ["defer"] and t.tried]
@@ -217,7 +217,7 @@ def test_a_branch_that_appends_never_becomes_torch_where(ip):
     pure = WHERE_APPENDS.replace("self.note(h)", "torch.relu(h) - 1")
     assert [r.rule for r in propose(pure)] == ["where"]
     session = _run(ip, WHERE_APPENDS, entry="m", run="m(x)")
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert not [t for t in result.trials if t.rewrites], result
     assert ip.user_ns["m"].history == []
 

@@ -58,7 +58,7 @@ def _settled(panel) -> None:
 
 def test_the_bar_completes_when_the_search_ends_done(ip):
     _, panel = _panel(ip)
-    panel.fix_budget.value = 60
+    panel.fix_budget.value = 600
     panel.start_fix()  # no running event loop: to its end now
     assert panel.session.last_fix.status in (SearchStop.DONE, SearchStop.BUDGET)
     _settled(panel)
@@ -75,7 +75,7 @@ def test_the_bar_completes_when_the_search_runs_from_code_with_the_panel_shown(i
     """``session.fix`` (and ``%nbcompile fix``) drive the same search; the panel follows it trial by trial and
     must show its end too, not the last trial's "N s left"."""
     session, panel = _panel(ip)
-    session.fix(budget_s=60)
+    session.fix(budget_s=600)
     _settled(panel)
     assert session.last_fix.state in panel.fix_label.value
 
@@ -174,7 +174,7 @@ def test_the_accepted_cell_keeps_the_comments_and_has_a_copy_button_with_it(ip):
 
 def test_running_the_accepted_cell_as_is_gives_the_search_s_breaks(ip):
     session, panel = _panel(ip)
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.rewrites, result
     text = session.accept(best.rewrites[0])

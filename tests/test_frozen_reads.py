@@ -147,7 +147,7 @@ def test_a_package_chain_is_never_frozen_by_the_search(ip, modules):
         x = torch.randn(4, generator=torch.Generator().manual_seed(0))
         """)
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
-    result = nbcompile.last().fix(budget_s=60)
+    result = nbcompile.last().fix(budget_s=600)
     traced = [t for t in result.trials
               if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace") and not t.options]
     assert traced, [t.toggles for t in result.trials]
@@ -265,7 +265,7 @@ def test_a_global_function_the_user_rebinds_is_never_frozen_by_the_search(ip):
         x = torch.linspace(-3, 3, 8)
         """)
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
-    result = nbcompile.last().fix(budget_s=30)
+    result = nbcompile.last().fix(budget_s=600)
     traced = [t for t in result.trials if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace")]
     assert traced and all("ACT (a function the user may rebind)" in t.stale for t in traced), [t.stale for t in traced]
     ns = ip.user_ns
@@ -293,7 +293,7 @@ def test_a_closure_number_a_sibling_stores_to_is_never_frozen_by_the_search(ip):
         x = torch.ones(4)
         """)
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
-    result = nbcompile.last().fix(budget_s=30)
+    result = nbcompile.last().fix(budget_s=600)
     traced = [t for t in result.trials if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace")]
     assert traced and not any(t.admissible for t in traced), [(t.toggles, t.stale) for t in traced]
     assert any("scale (in helper's closure)" in t.stale for t in traced), [t.stale for t in traced]

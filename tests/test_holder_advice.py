@@ -71,7 +71,7 @@ def test_a_helper_made_by_a_factory_is_tracked_and_its_break_advises_and_proves_
 def test_the_search_toggles_the_closure_never_freezes_its_dict_and_never_claims_untried_modes_failed(ip):
     run_compile_cell(ip, FACTORY_LINE, FACTORY_CELL)
     session = nbcompile.last()
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert result.best is not None and result.best.toggles.get("helper", "compile") != "compile", result.best
     # allow_in_graph would read cfg['scale'] once, at trace time: the dict the closure holds is the global CFG
     assert result.best.toggles["helper"] not in ("allow_in_graph", "nonstrict_trace"), result.best.toggles
@@ -115,7 +115,7 @@ def test_a_function_the_cell_makes_that_no_name_holds_is_said_to_be_out_of_reach
     assert not any("make" in c for c in _commands(report)), _commands(report)
     whys = [f.why for b in report.breaks for f in b.fixes]
     assert any("make.<locals>.helper" in w and "cannot toggle it" in w for w in whys), whys
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert result.unremovable and all("no name of the cell" in u for u in result.unremovable), result.unremovable
 
 
@@ -131,7 +131,7 @@ def test_the_search_never_says_a_mode_failed_for_a_break_in_an_entry_it_does_not
         x = torch.randn(4)
         """)
     run_compile_cell(ip, FACTORY_LINE, body)
-    result = nbcompile.last().fix(budget_s=60)
+    result = nbcompile.last().fix(budget_s=600)
     assert result.state == "done" and result.unremovable, (result.state, result.unremovable)
     (left,) = result.unremovable
     assert "cell line 7" in left and "an entry" in left and "no mode of" not in left, left

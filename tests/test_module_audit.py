@@ -186,7 +186,7 @@ def test_a_toggle_of_a_method_of_a_class_in_a_user_module_is_not_an_outside_effe
             return blk(x.sin()).cos()
         x = torch.ones(2, 4)
         """))
-    result = nbcompile.last().fix(budget_s=30)
+    result = nbcompile.last().fix(budget_s=600)
     toggled = [t for t in result.trials if t.toggles.get("nbdeep_model:Block.forward", "compile") != "compile"]
     assert toggled, [t.toggles for t in result.trials]
     assert not any("in place" in (t.error or "") for t in toggled), [(t.toggles, t.error) for t in toggled]
@@ -253,7 +253,7 @@ def test_a_computed_read_is_never_frozen_by_the_search(ip):
         x = torch.randn(4, generator=torch.Generator().manual_seed(0))
         """)
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
-    result = nbcompile.last().fix(budget_s=60)
+    result = nbcompile.last().fix(budget_s=600)
     for t in result.trials:
         if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace") and not t.options:
             assert not t.admissible and "not judged" in t.rejected and "globals()" in t.rejected, t.rejected

@@ -54,7 +54,7 @@ def test_a_branch_on_a_tensor_becomes_torch_where_proven_not_applied(ip):
     helper_before = ip.user_ns["helper"]
     before = session.report.break_count
     assert before >= 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.breaks == 0 and best.check_ok, result
     assert [r.rule for r in best.rewrites] == ["where"]
@@ -72,7 +72,7 @@ def test_a_branch_on_a_tensor_becomes_torch_where_proven_not_applied(ip):
 
 def test_accept_puts_the_rewritten_cell_in_the_next_input_and_runs_nothing(ip):
     session = _run(ip, BRANCH_CELL)
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     rewrite = result.best.rewrites[0]
     before_ns = dict(ip.user_ns)
     text = session.accept(rewrite)
@@ -94,7 +94,7 @@ def test_accept_puts_the_rewritten_cell_in_the_next_input_and_runs_nothing(ip):
 def test_a_raise_guard_on_a_tensor_becomes_an_async_assert(ip):
     session = _run(ip, GUARD_CELL)
     assert session.report.break_count >= 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.breaks < session.report.break_count and best.check_ok, result
     assert [r.rule for r in best.rewrites] == ["check"]
@@ -117,7 +117,7 @@ def test_a_rewrite_that_breaks_the_results_is_never_chosen(ip):
         x = torch.randn(8, generator=torch.Generator().manual_seed(0))
         """)
     session = _run(ip, cell)
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert all(not t.rewrites for t in result.trials if t.admissible and t.breaks == 0) or \
         all(t.check_ok for t in result.trials if t.rewrites and t.admissible)
     chosen = result.best.rewrites if result.best else []
@@ -138,7 +138,7 @@ def test_a_library_break_shows_the_rewrite_the_library_would_need(ip, tmp_path, 
     cell = "import torch\nimport nbbranchlib\ndef f(x):\n    return nbbranchlib.pick(x.sin()).cos()\n" \
            "x = torch.randn(8)\n"
     session = _run(ip, cell)
-    result = session.fix(budget_s=30)
+    result = session.fix(budget_s=600)
     assert not (result.best and result.best.rewrites)  # nbcompile never rewrites a library
     text = "\n".join(result.unremovable)
     if result.best is not None and result.best.breaks:
@@ -180,7 +180,7 @@ def test_a_choice_that_needs_rewrites_is_not_applied_and_accept_carries_its_conf
         """)  # in the entry itself: no toggle reaches it, only config values and rewrites
     session = _run(ip, cell)
     before = session.report.break_count
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.breaks == 0 and best.rewrites, result
     assert not result.applied and "needs its source rewrites" in result.applied_note
@@ -201,7 +201,7 @@ def test_a_custom_op_of_a_rewritten_function_does_not_stand_for_the_original(ip,
     cell = BRANCH_CELL.replace("def helper(h, cfg):", "def helper(h):").replace('cfg["up"]', "2.0") \
         .replace('helper(x.sin(), {"up": 2.0})', "helper(x.sin())")
     session = _run(ip, cell)
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     ops = [t for t in result.trials if t.toggles.get("helper") == "custom_op" and t.tried]
     assert any(t.rewrites for t in ops) and any(not t.rewrites for t in ops), [t.label for t in ops]
     assert all(t.breaks == 0 for t in ops), [(t.label, t.breaks) for t in ops]
@@ -229,7 +229,7 @@ def test_a_logger_call_deferred_past_the_return_s_work_joins_two_graphs(ip):
     session = _run(ip, cell, entry="model", run="model(x)")
     splits = session.report.splits
     assert splits >= 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and [r.rule for r in best.rewrites] == ["defer"], best
     assert best.splits < splits and best.check_ok  # the break stays; the graphs around it become one

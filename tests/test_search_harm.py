@@ -41,7 +41,7 @@ SCALE_CELL = """\
 def test_a_configuration_that_freezes_a_changing_global_is_never_chosen(ip):
     session = _session(ip, SCALE_CELL, "f(x)", backend="aot_eager")  # AOT traces helper once: SCALE baked in
     assert session.report.break_count >= 1
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     frozen = [t for t in result.trials if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace")
               and not t.options]
     assert frozen, [t.describe() for t in result.trials]
@@ -66,7 +66,7 @@ def test_a_candidate_that_reads_no_changing_global_is_still_chosen(ip):
             return helper(x.sin()).cos()
         x = torch.randn(4)
         """, "f(x)")
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     assert result.best is not None and result.best.breaks == 0
     assert not any("stale" in t.rejected for t in result.trials)
 
@@ -306,7 +306,7 @@ def test_every_kind_of_changing_global_is_proven_or_not_judged(ip, make_module, 
             "x = torch.randn(4, generator=torch.Generator().manual_seed(0))\n")
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
     session = nbcompile.last()
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     for t in result.trials:
         if t.toggles.get("helper") in ("allow_in_graph", "nonstrict_trace") and not t.options:
             assert not t.admissible and ("stale" in t.rejected or "not judged" in t.rejected), t.rejected
@@ -368,7 +368,7 @@ def test_a_log_file_gets_the_cells_lines_only_never_the_searchs_or_a_toggles(ip,
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', _file_cell(log, ""))
     assert len(log.read_text().splitlines()) == 1
     capsys.readouterr()
-    result = nbcompile.last().fix(budget_s=30)
+    result = nbcompile.last().fix(budget_s=600)
     assert len([t for t in result.trials if t.error is None]) >= 2, result  # the search did run
     ip.run_cell("%nbcompile set helper disable")
     ip.run_cell("%nbcompile set helper compile")
@@ -380,7 +380,7 @@ def test_a_run_that_writes_to_an_open_file_is_not_tried_on_copies(ip, tmp_path):
     out = tmp_path / "out.txt"
     body = _file_cell(tmp_path / "train.log", f"sink = open({str(out)!r}, 'w', buffering=1)")
     run_compile_cell(ip, '--backend aot_eager --no-panel --entry f --run "f(x)"', body)
-    result = nbcompile.last().fix(budget_s=30)
+    result = nbcompile.last().fix(budget_s=600)
     assert "`sink` cannot be copied" in str(result), result
     assert len(out.read_text().splitlines()) == 1
 
@@ -399,7 +399,7 @@ def test_a_custom_op_whose_shape_follows_a_global_is_proven_stale_and_never_chos
             return y.cos() * y.shape[0]
         x = torch.ones(6)
         """, "f(x)")
-    result = session.fix(budget_s=60)
+    result = session.fix(budget_s=600)
     custom = [t for t in result.trials if t.toggles.get("helper") == "custom_op"]
     assert custom and all(t.stale.startswith("stale: with N 3 -> 4") and "custom_op" in t.stale for t in custom)
     assert all(t.rejected for t in custom)

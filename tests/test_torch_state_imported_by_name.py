@@ -32,7 +32,7 @@ def test_counters_imported_by_name_leave_toggles_and_trials_judged(ip, tmp_path,
     assert check is not None and check.compared and check.ok, check.message
     frames_after_toggle = sum(counters["frames"].values())
     assert frames_after_toggle > 0  # torch's counts stand as torch made them, never put back
-    fix = session.fix(budget_s=6)
+    fix = session.fix(budget_s=600)
     assert "counters" not in fix.state and all("counters" not in (t.error or "") for t in fix.trials), fix.state
     assert any(t.breaks is not None for t in fix.trials), [t.error for t in fix.trials]
     import mystats

@@ -96,7 +96,7 @@ def user_modules(exclude: Iterable[dict[str, Any]] = ()) -> list[types.ModuleTyp
     return found
 
 
-#: (how many of torch's modules were loaded, the ids of their module-level containers), for ``torch_owned``.
+#: (how many modules were loaded, the ids of their module-level containers), for ``torch_owned``.
 _TORCH_OWNED: list[Any] = [-1, frozenset()]
 
 
@@ -106,15 +106,15 @@ def torch_owned(value: Any) -> bool:
     not make a run's changes to it the run's effects (an audit neither names nor puts it back)."""
     if not isinstance(value, (dict, list, set, collections.deque)):
         return False
-    modules = [m for n, m in list(sys.modules.items()) if (n == "torch" or n.startswith("torch.")) and m is not None]
-    if _TORCH_OWNED[0] != len(modules):
+    if _TORCH_OWNED[0] != len(sys.modules):  # every audit asks for each name: the scan runs once per import
+        modules = [m for n, m in list(sys.modules.items()) if (n == "torch" or n.startswith("torch.")) and m is not None]
         ids: set[int] = set()
         for module in modules:
             space = getattr(module, "__dict__", None)
             if isinstance(space, dict):
                 ids.update(id(v) for v in list(space.values())
                            if isinstance(v, (dict, list, set, collections.deque)))
-        _TORCH_OWNED[:] = [len(modules), frozenset(ids)]
+        _TORCH_OWNED[:] = [len(sys.modules), frozenset(ids)]
     return id(value) in _TORCH_OWNED[1]
 
 

@@ -225,13 +225,14 @@ class Session:
         else:
             prove()
 
-    def verify_fixes(self, budget_s: float = trial.VERIFY_BUDGET_S, *, over: str = "") -> Report:
+    def verify_fixes(self, budget_s: float | None = None, *, over: str = "") -> Report:
         """Try each toggle the report's breaks suggest on a scratch run (copies of the state, fresh
         compiled copies of the entries, torch as before) and mark each fix ``verified`` with its
         ``effect``; proven fixes come first. Trials already run for the same toggles are reused. No trial
-        starts after ``budget_s``; the fixes left say so (``over``, else the budget's own line)."""
+        starts after ``budget_s`` (None: ``trial.VERIFY_BUDGET_S``, read now); the fixes left say so (``over``,
+        else the budget's own line)."""
         self.check_open()
-        self._runner.prove_fixes(self._trials, budget_s, over=over)
+        self._runner.prove_fixes(self._trials, trial.VERIFY_BUDGET_S if budget_s is None else budget_s, over=over)
         return self.report
 
     # -- changes: each one transaction (``_transaction``) ----------------------------------------
