@@ -107,7 +107,8 @@ def torch_owned(value: Any) -> bool:
     if not isinstance(value, (dict, list, set, collections.deque)):
         return False
     if _TORCH_OWNED[0] != len(sys.modules):  # every audit asks for each name: the scan runs once per import
-        modules = [m for n, m in list(sys.modules.items()) if (n == "torch" or n.startswith("torch.")) and m is not None]
+        modules = [m for n, m in list(sys.modules.items())
+                   if (n == "torch" or n.startswith("torch.")) and m is not None]
         ids: set[int] = set()
         for module in modules:
             space = getattr(module, "__dict__", None)
