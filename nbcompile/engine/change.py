@@ -101,6 +101,19 @@ class ChangeRunner:
             w.keep(w.config_key(), self.report)
         return result
 
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Runs whose reports are thrown away (a warm-up on copies): the displayed report, what the runs
+        noted (``made_by_run``) and the run's time are as before, however they end."""
+        w = self.workload
+        report, noted, run_s = self.report, (self._run_report, self._run_made), w.run_s
+        try:
+            yield
+        finally:
+            self.recording.report = report
+            self._run_report, self._run_made = noted
+            w.run_s = run_s
+
     def made_by_run(self) -> set[str]:
         """The compile ids of the current report's recompiles that the runs of --run made."""
         return set(self._run_made) if self._run_report is self.report else set()

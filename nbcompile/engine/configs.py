@@ -56,6 +56,10 @@ class KeptConfigs:
         """Compiled wrappers of configurations forgotten (``keep``), whose code stays until a full drop."""
         return self._orphans
 
+    def get(self, key: Any) -> Kept | None:
+        """The kept configuration ``key`` as it is (not made the most recent), or None."""
+        return self._kept.get(key)
+
     def recall(self, key: Any, valid: Callable[[Kept], bool]) -> Kept | None:
         """The kept configuration ``key``, made the most recent, or None when it is not kept; one that is
         not ``valid`` (compiled on copies no longer valid) is forgotten."""

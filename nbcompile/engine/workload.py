@@ -330,6 +330,22 @@ class Workload:
         self.configs.keep(key, Kept(dict(self._wrappers), report, self._wrappers_generation))
         self._seen.add(key)
 
+    def warm_wanted(self, left: Any, changed: Collection[str]) -> bool:
+        """Whether configuration ``left``, just left by a change of ``changed``, should be compiled on the current
+        toggle copies (``Session``'s warm-up, in idle time): it was kept, but compiled on other objects (the cell's
+        own run compiles on the user's) which torch guards by identity, so a toggle back would compile again;
+        the current configuration is kept on these copies (the warm-up's way back recalls it) and the change
+        reaches only some entries (so the warm-up drops no other configuration's code)."""
+        copies = self.copies
+        if not torch_compat.CACHE_REGIONS or copies is None or copies.refused is not None or _identity_free(copies):
+            return False
+        kept, now = self.configs.get(left), self.configs.get(self.config_key())
+        if kept is None:  # dropped when the copies were made anew (a first toggle after the cell's run)
+            stale = left in self._seen and self.room_for(left)
+        else:
+            stale = kept.generation != self.generation
+        return stale and now is not None and now.generation == self.generation and self.affected(changed) is not None
+
     def compiled_again(self, key: Any) -> str:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
         when it was not seen: its code was compiled on other objects than this run's copies (the cell's own run

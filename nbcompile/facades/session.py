@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import os
 import time
 from collections.abc import Callable, Collection, Hashable, Iterator
 from typing import Any
@@ -122,6 +123,8 @@ class Session:
         self.accepted: list[Rewrite] = []
         #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
         self._deferred = 0
+        #: While a warm-up runs (``_warm_left``): nothing is drawn, and no first view is made.
+        self._silent = 0
         #: The runs of --run and the restart after a change (the engine's), handed this session as its host.
         self._runner = ChangeRunner(self.workload, self)
 
@@ -200,11 +203,12 @@ class Session:
         when the pass cannot run on copies or fails)."""
         return self._runner.first_view()
 
-    def verify_soon(self, by: float | None = None) -> None:
+    def verify_soon(self, by: float | None = None, then: Callable[[], None] | None = None) -> None:
         """Prove the report's fixes after the views are drawn: in a kernel, once the current request is
         done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now.
         ``by``: a ``time.perf_counter()`` time no proof starts after (the fix search's budget, which its
-        applying and these proofs share); the fixes left say "not tried: over the fix search's budget"."""
+        applying and these proofs share); the fixes left say "not tried: over the fix search's budget".
+        ``then``: what follows the proofs in the same idle turn (a toggle's warm-up, ``_warm_left``)."""
         def prove() -> None:
             if self._closed or self.stale is not None or self.workload.run_code is None:
                 return
@@ -215,6 +219,8 @@ class Session:
                 self.verify_fixes(budget_s=max(0.0, left), over=trial.OVER_SEARCH_BUDGET)
             self.recording.notify()
             self._show_proofs()
+            if then is not None:
+                then()
 
         try:
             loop = asyncio.get_running_loop()
@@ -252,6 +258,7 @@ class Session:
             raise NbcompileError(f"{name} is an entry: allow_in_graph on it leaves nothing to compile (the whole call "
                                  "becomes one opaque node); use allow_in_graph on a function it calls")
         previous = self.engine.mode(name)
+        left = self.workload.config_key()
 
         def change() -> None:
             self.engine.apply(name, mode)
@@ -264,7 +271,8 @@ class Session:
                 lint = "; the allow_in_graph lint says: " + "; ".join(w.message for w in self.lint(name)[:3])
             return f"{name} -> {mode} failed ({cause}); kept {name} -> {previous}{lint}"
 
-        return self._transaction(change, lambda: self.engine.apply(name, previous), failed, said=f"{name} -> {mode}")
+        return self._transaction(change, lambda: self.engine.apply(name, previous), failed, said=f"{name} -> {mode}",
+                                 then=lambda key: self._warm_left(name, previous, mode, left, key))
 
     def configure(self, **changes: Any) -> Report:
         """Change backend, mode, fullgraph, dynamic or dynamo_config (a dict of ``torch._dynamo.config`` values
@@ -343,7 +351,8 @@ class Session:
         return updated
 
     def _transaction(self, change: Callable[[], None], undo: Callable[[], None], failed: Callable[[str], str], *,
-                     said: str, prove_by: float | None = None) -> Report:
+                     said: str, prove_by: float | None = None,
+                     then: Callable[[Any], None] | None = None) -> Report:
         """One change, whole or not at all. ``change`` applies it and restarts; if that fails (or is
         interrupted), the compiled code is dropped, ``undo`` puts the previous configuration back and the old
         report is kept. Then a name taken over outside the cell makes the session stale (said in one line), an
@@ -351,7 +360,8 @@ class Session:
         which the kept report says too (the displayed report and the gutter stay on the last good view, the
         failure beside it). Done: the views redraw and the new report's fixes are proven (``verify_soon``, by
         ``prove_by`` when given). ``said``: the change, in the words that name the run the new check comes from
-        ("re-run on copies after log_metrics -> disable"), the same in every view."""
+        ("re-run on copies after log_metrics -> disable"), the same in every view. ``then``: called with the new
+        configuration's key after the proofs (``verify_soon``)."""
         old_report = self.report
         try:
             change()
@@ -378,8 +388,52 @@ class Session:
         if check is not None and check.run == "copies" and not check.source:
             check.source = f"re-run on copies after {said}"
         self.redraw()
-        self.verify_soon(by=prove_by)
+        key = self.workload.config_key()
+        self.verify_soon(by=prove_by, then=None if then is None else lambda: then(key))
         return self.report
+
+    def _warm_left(self, name: str, previous: str, mode: str, left: Any, now: Any) -> None:
+        """After ``name`` went ``previous`` -> ``mode`` (and its proofs), in the same idle turn: the configuration
+        left is compiled on the toggle copies when its kept code was compiled on other objects (the cell's own
+        run compiles on the user's, and torch guards modules and optimizers by identity), so the toggle back
+        compiles nothing. Silent: no view changes, the displayed report and the user's objects are as before
+        (it runs on the copies). Skipped when anything changed since, or when the change's run on copies was
+        not compared (a run that reads a stream or acts outside the copies is not repeated), or with
+        ``NBCOMPILE_WARM=0`` (the return then compiles, and says why: ``Report.compiled_again``). A failure drops
+        the compiled code (the next run compiles anew) and is said in the report's notice; an interrupt too,
+        then goes on."""
+        w = self.workload
+        check = self.report.check
+        if (os.environ.get("NBCOMPILE_WARM", "1") == "0" or self._closed or self.stale is not None or w.run_code is None or self.engine.mode(name) != mode
+                or w.config_key() != now or check is None or check.run != "copies" or not check.compared
+                or not w.warm_wanted(left, {name})):
+            return
+        self._silent += 1
+        failed = False
+        try:
+            with self._runner.aside():
+                try:
+                    self.engine.apply(name, previous)
+                    self._runner.restart({name})
+                finally:
+                    self.engine.apply(name, mode)
+                    self._runner.restart({name})  # recalls the kept code: a run on the copies, nothing compiles
+        except BaseException as exc:
+            failed = True
+            w.drop_compiled_code()
+            self.engine.apply(name, mode)
+            with contextlib.suppress(Exception):
+                self.engine.rebind(self.entries)
+            self.report.notice = (f"Compiling {name} -> {previous} ahead on copies (so a toggle back compiles "
+                                  f"nothing) failed ({describe_failure(exc)}); the next run compiles anew")
+            self.recording.notify()
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._silent -= 1
+            self.after_toggle()
+        if failed:
+            self.redraw()
 
     def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any:
         """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
@@ -433,7 +487,7 @@ class Session:
     def redraw(self) -> None:
         """Bring the panel and the displayed report up to date (never called from inside a compile);
         held while a view acts (``batched``): the view redraws once, after."""
-        if self._deferred:
+        if self._deferred or self._silent:
             return
         self._drawn_version = self.recording.version
         if self._panel is not None:
@@ -640,11 +694,13 @@ class Session:
     # -- the stages of a run, drawn (``ChangeHost``: the runner calls these) ------------------------
     def viewed(self) -> bool:
         """Whether someone can see a first view: a panel, or the report displayed where it can be replaced."""
-        return self._panel is not None or self.display_id is not None
+        return not self._silent and (self._panel is not None or self.display_id is not None)
 
     def show_stage(self) -> None:
         """Draw the first view now, inside the change that made it (the panel redraws whole once; the
         complete stage then updates what it adds)."""
+        if self._silent:
+            return
         if self._panel is not None:
             self._panel.show_first_view()
         else:
@@ -653,6 +709,8 @@ class Session:
     def show_complete(self) -> None:
         """The cell's own run is done after its first view: the panel updates what the complete stage adds
         (whole only when the graphs changed), and the report output is replaced."""
+        if self._silent:
+            return
         if self._panel is not None:
             self._panel.complete_view()
         else:
@@ -661,7 +719,7 @@ class Session:
 
     def show_progress(self, report: Report, elapsed_s: float) -> None:
         """A frame compiled during the backend's stage: the panel's progress line says how far it is."""
-        if self._panel is not None:
+        if self._panel is not None and not self._silent:
             self._panel.show_progress(report, elapsed_s)
 
     # -- set-up ----------------------------------------------------------------------------
