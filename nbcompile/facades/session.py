@@ -404,7 +404,8 @@ class Session:
         then goes on."""
         w = self.workload
         check = self.report.check
-        if (os.environ.get("NBCOMPILE_WARM", "1") == "0" or self._closed or self.stale is not None or w.run_code is None or self.engine.mode(name) != mode
+        if (os.environ.get("NBCOMPILE_WARM", "1") == "0" or self._closed or self.stale is not None
+                or w.run_code is None or self.engine.mode(name) != mode
                 or w.config_key() != now or check is None or check.run != "copies" or not check.compared
                 or not w.warm_wanted(left, {name})):
             return
