@@ -82,6 +82,11 @@ def test_the_guards_tab_reads_dict_keys_builtins_modules_and_tensors_as_written(
     # the report's own HTML (its "Frames and guards") reads the same
     report_html = _text(guarded.report._repr_mimebundle_()["text/html"])
     assert "'key' in d" in report_html and "__builtins_dict" not in report_html and "check_tensor(" not in report_html
+    # and the JSON the JupyterLab extension renders carries them said the same way, beside torch's own text
+    frames = guarded.report._repr_mimebundle_()[nbcompile.MIME_TYPE]["frames"]
+    said = [line for frame in frames for line in frame["guards_said"]]
+    assert [g for frame in frames for g in frame["guards"]] == raw and len(said) == len(raw)
+    assert "DICT_CONTAINS: 'key' in d" in said and not [line for line in said if INTERNAL.search(line)]
 
 
 def test_a_dict_key_recompile_says_what_changed_where_in_the_recompiles_tab(guarded, ip):

@@ -153,7 +153,9 @@ export function renderReport(report: IReport, source = ''): HTMLElement {
     const guards = el('div');
     for (const f of report.frames) {
       guards.appendChild(el('div', `${f.compile_id} ${functionLabel(f.function)}: ${f.guard_count} guards, ${f.compile_time_s.toFixed(3)} s`, 'nbcompile-frame'));
-      guards.appendChild(el('pre', f.guards.map(guardText).join('\n')));
+      // the guards as Python's views say them (every helper and alias torch uses); an older report: said here
+      const said = f.guards_said?.length === f.guards.length ? f.guards_said : f.guards.map(guardText);
+      guards.appendChild(el('pre', said.join('\n')));
     }
     root.appendChild(section('Frames and guards', guards, false));
   }

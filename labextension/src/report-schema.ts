@@ -107,6 +107,7 @@ export interface Frame {
   inputs: {
     [k: string]: string;
   };
+  guards_said: string[];
 }
 export interface Recompile {
   function: string;

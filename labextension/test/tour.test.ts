@@ -19,7 +19,7 @@ const ADAM = '/home/me/.venv/lib/python3.11/site-packages/torch/optim/adam.py';
 
 function frame(compile_id: string, fn: string, filename: string, firstlineno: number, graph_count: number): Frame {
   return {
-    compile_id, function: fn, guards: [], guard_count: 0, compile_time_s: 0.1, filename, firstlineno, graph_count,
+    compile_id, function: fn, guards: [], guards_said: [], guard_count: 0, compile_time_s: 0.1, filename, firstlineno, graph_count,
     trace_overhead_s: 0, guard_latency_us: null, guard_check_us: null, backend_time_s: null, inductor_time_s: null, collectives: [], cache: [], inputs: {}
   };
 }
@@ -226,4 +226,16 @@ test('the renderer shows no venv paths, function reprs, log lines or raw guards'
   expect(text).toContain('check_tensor(x)');
   expect(text).toContain('see torch/optim/adamw.py:3');
   expect(text).not.toMatch(/site-packages|[GL]\['|___check/);
+});
+
+test('the guards are shown as the report says them, else translated here (a report saved before guards_said)', () => {
+  const r = tour();
+  r.frames[0].guards = ["___dict_contains('k', G['CFG'])"];
+  r.frames[0].guards_said = ["'k' in CFG"];
+  expect(renderReport(r).textContent).toContain("'k' in CFG");
+  expect(renderReport(r).textContent).not.toContain('___dict_contains');
+  const old = tour() as any;
+  old.frames[0].guards = ["EQUALS_MATCH: G['SCALE'] == 2"];
+  delete old.frames[0].guards_said;
+  expect(renderReport(old).textContent).toContain('EQUALS_MATCH: SCALE == 2');
 });

@@ -21,7 +21,7 @@ from .diff import ReportDiff as ReportDiff
 from .diff import diff_reports
 from .render import MIME_TYPE as MIME_TYPE
 from .render import compile_id_text as compile_id_text
-from .render import mimebundle, summary_line, to_text
+from .render import guard_text, mimebundle, summary_line, to_text
 from .status import CheckKind, CheckRule
 
 SCHEMA_VERSION = 1
@@ -704,6 +704,9 @@ class Report:
         data["recompile_count"] = self.recompile_count
         data["frame_count"] = self.frame_count
         data["compile_time_s"] = sum(t for f in self.frames if _finite_seconds(t := f.compile_time_s))
+        # each frame's guards as the views say them (the names the user wrote), beside torch's own text
+        for said, frame in zip(data["frames"], self.frames, strict=True):
+            said["guards_said"] = [guard_text(g) for g in frame.guards]
         safe: dict[str, Any] = json_safe(data)
         return safe
 

@@ -27,6 +27,12 @@ _DERIVED = {
     "result": {"type": ["string", "null"]},
 }
 
+#: Keys ``Report.to_json`` adds to a dataclass's own (by the dataclass's name).
+_DERIVED_OF = {
+    # each guard as the views say it (``render.guard_text``): ``x is the same object``, never ``___check_obj_id``
+    "Frame": {"guards_said": {"type": "array", "items": {"type": "string"}}},
+}
+
 
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = typing.get_origin(tp)
@@ -74,6 +80,7 @@ def _dataclass_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
         if f.name == "result":
             continue
         props[f.name] = _type_schema(hints[f.name], defs)
+    props.update(_DERIVED_OF.get(cls.__name__, {}))
     return {
         "type": "object",
         "properties": props,
