@@ -184,33 +184,42 @@ def around(compiled: Any, changes: Mapping[str, Any]) -> Any:
     if not changes:
         return compiled
     frozen = dict(changes)
+
+    def call(inner: Any, *args: Any, **kwargs: Any) -> Any:
+        with applied(frozen):
+            return inner(*args, **kwargs)
+
+    return wrap_call(compiled, call)
+
+
+def wrap_call(compiled: Any, call: Any) -> Any:
+    """``compiled`` called through ``call(inner, *args, **kwargs)`` from eager code; called from compiled code
+    (the session's own, which set all of it already), straight. A module keeps its type and stays the same
+    object (Dynamo unwraps an ``OptimizedModule`` called from compiled code only when its type is exactly that:
+    a subclass would be traced, and break in ``Module.train``'s ``__setattr__``): its instance's ``forward`` goes
+    through ``call``, so code that sets its attributes or asks ``isinstance`` sees what it would without it."""
     import functools
 
     import torch
 
     if isinstance(compiled, torch.nn.Module):
-        # The module keeps its type (Dynamo unwraps an OptimizedModule called from compiled code only when its
-        # type is exactly that: a subclass would be traced, and break in ``Module.train``'s ``__setattr__``);
-        # the instance's forward sets the config around a call from eager code.
         inner = compiled.forward
 
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling():  # called from the session's compiled code: the config is set
+            if torch.compiler.is_compiling():
                 return inner(*args, **kwargs)
-            with applied(frozen):
-                return inner(*args, **kwargs)
+            return call(inner, *args, **kwargs)
 
         compiled.forward = forward
         return compiled
 
     @functools.wraps(compiled)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():  # inside the session's compiled code: the config is set already
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
             return compiled(*args, **kwargs)
-        with applied(frozen):
-            return compiled(*args, **kwargs)
+        return call(compiled, *args, **kwargs)
 
-    return call
+    return wrapped
 
 
 def value_text(value: Any) -> str:

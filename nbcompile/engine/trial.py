@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterator
@@ -640,25 +639,16 @@ def marking(compiled: Any, target: Any, options: dict[str, Any]) -> Any:
 
 
 def _around(compiled: Any, call: Callable[..., Any]) -> Any:
-    """``compiled`` called through ``call(compiled, *args, **kwargs)``. A compiled module stays the module
-    (its class swapped for a subclass whose ``__call__`` goes through ``call``), so code that sets its
-    attributes or asks ``isinstance`` sees what it would without the trial."""
-    if isinstance(compiled, torch.nn.Module):
-        base = type(compiled)
-
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return call(lambda *a, **k: base.__call__(self, *a, **k), *args, **kwargs)
-
-        compiled.__class__ = type(base.__name__, (base,), {"__call__": __call__})
-        return compiled
-    return functools.wraps(compiled)(lambda *args, **kwargs: call(compiled, *args, **kwargs))
+    """``compiled`` called through ``call(compiled, *args, **kwargs)`` (``dynconfig.wrap_call``: a compiled
+    module stays the module, of its own type)."""
+    return dynconfig.wrap_call(compiled, call)
 
 
 def _marked(compiled: Any, target: Any, mark: tuple[str, str, int, str]) -> Any:
     import inspect as _inspect
 
-    try:
-        signature = _inspect.signature(target)
+    try:  # a module's own signature is ``(*args, **kwargs)``: its forward's names the parameter
+        signature = _inspect.signature(target.forward if isinstance(target, torch.nn.Module) else target)
     except (TypeError, ValueError):
         return compiled
     _, param, dim, kind = mark
