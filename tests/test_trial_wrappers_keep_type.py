@@ -73,6 +73,7 @@ def test_a_module_entrys_recompile_gets_its_mark_proven(ip):
     """The trial marks the dimension on the module's forward's own parameter (a module's signature is
     ``(*args, **kwargs)``: the mark was never applied, and the fix was never proven)."""
     import nbcompile
+
     from nbhelpers import run_compile_cell
 
     run_compile_cell(ip, '--backend eager --no-panel --entry model --run "[model(torch.ones(n)) for n in (3, 5, 7)]"',
