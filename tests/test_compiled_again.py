@@ -6,6 +6,7 @@ was not compared) the return compiles, and the report says so and why, once."""
 
 from __future__ import annotations
 
+import pytest
 from click_harness import BY_NAME, differences, digest
 from torch._dynamo.utils import counters
 
@@ -87,3 +88,43 @@ def test_a_failed_warm_up_keeps_the_toggle_and_the_report_and_says_so(ip, monkey
     session.set("log_metrics", "compile")  # the code was dropped: this compiles, and works
     assert session.report.check is not None and session.report.check.ok, session.report.check.message
     assert differences(digest(ip.user_ns, cell.state), mine, exact=True) == []
+
+
+@pytest.mark.kernel
+def test_in_a_real_kernel_the_warm_up_runs_after_the_click_and_the_first_return_compiles_nothing():
+    """In a kernel the proofs and the warm-up run on the event loop's next turn, after the click's redraw: the
+    panel shows the toggle's report, and by the next request the configuration left is compiled on copies."""
+    pytest.importorskip("ipykernel")
+    import json
+    import pathlib
+
+    from nbhelpers import real_kernel, run_in_kernel
+
+    tests = pathlib.Path(__file__).resolve().parent
+    cell = BY_NAME["adamw_cosine_bn"]
+    with real_kernel() as (_, kc):
+        setup = (f"import sys; sys.path.insert(0, {str(tests)!r})\n%load_ext nbcompile\n"
+                 "from click_harness import digest\nfrom torch._dynamo.utils import counters\n" + cell.setup)
+        assert run_in_kernel(kc, setup)[2]["status"] == "ok"
+        body = f"%%compile --backend eager --run '{cell.run}'\n{cell.body}"
+        assert run_in_kernel(kc, body)[2]["status"] == "ok"
+        probe = ("import json, torch\nS = nbcompile.last()\nprint('JSON' + json.dumps({'frames': "
+                 "sum(counters['frames'].values()), 'mode': S.toggles['log_metrics'], 'ok': S.report.check.ok, "
+                 "'notice': S.report.notice, 'again': S.report.compiled_again}))")
+
+        def probed(code: str) -> dict:
+            out, _, reply = run_in_kernel(kc, "import nbcompile\n" + code + "\n" + probe)
+            assert reply["status"] == "ok", reply
+            return json.loads(next(p for p in "".join(out).splitlines() if p.startswith("JSON"))[4:])
+
+        first = probed(f"P = nbcompile.last().panel()\nMINE = digest(globals(), {cell.state!r})")
+        clicked = probed("P.function_rows['log_metrics'].value = 'disable'")
+        assert clicked["mode"] == "disable" and clicked["ok"] and clicked["notice"] == "", clicked
+        assert clicked["frames"] > first["frames"]
+        idle = probed("")  # the click's proofs and the warm-up ran in the idle turn before this request
+        back = probed("P.function_rows['log_metrics'].value = 'compile'")
+        assert back["mode"] == "compile" and back["ok"] and back["again"] == "", back
+        assert back["frames"] == idle["frames"], (idle, back)  # the first return compiled nothing
+        same = run_in_kernel(kc, "from click_harness import differences\n"
+                                 f"print('SAME', differences(digest(globals(), {cell.state!r}), MINE, exact=True))")
+        assert "SAME []" in "".join(same[0]), same
