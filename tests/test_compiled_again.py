@@ -1,12 +1,14 @@
 """Issue 34, point 4: going back to a configuration already seen compiles nothing. The cell's own run compiles
 on the user's objects, which torch guards by identity, and a toggle runs on copies: after a toggle, in the same
-idle turn as its proofs, the configuration left is compiled ahead on the copies (silently, on copies only), so
-the first return compiles nothing either. Without that warm-up (``NBCOMPILE_WARM=0``, or a run on copies that
-was not compared) the return compiles, and the report says so and why, once."""
+idle turn as its proofs (in a kernel; ``NBCOMPILE_WARM=1`` in a plain shell too), the configuration left is
+compiled ahead on the copies (silently, on copies only), so the first return compiles nothing either. Without
+that warm-up (a plain shell, ``NBCOMPILE_WARM=0``, or a run on copies that was not compared) the return
+compiles, and the report says so and why, once."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from click_harness import BY_NAME, differences, digest
 from torch._dynamo.utils import counters
 
@@ -25,12 +27,14 @@ def _cell(ip, backend: str = "eager"):
     return cell, nbcompile.last()
 
 
-def test_the_first_return_to_the_cells_configuration_compiles_nothing_and_the_warm_up_touches_nothing(ip):
+def test_the_first_return_to_the_cells_configuration_compiles_nothing_and_the_warm_up_touches_nothing(ip, monkeypatch):
+    monkeypatch.setenv("NBCOMPILE_WARM", "1")  # in a plain shell too (a kernel's idle turn: the kernel test below)
     cell, session = _cell(ip)
     mine = digest(ip.user_ns, cell.state)
     disabled = session.set("log_metrics", "disable")
     assert session.report is disabled and session.toggles["log_metrics"] == "disable"
     assert disabled.notice == "" and disabled.check is not None and disabled.check.ok, disabled.check
+    assert isinstance(disabled.result, torch.Tensor)  # the toggle's run value, kept through the warm-up
     assert disabled.check.source == "re-run on copies after log_metrics -> disable"  # the toggle's, not the warm-up's
     assert differences(digest(ip.user_ns, cell.state), mine, exact=True) == []  # the warm-up ran on copies
     for mode in ("compile", "disable", "compile"):  # the cell's configuration first: compiled ahead on the copies
@@ -42,8 +46,13 @@ def test_the_first_return_to_the_cells_configuration_compiles_nothing_and_the_wa
     assert differences(digest(ip.user_ns, cell.state), mine, exact=True) == []
 
 
-def test_without_the_warm_up_the_first_return_says_why_it_compiles_and_the_next_compiles_nothing(ip, monkeypatch):
-    monkeypatch.setenv("NBCOMPILE_WARM", "0")
+@pytest.mark.parametrize("warm", ["0", None])
+def test_without_the_warm_up_the_first_return_says_why_it_compiles_and_the_next_compiles_nothing(ip, monkeypatch,
+                                                                                                 warm):
+    if warm is None:  # a plain shell has no idle turn: no warm-up unless asked for
+        monkeypatch.delenv("NBCOMPILE_WARM", raising=False)
+    else:
+        monkeypatch.setenv("NBCOMPILE_WARM", warm)
     cell = BY_NAME["adamw_cosine_bn"]
     assert ip.run_cell(cell.setup).success
     assert ip.run_cell(f"%%compile --backend eager --no-panel --run '{cell.run}'\n{cell.body}").success
@@ -67,6 +76,7 @@ def test_without_the_warm_up_the_first_return_says_why_it_compiles_and_the_next_
 
 
 def test_a_failed_warm_up_keeps_the_toggle_and_the_report_and_says_so(ip, monkeypatch):
+    monkeypatch.setenv("NBCOMPILE_WARM", "1")
     cell, session = _cell(ip)
     mine = digest(ip.user_ns, cell.state)
     real = session._runner.restart  # noqa: SLF001
@@ -80,12 +90,15 @@ def test_a_failed_warm_up_keeps_the_toggle_and_the_report_and_says_so(ip, monkey
 
     monkeypatch.setattr(session._runner, "restart", restart)  # noqa: SLF001
     disabled = session.set("log_metrics", "disable")
-    assert len(calls) == 3  # the warm-up went back to the toggle's configuration after the failure
+    assert len(calls) == 2  # the way back rebinds the toggle's kept code: no restart
     assert session.report is disabled and session.toggles["log_metrics"] == "disable"
     assert disabled.check is not None and disabled.check.ok
     assert "log_metrics -> compile ahead on copies" in disabled.notice and "RuntimeError" in disabled.notice
     monkeypatch.setattr(session._runner, "restart", real)  # noqa: SLF001
-    session.set("log_metrics", "compile")  # the code was dropped: this compiles, and works
+    before = _frames()
+    session.set("log_metrics", "disable")  # the toggle's code stayed kept: nothing compiles
+    assert _frames() == before
+    session.set("log_metrics", "compile")  # the configuration left was not warmed: this compiles, and works
     assert session.report.check is not None and session.report.check.ok, session.report.check.message
     assert differences(digest(ip.user_ns, cell.state), mine, exact=True) == []
 

@@ -73,6 +73,8 @@ class ChangeRunner:
         #: a trial tries those recompiles' fixes; any other came from a later cell.
         self._run_report: Report | None = None
         self._run_made: set[str] = set()
+        #: Whether a run on copies is judged against eager (not during a warm-up: ``aside``).
+        self._judging = True
         #: While the backend compiles (the complete stage), since when: the panel's progress line.
         self._compiling = False
         self._stage_began = time.perf_counter()
@@ -103,14 +105,19 @@ class ChangeRunner:
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
-        """Runs whose reports are thrown away (a warm-up on copies): the displayed report, what the runs
-        noted (``made_by_run``) and the run's time are as before, however they end."""
+        """Runs whose reports are thrown away (a warm-up on copies): no eager reference is run (no verdict is
+        wanted), and the displayed report (its run value too), what the runs noted (``made_by_run``) and the
+        run's time are as before, however they end."""
         w = self.workload
         report, noted, run_s = self.report, (self._run_report, self._run_made), w.run_s
+        result = report.result
+        self._judging = False
         try:
             yield
         finally:
+            self._judging = True
             self.recording.report = report
+            report.result = result
             self._run_report, self._run_made = noted
             w.run_s = run_s
 
@@ -153,7 +160,7 @@ class ChangeRunner:
                                       compared=False)
             self.recording.notify()
             return None
-        replay = w.replay(code) if w.options.check and not view_only else None
+        replay = w.replay(code) if w.options.check and not view_only and self._judging else None
         # the user's own run: which tensors it leaves unwritten, so runs on copies of a state over the copy
         # budget can share those rather than copy them (toggles, trials)
         watch = w.watch(code) if mine is None and (replay is None or replay.refused is not None

@@ -82,6 +82,12 @@ class KeptConfigs:
             used = {id(w[1]) for other in self._kept.values() for w in other.wrappers.values()}
             self._orphans += sum(1 for w in gone.wrappers.values() if id(w[1]) not in used)
 
+    def room_for_another(self, entries: int, *, replacing: bool = False) -> bool:
+        """Whether one more configuration (``replacing`` one kept) can be kept with none forgotten, nor all
+        compiled code dropped."""
+        return (len(self._kept) - replacing < KEEP_CONFIGS and KEEP_CONFIGS >= 2
+                and self._orphans < KEEP_CONFIGS * max(1, entries))
+
     def room_for(self, key: Any, entries: int) -> bool:
         """Whether a new configuration ``key`` may compile beside the code kept, for a workload of ``entries``
         entries (else: drop it all first)."""

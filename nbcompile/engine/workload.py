@@ -341,10 +341,13 @@ class Workload:
             return False
         kept, now = self.configs.get(left), self.configs.get(self.config_key())
         if kept is None:  # dropped when the copies were made anew (a first toggle after the cell's run)
-            stale = left in self._seen and self.room_for(left)
+            stale = left in self._seen
         else:
             stale = kept.generation != self.generation
-        return stale and now is not None and now.generation == self.generation and self.affected(changed) is not None
+        # room for it beside what is kept, none forgotten (a stale one is forgotten first, when recalled)
+        room = self.configs.room_for_another(len(self.entries), replacing=kept is not None)
+        return (stale and room and now is not None and now.generation == self.generation
+                and self.affected(changed) is not None)
 
     def compiled_again(self, key: Any) -> str:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``

@@ -208,7 +208,8 @@ class Session:
         done (the event loop's next turn: a toggle redraws at once, its proofs follow); elsewhere now.
         ``by``: a ``time.perf_counter()`` time no proof starts after (the fix search's budget, which its
         applying and these proofs share); the fixes left say "not tried: over the fix search's budget".
-        ``then``: what follows the proofs in the same idle turn (a toggle's warm-up, ``_warm_left``)."""
+        ``then``: what follows the proofs in the same idle turn (a toggle's warm-up, ``_warm_left``): in a kernel,
+        unless ``NBCOMPILE_WARM=0``; elsewhere only with ``NBCOMPILE_WARM=1``."""
         def prove() -> None:
             if self._closed or self.stale is not None or self.workload.run_code is None:
                 return
@@ -219,13 +220,14 @@ class Session:
                 self.verify_fixes(budget_s=max(0.0, left), over=trial.OVER_SEARCH_BUDGET)
             self.recording.notify()
             self._show_proofs()
-            if then is not None:
+            if then is not None and (idle or os.environ.get("NBCOMPILE_WARM") == "1"):
                 then()
 
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        idle = loop is not None and os.environ.get("NBCOMPILE_WARM") != "0"
         if loop is not None:
             loop.call_soon(prove)
         else:
@@ -396,45 +398,45 @@ class Session:
         """After ``name`` went ``previous`` -> ``mode`` (and its proofs), in the same idle turn: the configuration
         left is compiled on the toggle copies when its kept code was compiled on other objects (the cell's own
         run compiles on the user's, and torch guards modules and optimizers by identity), so the toggle back
-        compiles nothing. Silent: no view changes, the displayed report and the user's objects are as before
-        (it runs on the copies). Skipped when anything changed since, or when the change's run on copies was
-        not compared (a run that reads a stream or acts outside the copies is not repeated), or with
-        ``NBCOMPILE_WARM=0`` (the return then compiles, and says why: ``Report.compiled_again``). A failure drops
-        the compiled code (the next run compiles anew) and is said in the report's notice; an interrupt too,
-        then goes on."""
+        compiles nothing. Silent and on copies only: no view changes, no eager reference runs, the displayed
+        report and the user's objects are as before, and the current configuration's kept code is rebound
+        (nothing compiles or runs for it). In a kernel only (``NBCOMPILE_WARM``: ``0`` never, ``1`` in a plain
+        shell too, inside the change). Skipped when anything changed since, when there is no room to keep it
+        beside the configurations kept, or when the change's run on copies was not compared (a run that reads a
+        stream or acts outside the copies is not repeated). A failure (an interrupt too) rebinds the current
+        configuration's kept code, says so in the report's notice, and goes on: the return then compiles."""
         w = self.workload
         check = self.report.check
-        if (os.environ.get("NBCOMPILE_WARM", "1") == "0" or self._closed or self.stale is not None
-                or w.run_code is None or self.engine.mode(name) != mode
+        if (self._closed or self.stale is not None or w.run_code is None or self.engine.mode(name) != mode
                 or w.config_key() != now or check is None or check.run != "copies" or not check.compared
                 or not w.warm_wanted(left, {name})):
             return
+        drawn = self._drawn_version == self.recording.version
         self._silent += 1
-        failed = False
+        failed: BaseException | None = None
         try:
             with self._runner.aside():
                 try:
                     self.engine.apply(name, previous)
                     self._runner.restart({name})
+                except BaseException as exc:  # noqa: BLE001  an interrupt in an idle turn is said, not raised
+                    failed = exc
                 finally:
                     self.engine.apply(name, mode)
-                    self._runner.restart({name})  # recalls the kept code: a run on the copies, nothing compiles
-        except BaseException as exc:
-            failed = True
-            w.drop_compiled_code()
-            self.engine.apply(name, mode)
-            with contextlib.suppress(Exception):
-                self.engine.rebind(self.entries)
-            self.report.notice = (f"Compiling {name} -> {previous} ahead on copies (so a toggle back compiles "
-                                  f"nothing) failed ({describe_failure(exc)}); the next run compiles anew")
-            self.recording.notify()
-            if not isinstance(exc, Exception):
-                raise
+                    if w.recall(now) is None:  # forgotten or made stale: the next run compiles it anew
+                        w.drop_compiled_code()
+                        with contextlib.suppress(Exception):
+                            self.engine.rebind(self.entries)
         finally:
             self._silent -= 1
             self.after_toggle()
-        if failed:
+        if failed is not None:
+            self.report.notice = (f"Compiling {name} -> {previous} ahead on copies (so a toggle back compiles "
+                                  f"nothing) failed ({describe_failure(failed)}); a toggle back compiles it")
+            self.recording.notify()
             self.redraw()
+        elif drawn:  # nothing the views show changed
+            self._drawn_version = self.recording.version
 
     def bench(self, expr: str | None = None, min_run_time: float = 0.5) -> Any:
         """Time EXPR eager, with this session's toggles and options, and (if any toggle is set) with
