@@ -187,6 +187,12 @@ def _file_positions() -> dict[int, tuple[str, int]]:
     return out
 
 
+def _size(fd: int) -> int | None:
+    with contextlib.suppress(OSError):
+        return os.fstat(fd).st_size
+    return None
+
+
 def _position(fd: int, path: str) -> int | None:
     """The position of ``fd`` when it is still the regular file ``path`` (a file closed and its fd reused is
     another file: None)."""
@@ -409,6 +415,7 @@ class _ModuleAudit:
         self.imports = {name for name in replay.imports if name not in sys.modules}
         self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
         self.files = _file_positions()  # open files: a run that reads or writes one moves its position
+        self.sizes = {fd: _size(fd) for fd in self.files}  # an append moves a file's end with its position
         # the user's names no copy holds (a list a forward hook appends to, a class attribute, a bound method's
         # object): each one's shallow contents, put back and named if a run on the copies changes them
         main = replay.namespace  # the notebook's names, when the run's caller gave them
@@ -456,6 +463,9 @@ class _ModuleAudit:
             effects.extend(shallow.settle(put_back=self.put_back))
         for fd, (path, was) in self.files.items():
             now = _position(fd, path)
+            if now is not None and now != was and path.endswith(" (deleted)") and self.sizes.get(fd) == was \
+                    and _size(fd) == now:  # appended to a file no name reaches (a log handler's old capture file)
+                continue
             if now is not None and now != was:  # os.read, a file object's read or write: the stream moved
                 with contextlib.suppress(OSError):
                     os.lseek(fd, was, os.SEEK_SET)
