@@ -9,6 +9,7 @@ import os
 import tempfile
 
 import nbcompile
+
 from nbhelpers import run_compile_cell
 
 CELL = """\
