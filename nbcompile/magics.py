@@ -29,7 +29,8 @@ from .engine.library import is_library_name
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades import cache as compile_cache
-from .facades.session import Session, create_session, last, sessions
+from .facades.cellsession import create_session
+from .facades.session import Session, last, sessions
 from .facades.traces import load
 from .model.render import MIME_TYPE, set_effect
 from .views.env import widgets_supported

@@ -85,7 +85,7 @@ def test_two_sessions_on_one_library_function_reset_in_any_order(ip, tmp_path, m
 def test_sessions_in_two_namespaces_layer_one_library_function(ip, tmp_path, monkeypatch):
     """Two holders of one attribute at once (no take-over): every order of letting go gives it back."""
     from nbcompile.core.options import CellOptions
-    from nbcompile.facades.session import create_session
+    from nbcompile.facades.cellsession import create_session
 
     monkeypatch.syspath_prepend(str(tmp_path))
     lib = _library(tmp_path)

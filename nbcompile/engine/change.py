@@ -73,8 +73,8 @@ class ChangeRunner:
         #: a trial tries those recompiles' fixes; any other came from a later cell.
         self._run_report: Report | None = None
         self._run_made: set[str] = set()
-        #: Whether a run on copies is judged against eager (not during a warm-up: ``aside``).
-        self._judging = True
+        #: During a warm-up (``warm``): runs are not judged against eager, nothing is drawn, no first view.
+        self._aside = False
         #: While the backend compiles (the complete stage), since when: the panel's progress line.
         self._compiling = False
         self._stage_began = time.perf_counter()
@@ -111,15 +111,37 @@ class ChangeRunner:
         w = self.workload
         report, noted, run_s = self.report, (self._run_report, self._run_made), w.run_s
         result = report.result
-        self._judging = False
+        self._aside = True
         try:
             yield
         finally:
-            self._judging = True
+            self._aside = False
             self.recording.report = report
             report.result = result
             self._run_report, self._run_made = noted
             w.run_s = run_s
+
+    def warm(self, name: str, previous: str, mode: str, now: Any) -> BaseException | None:
+        """The configuration with ``name`` at ``previous`` compiled and run on the toggle copies, aside (nothing
+        drawn or judged, the displayed report kept), so a toggle back to it compiles nothing; then ``name`` back
+        at ``mode`` and configuration ``now``'s kept code rebound (nothing compiles or runs for it; when it is
+        not kept any more, all compiled code is dropped and the next run compiles anew). Returns the failure
+        (an interrupt too: a warm-up runs in an idle turn, where nothing may raise), or None."""
+        w = self.workload
+        failed: BaseException | None = None
+        with self.aside():
+            try:
+                w.engine.apply(name, previous)
+                self.restart({name})
+            except BaseException as exc:  # noqa: BLE001  said by the caller, never raised from an idle turn
+                failed = exc
+            finally:
+                w.engine.apply(name, mode)
+                if w.recall(now) is None:
+                    w.drop_compiled_code()
+                    with contextlib.suppress(Exception):
+                        w.engine.rebind(w.entries)
+        return failed
 
     def made_by_run(self) -> set[str]:
         """The compile ids of the current report's recompiles that the runs of --run made."""
@@ -160,7 +182,7 @@ class ChangeRunner:
                                       compared=False)
             self.recording.notify()
             return None
-        replay = w.replay(code) if w.options.check and not view_only and self._judging else None
+        replay = w.replay(code) if w.options.check and not view_only and not self._aside else None
         # the user's own run: which tensors it leaves unwritten, so runs on copies of a state over the copy
         # budget can share those rather than copy them (toggles, trials)
         watch = w.watch(code) if mine is None and (replay is None or replay.refused is not None
@@ -379,7 +401,7 @@ class ChangeRunner:
         """Whether a change shows Dynamo's view before the backend compiles: someone can see it (a panel, or
         the report displayed where it can be replaced), the backend generates code (not ``eager`` or
         ``aot_eager``), there is --run to run, and ``NBCOMPILE_FIRST_VIEW`` is not 0."""
-        return self.host.viewed() and self._two_stages()
+        return not self._aside and self.host.viewed() and self._two_stages()
 
     def first_view(self) -> bool:
         """Before the cell's own run (in a kernel, where the report it displays can be replaced): Dynamo's view
@@ -434,7 +456,8 @@ class ChangeRunner:
     def _on_progress(self, report: Report) -> None:
         """A frame compiled during the backend's stage: the host's progress line says how far it is."""
         if self._compiling:
-            self.host.show_progress(report, time.perf_counter() - self._stage_began)
+            if not self._aside:
+                self.host.show_progress(report, time.perf_counter() - self._stage_began)
 
     # -- what the entries that kept their code keep ---------------------------------------------
     def _carry(self, report: Report, old: Report, affected: Collection[str]) -> None:

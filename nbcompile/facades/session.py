@@ -37,7 +37,6 @@ from ..core.text import plural
 from ..engine import library, trial
 from ..engine import snippet as export_ops
 from ..engine import timing as bench_ops
-from ..engine.cellplan import _default_entries, _resolve_entries, _tracked_objects, cell_key, plan_cell
 from ..engine.change import ChangeRunner, toggle_name
 from ..engine.custom_ops import export_code
 from ..engine.replay import swapping
@@ -51,7 +50,7 @@ from . import rewrites
 from .fixrun import FixRun
 from .rewrites import CellRewrites
 
-__all__ = ["FixRun", "Session", "create_session", "last", "sessions"]
+__all__ = ["FixRun", "Session", "last", "session_of_cell", "sessions"]
 
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
@@ -65,6 +64,11 @@ _WHOLE = object()
 def sessions() -> list[Session]:
     """Every live session, oldest first (at most one per cell)."""
     return list(_SESSIONS)
+
+
+def session_of_cell(key: Hashable) -> Session | None:
+    """The open session a cell (``cellplan.cell_key``) made last, or None."""
+    return _BY_CELL.get(key)
 
 
 def last() -> Session | None:
@@ -123,8 +127,6 @@ class Session:
         self.accepted: list[Rewrite] = []
         #: While a view acts (a panel click), the view redraws once when it is done; the session does not.
         self._deferred = 0
-        #: While a warm-up runs (``_warm_left``): nothing is drawn, and no first view is made.
-        self._silent = 0
         #: The runs of --run and the restart after a change (the engine's), handed this session as its host.
         self._runner = ChangeRunner(self.workload, self)
 
@@ -412,23 +414,9 @@ class Session:
                 or not w.warm_wanted(left, {name})):
             return
         drawn = self._drawn_version == self.recording.version
-        self._silent += 1
-        failed: BaseException | None = None
         try:
-            with self._runner.aside():
-                try:
-                    self.engine.apply(name, previous)
-                    self._runner.restart({name})
-                except BaseException as exc:  # noqa: BLE001  an interrupt in an idle turn is said, not raised
-                    failed = exc
-                finally:
-                    self.engine.apply(name, mode)
-                    if w.recall(now) is None:  # forgotten or made stale: the next run compiles it anew
-                        w.drop_compiled_code()
-                        with contextlib.suppress(Exception):
-                            self.engine.rebind(self.entries)
+            failed = self._runner.warm(name, previous, mode, now)
         finally:
-            self._silent -= 1
             self.after_toggle()
         if failed is not None:
             self.report.notice = (f"Compiling {name} -> {previous} ahead on copies (so a toggle back compiles "
@@ -490,7 +478,7 @@ class Session:
     def redraw(self) -> None:
         """Bring the panel and the displayed report up to date (never called from inside a compile);
         held while a view acts (``batched``): the view redraws once, after."""
-        if self._deferred or self._silent:
+        if self._deferred:
             return
         self._drawn_version = self.recording.version
         if self._panel is not None:
@@ -697,13 +685,11 @@ class Session:
     # -- the stages of a run, drawn (``ChangeHost``: the runner calls these) ------------------------
     def viewed(self) -> bool:
         """Whether someone can see a first view: a panel, or the report displayed where it can be replaced."""
-        return not self._silent and (self._panel is not None or self.display_id is not None)
+        return self._panel is not None or self.display_id is not None
 
     def show_stage(self) -> None:
         """Draw the first view now, inside the change that made it (the panel redraws whole once; the
         complete stage then updates what it adds)."""
-        if self._silent:
-            return
         if self._panel is not None:
             self._panel.show_first_view()
         else:
@@ -712,8 +698,6 @@ class Session:
     def show_complete(self) -> None:
         """The cell's own run is done after its first view: the panel updates what the complete stage adds
         (whole only when the graphs changed), and the report output is replaced."""
-        if self._silent:
-            return
         if self._panel is not None:
             self._panel.complete_view()
         else:
@@ -722,7 +706,7 @@ class Session:
 
     def show_progress(self, report: Report, elapsed_s: float) -> None:
         """A frame compiled during the backend's stage: the panel's progress line says how far it is."""
-        if self._panel is not None and not self._silent:
+        if self._panel is not None:
             self._panel.show_progress(report, elapsed_s)
 
     # -- set-up ----------------------------------------------------------------------------
@@ -784,64 +768,3 @@ class Session:
         self.check_open()
         if self.busy:
             raise NbcompileError("a proof or a trial of this session is running; change it again when it ends")
-
-
-def create_session(
-    namespace: dict[str, Any],
-    body: str,
-    options: CellOptions,
-    *,
-    cache_source: Callable[[str], str],
-    label: str = "",
-    cell_id: str | None = None,
-    after_body: Callable[[], None] | None = None,
-) -> Session | None:
-    """Check the cell, retire its previous session, run the body and set up the new session.
-
-    ``body`` is Python (IPython syntax already transformed). ``cache_source``
-    registers the source with the shell (so tracebacks and
-    ``inspect.getsource`` see it) and returns the filename to compile it
-    under. The magic line is kept as a blank first line, so line numbers in
-    the compiled code are the cell's lines as displayed. Returns None (and
-    says so) when the cell defines nothing to compile.
-    """
-    source = "\n" + body
-    filename = cache_source(source)
-    code = compile(source, filename, "exec")  # SyntaxError: as Python gives it, nothing has run
-    cell = plan_cell(body, options, namespace)
-    key = cell_key(namespace, cell, cell_id, body, options.entries)
-    previous = _BY_CELL.get(key)
-    if previous is not None:
-        previous.reset()
-    exec(code, namespace)
-    if after_body is not None:
-        after_body()
-    tracked = _tracked_objects(namespace, cell, filename)
-    if options.entries:
-        entries = _resolve_entries(options.entries, namespace, tracked)
-    else:
-        entries = _default_entries(namespace, cell, tracked)
-    session_tracked = dict(tracked)
-    for name in options.track:
-        session_tracked[name] = library.resolve(name)[1]
-    tracked = session_tracked
-    for name, _mode in options.initial_toggles():
-        if not is_torch_name(name) and name not in tracked:
-            raise NbcompileError(f"{name} is not a function nbcompile can track (a def of this cell, a method "
-                                 "of an nn.Module subclass of this cell, or a name the cell binds to a function "
-                                 "its own code made)")
-    if not entries:
-        print(f"%%compile: nothing to compile: this cell defines no function or nn.Module subclass to compile"
-              f"{' (defined: ' + ', '.join(cell.names) + ')' if cell.names else ''}; give --entry NAME to compile "
-              "a function or an nn.Module instance defined elsewhere")
-        return None
-    session = Session(namespace, source=source, filename=filename, options=options, cell=cell,
-                      tracked=tracked, entries=entries, label=label, cell_key=key)
-    for older in sessions():
-        if older.namespace is namespace and older is not session:
-            taken = [n for n in session.engine.bindings if n in older.engine.bindings]
-            if taken:
-                older.mark_stale(f"{', '.join(taken[:3])} {'was' if len(taken) == 1 else 'were'} taken over by "
-                                  f"%%compile cell {label}".rstrip())
-    session.start()
-    return session
