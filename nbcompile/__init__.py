@@ -17,7 +17,7 @@ from .core.errors import NbcompileError, RecompileRefused
 from .engine.snippet import export
 from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
 from .engine.toggles import available_function_modes
-from .facades.api import inspect
+from .facades.api import inspect, torch_support
 from .facades.session import Session, last, sessions
 from .facades.traces import Traces, follow, load
 from .magics import load_ipython_extension, unload_ipython_extension
@@ -72,6 +72,7 @@ __all__ = [
     "Traces",
     "inspect",
     "last",
+    "torch_support",
     "load_ipython_extension",
     "sessions",
     "unload_ipython_extension",

@@ -125,3 +125,22 @@ def _inspect_spec(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], option
 
     return trial.Spec(capture=lambda: replay_for(fn, args, kwargs), compiled=compiled, eager=call_with, originals={},
                       backend=backend)
+
+
+def torch_support() -> dict[str, bool | str]:
+    """The optional torch features nbcompile uses, for the running torch: name -> True, or why it is off and
+    what nbcompile does without it (a string). Feature-tested at import (``core.torch_compat``), never by
+    the version number."""
+    flags = {
+        "isolate_recompiles": torch_compat.ISOLATE_RECOMPILES,
+        "cache regions": torch_compat.CACHE_REGIONS,
+        "nonstrict_trace": torch_compat.NONSTRICT_TRACE,
+        "custom_op": torch_compat.CUSTOM_OP,
+        **{mark: mark in torch_compat.MARKS for mark in ("maybe_mark_dynamic", "mark_static", "mark_unbacked")},
+    }
+    lacks = f"torch {torch_compat.TORCH_VERSION} lacks it"
+    out: dict[str, bool | str] = {name: True if on else torch_compat.MISSING.get(name, lacks)
+                                  for name, on in flags.items()}
+    for name, why in torch_compat.MISSING.items():  # the private APIs the import probed and did not find
+        out.setdefault(name, why)
+    return out
