@@ -100,7 +100,7 @@ def _searched_and_accepted(ip, line: str, cell: str, setup: str = SETUP):
     run = run_compile_cell(ip, line, cell)
     assert run.success, run.error_in_exec
     session = nbcompile.last()
-    result = session.fix(budget_s=90)
+    result = session.fix(budget_s=600)
     best = result.best
     assert best is not None and best.rewrites and best.check_ok, result  # a choice the user must accept
     text = ""

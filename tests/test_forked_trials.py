@@ -80,7 +80,7 @@ def test_a_search_with_forked_trials_tries_what_one_process_tries(ip, monkeypatc
         run_compile_cell(ip, '--backend eager --no-panel --entry f --run "[f(x) for x in xs]"', CELL)
         session = nbcompile.last()
         xs = [x.clone() for x in ip.user_ns["xs"]]
-        result = session.fix(budget_s=120)
+        result = session.fix(budget_s=600)
         assert all(torch.equal(a, b) for a, b in zip(xs, ip.user_ns["xs"], strict=True))
         assert result.state == "done", result.state
         return [(t.label, t.breaks, t.splits, t.check_ok, t.rejected[:40]) for t in result.trials], \
