@@ -120,7 +120,8 @@ def test_the_search_finds_the_config_fixes_and_the_export_writes_them(ip):
     # the exported lines, run in a fresh namespace with the cell, give the session's graphs
     namespace: dict = {}
     exec(compile(ITEM_PRINT_CELL, "<cell>", "exec"), namespace)
-    saved = (torch._dynamo.config.capture_scalar_outputs, set(torch._dynamo.config.reorderable_logging_functions))
+    saved = (torch._dynamo.config.capture_scalar_outputs, set(torch._dynamo.config.reorderable_logging_functions),
+             torch._dynamo.config.nested_graph_breaks, torch._dynamo.config.capture_dynamic_output_shape_ops)
     try:
         exec(compile(code.replace("backend='eager'", "backend='eager'"), "<export>", "exec"), namespace)
         explained = torch._dynamo.explain(namespace["f"]._torchdynamo_orig_callable)(namespace["x"])
@@ -128,3 +129,5 @@ def test_the_search_finds_the_config_fixes_and_the_export_writes_them(ip):
     finally:
         torch._dynamo.config.capture_scalar_outputs = saved[0]
         torch._dynamo.config.reorderable_logging_functions = saved[1]
+        torch._dynamo.config.nested_graph_breaks = saved[2]
+        torch._dynamo.config.capture_dynamic_output_shape_ops = saved[3]

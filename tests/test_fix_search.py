@@ -103,7 +103,9 @@ def test_budget_and_stop_are_honoured(ip):
             search.stop()
 
     result = search_ops.Searcher(session.workload, 60, progress=stop_after_three, report=session.report).run()
-    assert result.state == "stopped" and len(result.trials) == 3 and seen == [1, 2, 3]
+    # no trial starts after the stop: those already running side by side with the third (forked) still end
+    most = 3 + search_ops.forked.at_once() - 1
+    assert result.state == "stopped" and 3 <= len(result.trials) <= most and seen[:3] == [1, 2, 3], seen
     assert result.best is not None  # the best found so far is kept
 
 

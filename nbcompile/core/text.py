@@ -275,9 +275,13 @@ def code_text(source_line: str, limit: int = 60) -> str:
     return cut(code, limit)
 
 
-def plural(n: int, word: str) -> str:
-    """``1 break``, ``2 breaks``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith(("sh", "ch")) else f"{n} {word}s"
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 break``, ``2 breaks`` (``many``: the plural where it is not the word with an s: "remedies")."""
+    if n == 1:
+        return f"{n} {word}"
+    if many is not None:
+        return f"{n} {many}"
+    return f"{n} {word}es" if word.endswith(("sh", "ch")) else f"{n} {word}s"
 
 
 def _e(value: Any) -> str:

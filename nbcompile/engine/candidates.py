@@ -112,34 +112,51 @@ class SearchSpace:
                 names += [n for n in fix.toggles if is_torch_name(n)]
         return list(dict.fromkeys(names))
 
-    def seeds(self) -> list[Candidate]:
-        """The report's suggested fixes, as configurations one change from the start."""
-        start = self.workload.toggles
-        seeds: list[Candidate] = []
-        report = self.report
-        configs = self.configs()
-        if len(configs) > 1:  # every config the breaks call for, together: on a model whose breaks are of several
-            # kinds the most one trial can remove (when one of them does harm, the trials of each alone follow)
-            together = {name: value for config in configs for name, value in config.items()}
-            seeds.append((dict(start), {"_config": together}, f"config {dynconfig.describe(together)}"))
-        for config in configs:  # one config change reaches every break of its kind at once: tried first
-            seeds.append((dict(start), {"_config": config}, f"config {dynconfig.describe(config)}"))
+    def remedies(self) -> list[Candidate]:
+        """Each remedy the report's breaks, recompiles and fallbacks call for, as a change from the start (the
+        toggles it sets, the options it adds, its label), derived from the breaks' registry ids, reasons and
+        sites: the config values their reasons name (``dynconfig``), the proven rewrites of the cell's break
+        lines, the toggles the report's fixes set (the nearest user or library caller), ``--dynamic`` for a
+        recompile on sizes, and the doctor's config values. Each once."""
+        out: list[Candidate] = []
+        for config in self.configs():  # one config change reaches every break of its kind at once
+            out.append(({}, {"_config": config}, f"config {dynconfig.describe(config)}"))
         for proposal in self.proposals():
-            seeds.append((dict(start), {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line "
-                                                                    f"{proposal.cell_line}"))
-        for fix in (f for b in report.breaks for f in b.fixes if f.verified is not False):
+            out.append(({}, {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line {proposal.cell_line}"))
+        start = self.workload.toggles
+        for fix in (f for b in self.report.breaks for f in b.fixes if f.verified is not False):
             if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
-                seeds.append(({**start, **fix.action.toggles}, {}, fix.command))  # the command: only a label
+                toggles = {n: m for n, m in fix.action.toggles.items() if start.get(n, "compile") != m}
+                if toggles:
+                    out.append((toggles, {}, fix.command))  # the command: only a label
         if self.sizes_recompile():
-            seeds.append((dict(start), {"dynamic": True}, "--dynamic"))
-        doctor = [(r.function, f) for r in report.recompiles for f in r.fixes] + \
-            [(fb.function, f) for fb in report.fallbacks for f in fb.fixes]
+            out.append(({}, {"dynamic": True}, "--dynamic"))
+        doctor = [(r.function, f) for r in self.report.recompiles for f in r.fixes] + \
+            [(fb.function, f) for fb in self.report.fallbacks for f in fb.fixes]
         for function, fix in doctor:  # the doctor's config values (a session carries them; a mark it cannot)
             candidate = trial.recompile_candidate(function, fix)
             if candidate is not None and set(candidate[1]) == {"_config"} and \
                     not set(candidate[1]["_config"]) & set(self.workload.options.dynamo_config):
                 label, options = candidate
-                seeds.append((dict(start), options, label))
+                out.append(({}, options, label))
+        unique: dict[Any, Candidate] = {}
+        for remedy in out:
+            unique.setdefault(key(remedy[0], remedy[1]), remedy)
+        return list(unique.values())
+
+    def seeds(self, skip: frozenset[Any] = frozenset()) -> list[Candidate]:
+        """The report's suggested fixes, as configurations one change from the start (``remedies``), less
+        those whose remedy's key is in ``skip`` (the targeted repair tried them already)."""
+        start = self.workload.toggles
+        seeds: list[Candidate] = []
+        configs = self.configs()
+        together = {name: value for config in configs for name, value in config.items()}
+        if len(configs) > 1 and key({}, {"_config": together}) not in skip:  # every config the breaks call for,
+            # together: on a model whose breaks are of several kinds the most one trial can remove
+            seeds.append((dict(start), {"_config": together}, f"config {dynconfig.describe(together)}"))
+        for toggles, options, label in self.remedies():
+            if key(toggles, options) not in skip:
+                seeds.append(({**start, **toggles}, options, label))
         return seeds
 
     def neighbours(self, base: Trial, start: Trial | None) -> Iterator[Candidate]:
@@ -169,6 +186,18 @@ class SearchSpace:
             if not set(config) & set(have):
                 label = f"config {dynconfig.describe(config)}"
                 yield dict(base.toggles), {**base.options, "_config": {**have, **config}}, label
+        # and one remedy less: a set found together may hold one that a toggle found since makes needless (a
+        # rewrite the user must accept, where a custom_op of the same function is applied at once)
+        for proposal in done:
+            rest = tuple(r for r in done if r is not proposal)
+            options = {k: v for k, v in base.options.items() if k != "_rewrites"}
+            yield dict(base.toggles), {**options, **({"_rewrites": rest} if rest else {})}, \
+                f"no rewrite {proposal.rule} at cell line {proposal.cell_line}"
+        for name in have:
+            rest_config = {k: v for k, v in have.items() if k != name}
+            options = {k: v for k, v in base.options.items() if k != "_config"}
+            yield dict(base.toggles), {**options, **({"_config": rest_config} if rest_config else {})}, \
+                f"config without {name}"
 
     def sizes_recompile(self) -> bool:
         """Whether ``--dynamic`` may help the session's run: a recompile on a size or stride, or code that
@@ -221,6 +250,46 @@ class SearchSpace:
                 self.withheld[(brk.filename, brk.lineno)] = found
                 why = why or found
         return why
+
+
+def combine(start: dict[str, str], remedies: list[Candidate]) -> Candidate | None:
+    """``remedies`` (changes from the start) together on ``start``'s toggles: one configuration, labelled by
+    theirs; None when two of them set one thing two ways (a function's mode, a config value, an option)."""
+    toggles = dict(start)
+    set_by: dict[str, str] = {}
+    config: dict[str, Any] = {}
+    rewrites: list[Any] = []
+    options: dict[str, Any] = {}
+    for changes, more, _ in remedies:
+        for name, mode in changes.items():
+            if set_by.setdefault(name, mode) != mode:
+                return None
+            toggles[name] = mode
+        for name, value in more.items():
+            if name == "_config":
+                for k, v in value.items():
+                    if k in config and config[k] != v:
+                        return None
+                    config[k] = v
+            elif name == "_rewrites":
+                rewrites += [r for r in value if r not in rewrites]
+            elif options.setdefault(name, value) != value:
+                return None
+    if config:
+        options["_config"] = config
+    if rewrites:
+        options["_rewrites"] = tuple(rewrites)
+    return toggles, options, "; ".join(label for _, _, label in remedies)
+
+
+def compatible(start: dict[str, str], remedies: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """(the remedies that go together on ``start``, in order, each kept when it conflicts with none kept
+    before it; the others)."""
+    kept: list[Candidate] = []
+    left: list[Candidate] = []
+    for remedy in remedies:
+        (kept if combine(start, [*kept, remedy]) is not None else left).append(remedy)
+    return kept, left
 
 
 def key(toggles: dict[str, str], options: dict[str, Any]) -> Any:

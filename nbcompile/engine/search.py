@@ -49,7 +49,7 @@ from ..model.status import SearchStop, TrialOutcome
 from . import check as check_ops
 from . import forked, library, trial
 from .budget import Budget, Phase
-from .candidates import Candidate, RewriteSource, SearchSpace, key
+from .candidates import Candidate, RewriteSource, SearchSpace, combine, compatible, key
 from .finalists import budget_cut, changes, order, reject_slower, time_finalists
 from .unremovable import explain_left
 from .workload import Workload
@@ -86,6 +86,9 @@ APPLY_EXTRA_S = 0.5
 PROOFS_TAIL_S = 1.0
 #: Fewer trials than this besides the start, for want of budget: the search says how much budget to give.
 SEARCH_AT_LEAST = 4
+#: Most times the search goes back to its trials after proving and timing its choice, when what those left
+#: of the time kept for them holds another trial (the budget used, not left).
+MAX_PASSES = 3
 #: A forked trial's answer is awaited until its deadline plus this (its run is cut at the deadline by itself)...
 FORK_GRACE_S = 5.0
 #: ... and at most this many times what a trial on its backend takes (at least ``FORK_MIN_WAIT_S``): a child
@@ -131,6 +134,13 @@ class Searcher:
         self._fresh_of: list[bool] = []
         #: id(spec) -> how long each trial that ran to its end on it took (``_estimate``).
         self._times: dict[int, list[float]] = {}
+        #: What the time kept after the trials is made of (``_keep_time``): applying the choice, proving one, and
+        #: timing the start and the choice; ``_reserve`` keeps what the search's state still needs of them.
+        self._apply_s = self._proof_s = self._timing_s = 0.0
+        #: The remedies' keys the targeted repair tried together (the seeds then skip them).
+        self._repaired: frozenset[Any] = frozenset()
+        #: Where the repair's lines start in ``FixSearch.plan``.
+        self._plan_from = 0
         self.space = SearchSpace(workload, report, rewrites)
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
@@ -295,6 +305,7 @@ class Searcher:
             start = self.result.start
             if start is not None and result is not start and not result.proven and result.breaks != start.breaks:
                 self._prove_best()  # proven when found: a long search's budget never leaves its find unproven
+        self._reserve()
         if self.progress is not None:
             self.progress(self.result)
         return result
@@ -379,24 +390,32 @@ class Searcher:
         if not self._searchable(start) or start is None:
             return
         width = forked.at_once()
-        walk = _Walk()
-        for base, batch in self._batches(start, width, walk):  # side by side where this machine has the cores
-            tried = self._try_many(batch)
-            fresh = list(self._fresh_of)
-            for t, new in zip(tried, fresh, strict=True):
-                if t is None:  # over the budget (a quicker one may still fit) or stopped
-                    walk.cut, walk.untried = True, walk.untried + 1
-                elif base is not None and new and t.admissible and (not base.admissible or _rank(t) < _rank(base)):
-                    walk.improved = True
-            if base is None or any(fresh):  # a seed's batch; or something new learnt (not only cycles back)
-                yield self.result
+        for again in range(MAX_PASSES):
+            walk = _Walk()
+            if again:  # what proving and timing the choice left of the time kept for them: back to the trials
+                self.result.budget_bound = ""
+            for base, batch in self._batches(start, width, walk):  # side by side where this machine has the cores
+                tried = self._try_many(batch)
+                fresh = list(self._fresh_of)
+                for t, new in zip(tried, fresh, strict=True):
+                    if t is None:  # over the budget (a quicker one may still fit) or stopped
+                        walk.cut, walk.untried = True, walk.untried + 1
+                    elif base is not None and new and t.admissible and (not base.admissible or _rank(t) < _rank(base)):
+                        walk.improved = True
+                if base is None or any(fresh):  # a seed's batch; or something new learnt (not only cycles back)
+                    yield self.result
+            self._prove_best()
+            yield self.result
+            self._time_finalists()
+            self._prove_best()  # timing may have chosen another finalist, or rejected the best as too slow
+            yield self.result
+            if self.result.best is not None and self.result.best is not start and self.result.best.median_s is None:
+                self._timing_s = 0.0  # the budget could not time it: the time kept for that goes to trials
+            self._reserve()
+            if not walk.cut or self.result.stopped or not self.budget.can_hold(self._estimate(self.spec)):
+                break
         if walk.cut and not self.result.stopped:
             self.result.budget_bound = self._budget_advice(start, walk.untried, width)
-        self._prove_best()
-        yield self.result
-        self._time_finalists()
-        self._prove_best()  # timing may have chosen another finalist, or rejected the best as too slow
-        yield self.result
         self.result.finish(SearchStop.STOPPED if self.result.stopped else
                            SearchStop.BUDGET if self.result.budget_bound else SearchStop.DONE)
         explain_left(self.result, self.space)
@@ -420,12 +439,15 @@ class Searcher:
         searched from too); else the record says why not."""
         if start is None:
             self.result.finish(SearchStop.BUDGET)
-            self.result.budget_bound = f"the {self.result.budget_s:g} s budget ran out before the start was tried"
+            self.result.advice_s = float(math.ceil(2 * self.result.budget_s))
+            self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before the start was tried: "
+                                        f"give the search at least {self.result.advice_s:.0f} s")
             return False
         if start.kind is TrialOutcome.NOT_FINISHED:
             self.result.finish(SearchStop.BUDGET)
+            self.result.advice_s = float(math.ceil(2 * self.result.budget_s))
             self.result.budget_bound = (f"the {self.result.budget_s:g} s budget ran out before the start's run ended "
-                                        f"({start.error}): give the search a longer budget")
+                                        f"({start.error}): give the search at least {self.result.advice_s:.0f} s")
             explain_left(self.result, self.space)
             return False
         if start.kind.untried:
@@ -440,39 +462,139 @@ class Searcher:
         """The configurations to try, a batch at a time (as many as run side by side), each batch with the
         trial it is one change from: the seeds first (the report's fixes, one change from the start: None),
         then, while a round improves on its bases and no configuration was left for want of budget, every
-        configuration one change from each of the best ``BEAM`` so far (the start, while none is admissible)."""
-        seeds = self.space.seeds()
+        configuration one change from each of the best ``BEAM`` so far (the start, while none is admissible).
+        Before the seeds, the targeted repair (``_repair``): every compatible remedy at once, bisected when that
+        fails; the seeds then try only what it did not."""
+        yield from self._repair(start, width)
+        seeds = self.space.seeds(skip=self._repaired)
         for at in range(0, len(seeds), width):
             yield None, seeds[at:at + width]
         beam = [start]
-        while walk.improved and not walk.cut:
-            walk.improved = False
-            frontier = sorted([t for t in self.result.trials if t.admissible], key=_rank)[:BEAM]
-            for base in frontier or beam:
-                near = [(toggles, options, f"{label} (from {base.describe()})")
-                        for toggles, options, label in self.space.neighbours(base, self.result.start)]
-                for at in range(0, len(near), width):
-                    yield base, near[at:at + width]
-                    if self.result.stopped:
+        expanded: set[int] = set()
+        while True:
+            while walk.improved and not walk.cut:
+                walk.improved = False
+                frontier = sorted([t for t in self.result.trials if t.admissible], key=_rank)[:BEAM]
+                for base in frontier or beam:
+                    expanded.add(id(base))
+                    yield from self._near(base, width)
+                    if walk.cut or self.result.stopped:
                         break
-                if walk.cut:
-                    break
-            beam = frontier
+                beam = frontier
+            if walk.cut or self.result.stopped or id(start) in expanded:
+                return
+            # the start's own neighbourhood, once, when the rounds never took it: one change alone (a custom_op)
+            # that the remedies found together hid (they already had no break: nothing there improved on them)
+            expanded.add(id(start))
+            yield from self._near(start, width)
+            if not walk.improved:
+                return
+
+    def _near(self, base: Trial, width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
+        near = [(toggles, options, f"{label} (from {base.describe()})")
+                for toggles, options, label in self.space.neighbours(base, self.result.start)]
+        for at in range(0, len(near), width):
+            yield base, near[at:at + width]
+            if self.result.stopped:
+                return
+
+    def _repair(self, start: Trial, width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
+        """Targeted repair: every remedy the report's breaks call for (``SearchSpace.remedies``) that keeps the
+        code in the graph (a config value, a rewrite, ``--dynamic``, a toggle other than ``disable``: running a
+        function eagerly is the escape hatch for what the others leave, and it hides the breaks they would
+        remove), that goes with the others and that the lint does not rule out, tried together in the first
+        trial after the start; a set that fails (its check, a failed run, more breaks or splits, nothing gained)
+        is split in two and each half tried (a delta-debugging search: k independent remedies with one bad among
+        them cost about 2 log2(k) trials, not k); the sets that helped are tried together at the end, and then
+        less each remedy (``_minimize``). ``FixSearch.plan`` says why each set ran."""
+        remedies = [r for r in self.space.remedies() if not self._ruled_out({**start.toggles, **r[0]})
+                    and not (r[0] and all(m == "disable" for m in r[0].values()))]
+        group, _ = compatible(start.toggles, remedies)
+        if len(group) < 2:  # one remedy (or none): the seeds try it
+            return
+        self._repaired = frozenset(key(t, o) for t, o, _ in group)
+        plan = self.result.plan
+        del plan[self._plan_from:]  # a later pass goes through it again (its trials are remembered): said once
+        plan.append(f"targeted repair: {plural(len(group), 'remedy', 'remedies')} together "
+                    f"({cut('; '.join(label for _, _, label in group), 160)})")
+        pending: list[list[Candidate]] = [group]
+        helped: list[list[Candidate]] = []
+        while pending:
+            sets, pending = pending[:width], pending[width:]
+            made = [(s, combine(start.toggles, s)) for s in sets]  # a part of a set that goes together goes too
+            sets = [s for s, c in made if c is not None]
+            batch = [(c[0], c[1], c[2] if len(s) == 1 else
+                      f"{plural(len(s), 'remedy', 'remedies')} together: {cut(c[2], 120)}")
+                     for s, c in made if c is not None]
+            yield None, batch
+            for remedies_, (toggles, options, _) in zip(sets, batch, strict=True):
+                t = self._seen.get(key(toggles, options))
+                if t is None:  # the budget or a stop: what is left of the plan is untried
+                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} not tried: the budget ran out")
+                    return
+                if self._helps(t, start):
+                    helped.append(remedies_)
+                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} together helped: "
+                                f"{t.breaks} breaks, {t.splits} splits")
+                elif len(remedies_) > 1:
+                    half = len(remedies_) // 2
+                    pending += [remedies_[:half], remedies_[half:]]
+                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} together did not help "
+                                f"({cut(t.rejected or t.outcome(), 100)}): bisected")
+                else:
+                    plan.append(f"  {remedies_[0][2]} alone did not help ({cut(t.rejected or t.outcome(), 100)})")
+        found = [r for s in helped for r in s]
+        if len(helped) > 1:
+            together = combine(start.toggles, found)
+            if together is not None:
+                plan.append(f"  the {len(helped)} sets that helped, together")
+                yield None, [(together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}")]
+        yield from self._minimize(start, found, width)
+
+    def _minimize(self, start: Trial, found: list[Candidate],
+                  width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
+        """The remedies that helped, less each one in turn: one whose removal keeps as few breaks and splits is
+        not needed (a set that helped may carry a remedy that does nothing, which the user would paste for
+        nothing); those left are tried together when more than one went."""
+        made = combine(start.toggles, found)
+        whole = self._seen.get(key(made[0], made[1])) if made is not None and len(found) > 1 else None
+        if whole is None or not self._helps(whole, start):
+            return
+        less = [[r for r in found if r is not gone] for gone in found]
+        tries = [(r, combine(start.toggles, s)) for r, s in zip(found, less, strict=True)]
+        batch = [(c[0], c[1], f"without {r[2]}") for r, c in tries if c is not None]
+        for at in range(0, len(batch), width):
+            yield None, batch[at:at + width]
+        needless = [r for r, c in tries if c is not None and (t := self._seen.get(key(c[0], c[1]))) is not None
+                    and t.admissible and _rank(t) <= _rank(whole)]
+        kept = [r for r in found if r not in needless]
+        if needless:
+            self.result.plan.append(f"  not needed: {cut('; '.join(r[2] for r in needless), 160)}")
+        if len(needless) > 1 and kept:
+            least = combine(start.toggles, kept)
+            if least is not None:
+                yield None, [(least[0], least[1], f"remedies needed, together: {cut(least[2], 120)}")]
+
+    def _helps(self, t: Trial, start: Trial) -> bool:
+        """Whether trial ``t`` can be chosen and gains on the start (fewer breaks or splits, or the start cannot
+        be chosen)."""
+        return t.admissible and (not start.admissible or _rank(t) < _rank(start))
 
     def _budget_advice(self, start: Trial, untried: int, width: int) -> str:
-        """What the budget left untried, and how much to give the search to try it."""
-        kept = self.budget.end - self.budget.deadline(Phase.TRIALS)
+        """What the budget left untried, and how much to give the search to try it (``FixSearch.advice_s``, from
+        the measured trial times: the trials left, then proving, timing and applying a find)."""
         explored = sum(1 for t in self.result.trials if t.tried and t is not start)
         per_trial = self._estimate(self.spec) or start.seconds
+        after = self._apply_s + self._proof_s + self._timing_s
+        more = max(untried, SEARCH_AT_LEAST - explored, 1)
         spent = self.budget.elapsed()
-        return (
-            f"the {self.result.budget_s:g} s budget ran out with {plural(untried, 'configuration')} one change "
-            "from the best untried: a longer budget may find fewer breaks; give the search at least "
-            f"{math.ceil(spent + untried * per_trial / max(width, 1) + kept):d} s to try them"
-            if kept < 0.8 * self.result.budget_s and explored >= SEARCH_AT_LEAST else
-            f"the {self.result.budget_s:g} s budget left little to search ({plural(explored, 'trial')} besides "
-            f"the start): proving, timing and applying a choice on this session's backend take about {kept:.0f} s "
-            f"of it; give the search at least {math.ceil(kept + max(30.0, SEARCH_AT_LEAST * per_trial)):d} s")
+        advice = math.ceil(max(spent + more * per_trial / max(width, 1) + after,
+                               self.result.budget_s + more * per_trial / max(width, 1)))
+        self.result.advice_s, self.result.untried = float(advice), untried
+        return (f"the {self.result.budget_s:g} s budget ran out with {plural(untried, 'configuration')} untried "
+                f"({plural(explored, 'trial')} besides the start, {per_trial:.1f} s each; proving, timing and "
+                f"applying a find on this session's backend take about {after:.0f} s): a longer budget may find "
+                f"fewer breaks; give the search at least {advice:d} s to try them")
 
     def _keep_time(self, seconds: float) -> None:
         """Keep time, out of the budget, for applying the choice (a run of --run compiled on the session's own
@@ -486,8 +608,25 @@ class Searcher:
         # the timing of the start and the best on the session's backend (a compile each, then the calls):
         # a choice that was never timed could be far slower than the start, which only timing rejects
         compile_s = min(apply_s, self.report.compile_time_s or apply_s)  # a timed compile: no check, no reference
-        timing_s = TIMED_AT_LEAST * (compile_s + TIMING_S)
-        self.budget.keep(kept_for_apply, timing_s + (0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds))
+        self._apply_s = kept_for_apply
+        self._timing_s = TIMED_AT_LEAST * (compile_s + TIMING_S)
+        self._proof_s = 0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds
+        self.budget.keep(kept_for_apply, 0.0)
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """Keep, before applying, what the search's state still needs: while nothing beats the start, the proof
+        of a find (a find's timing is kept for once there is one: a search that keeps time for work it may never
+        do ends with its budget unused); then the proof of the best while it is unproven and its timing while it
+        is untimed."""
+        if not self.budget.kept:
+            return
+        best, start = self.result.best, self.result.start
+        if best is None or best is start:
+            choice = self._proof_s
+        else:
+            choice = (0.0 if best.proven else self._proof_s) + (0.0 if best.median_s is not None else self._timing_s)
+        self.budget.keep(self._apply_s, choice)
 
     def _prove_best(self) -> None:
         """Run the best configuration again on the session's trial backend (AOTAutograd traces what
@@ -517,6 +656,11 @@ class Searcher:
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})",
                                         kind=TrialOutcome.TRIAL_FAILED)
             estimate = time.perf_counter() - began
+            if outcome.error is None and self.verify_spec.backend == self.workload.options.backend:
+                # applying is a run on this same backend: the proof measured it (the session's own run, which
+                # the time kept for applying starts from, also paid the process's first compile)
+                self._apply_s = min(self._apply_s, APPLY_MARGIN * estimate + APPLY_EXTRA_S)
+                self._reserve()
             if outcome.kind is TrialOutcome.NOT_FINISHED:  # the budget, not the configuration
                 self._fall_back()
                 budget_cut(self.result, f"not proven on {self.verify_spec.backend}: the budget ran out while the "

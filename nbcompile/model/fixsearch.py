@@ -140,6 +140,13 @@ class FixSearch:
     #: Why the answer may be other with more time (configurations left untried, finalists not timed
     #: when the budget ran out), or "": a result bound by the budget, not by the search's own end.
     budget_bound: str = ""
+    #: The budget in seconds the search asks for, from its measured trial times, when it stopped with
+    #: configurations untried for want of budget (or before its start's run ended); None when it did not.
+    advice_s: float | None = None
+    #: How many configurations the budget left untried (with ``advice_s``).
+    untried: int = 0
+    #: Why the search ran the trials it ran, in order (the targeted repair's sets, bisected): one line each.
+    plan: list[str] = field(default_factory=list)
     #: Why the answer may be other on a quieter machine (a timing within the measured spread decided or
     #: nearly decided it), or "".
     noise_bound: str = ""
@@ -158,7 +165,17 @@ class FixSearch:
         self.status = status
         self.state = f"{status.value}: {why}" if why else status.value
 
+    def advice(self) -> str:
+        """The budget to give, in words ("" when the search did not ask for more)."""
+        if self.advice_s is None:
+            return ""
+        what = f"{plural(self.untried, 'configuration')} left untried" if self.untried else "its start not finished"
+        return f"{what}: give the search {self.advice_s:.0f} s"
+
     def summary(self) -> str:
+        return _with_advice(self._summary(), self.advice())
+
+    def _summary(self) -> str:
         start, best = self.start, self.best
         head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
         if start is None:
@@ -244,6 +261,10 @@ class FixSearch:
         import plotly.graph_objects as go
 
         return go.Figure(self.figure_dict())
+
+
+def _with_advice(text: str, advice: str) -> str:
+    return f"{text}; {advice}" if advice else text
 
 
 def _count(t: Trial, recompiles: bool = False) -> str:

@@ -176,6 +176,12 @@ class Panel(widgets.VBox):
         self.fix_stop = widgets.Button(description="Stop", icon="stop", disabled=True,
                                        tooltip="stop after the trial now running; the best so far is applied")
         self.fix_stop.on_click(lambda _: self.stop_fix())
+        #: Shown when a search stopped with configurations untried: runs it again with the budget it asked for.
+        self.fix_again = widgets.Button(description="Search again", icon="repeat", button_style="info",
+                                        layout=widgets.Layout(display="none", width="auto"),
+                                        tooltip="the search stopped with configurations untried: run it again with "
+                                                "the budget it asked for (from its measured trial times)")
+        self.fix_again.on_click(lambda _: self.fix_with_advice())
         self.fix_progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="",
                                                   layout=widgets.Layout(width="240px"))
         self.fix_label = widgets.HTML()
@@ -194,7 +200,7 @@ class Panel(widgets.VBox):
             widgets.VBox([self.bench_button, self.bench_html, self.bench_output]),
             self.kernels_html,
             widgets.VBox([self.export_style, self.export_html]),
-            widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop],
+            widgets.VBox([widgets.HBox([self.fix_button, self.fix_budget, self.fix_stop, self.fix_again],
                                        layout=widgets.Layout(**ROW)),
                           widgets.HBox([self.fix_progress, self.fix_label], layout=widgets.Layout(**ROW)),
                           self.fix_output, self.rewrites_box, self.fix_html]),
@@ -477,6 +483,15 @@ class Panel(widgets.VBox):
         finally:
             finish()
 
+    def fix_with_advice(self) -> None:
+        """Run the search again with the budget the last one asked for (its ``advice_s``), as the Search again
+        button does."""
+        last = self.session.last_fix
+        if self.fix_running is not None or last is None or last.advice_s is None:
+            return
+        self.fix_budget.value = min(float(self.fix_budget.max), float(last.advice_s))
+        self.start_fix()
+
     def stop_fix(self) -> None:
         if self.fix_running is not None:
             self.fix_running.stop()
@@ -484,6 +499,7 @@ class Panel(widgets.VBox):
 
     def _searching(self, on: bool) -> None:
         self.fix_button.disabled = on
+        self.fix_again.disabled = on
         self.fix_stop.disabled = not on
         for control in [*self.function_rows.values(), *self.op_rows.values(), self.backend, self.mode,
                         self.fullgraph, self.dynamic, self.bench_button]:
@@ -506,6 +522,10 @@ class Panel(widgets.VBox):
             "metadata": {},
         },)
         self.fix_html.value = result._repr_html_() if result.status is not SearchStop.SEARCHING else ""
+        advice = result.advice_s if not searching else None
+        self.fix_again.layout.display = "" if advice is not None else "none"
+        if advice is not None:
+            self.fix_again.description = f"Search again with {advice:.0f} s"
         rewrites = best.rewrites if best is not None and result.status is not SearchStop.SEARCHING else []
         self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
 

@@ -1,0 +1,106 @@
+"""Issue 35: targeted repair. The remedies a report's breaks call for run together in the first trial after the
+start; a set that does not help is bisected (delta debugging); a remedy the chosen set does not need is dropped;
+a search cut by its budget says how many seconds to give (``FixSearch.advice_s``), and the panel's Fix tab offers
+to search again with them. Real IPython shell, real Dynamo (backend eager)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import nbcompile
+from nbcompile.engine import search as search_ops
+
+from nbhelpers import run_compile_cell
+
+#: Three breaks: a .item() in a helper (capture_scalar_outputs), a print (reorderable_logging_functions).
+ITEM_PRINT_CELL = textwrap.dedent("""\
+    import torch
+    def helper(x):
+        s = x.abs().max().item()
+        return x / s
+    def f(x):
+        y = x.sin()
+        print("y", y)
+        return helper(y).cos()
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    """)
+LINE = '--backend eager --no-panel --run "f(x)"'
+
+
+def _session(ip):
+    result = run_compile_cell(ip, LINE, ITEM_PRINT_CELL)
+    assert result.success, result.error_in_exec
+    session = nbcompile.last()
+    assert session.report.break_count == 3
+    return session
+
+
+def test_the_remedies_run_together_first_and_the_ones_not_needed_are_dropped(ip):
+    session = _session(ip)
+    searcher = search_ops.Searcher(session.workload, 600, report=session.report)
+    remedies = searcher.space.remedies()
+    assert len(remedies) >= 2, remedies
+    result = searcher.run()
+    assert result.plan and result.plan[0].startswith("targeted repair"), result.plan
+    first = result.trials[1]  # the first trial after the start: every remedy at once
+    assert "remedies together" in first.label, [t.label for t in result.trials]
+    assert first.breaks == 0 and first.check_ok
+    best = result.best
+    assert best is not None and best.breaks == 0 and best.check_ok and best.proven
+    config = best.options.get("_config", {})
+    # the two remedies it needs, and nothing it does not: each was tried without, and a break came back
+    assert config.get("capture_scalar_outputs") is True and print in config.get("reorderable_logging_functions", ())
+    without = {t.label: t for t in result.trials if t.label.startswith("without ")}
+    assert without and all(t.breaks > 0 or not t.admissible for label, t in without.items()
+                           if "capture_scalar_outputs" in label or "reorderable" in label), without
+    needless = set(config) - {"capture_scalar_outputs", "reorderable_logging_functions"}
+    assert not needless, (needless, result.plan)
+    assert result.state == "done" and result.advice_s is None and "give the search" not in result.summary()
+
+
+def test_a_set_that_does_not_help_is_bisected_to_the_remedies_that_do(ip, monkeypatch):
+    session = _session(ip)
+    bad = "config capture_scalar_outputs=True"  # declared harmful here: the search must find the rest without it
+    real = search_ops.Searcher._helps
+
+    def helps(self, t, start):
+        return real(self, t, start) and "capture_scalar_outputs" not in t.options.get("_config", {})
+
+    monkeypatch.setattr(search_ops.Searcher, "_helps", helps)
+    searcher = search_ops.Searcher(session.workload, 600, report=session.report)
+    k = len([r for r in searcher.space.remedies() if not (r[0] and set(r[0].values()) == {"disable"})])
+    result = searcher.run()
+    assert any("bisected" in line for line in result.plan), result.plan
+    assert any(line.strip().startswith(bad) and "alone did not help" in line for line in result.plan), result.plan
+    repair = [t for t in result.trials[1:] if "(from" not in t.label and not t.label.startswith("without ")
+              and not t.label.startswith("%nbcompile set")]  # the toggles' seeds follow the repair
+    # delta debugging: about 2 log2(k) sets, not every subset (the seeds the repair covered are not tried again)
+    assert len(repair) <= 1 + 2 * math.ceil(math.log2(k)) + 1, [t.label for t in repair]
+    helped = [line for line in result.plan if "helped" in line]
+    assert helped, result.plan
+
+
+def test_a_search_cut_by_its_budget_says_what_to_give_and_the_tab_searches_again_with_it(ip, monkeypatch):
+    session = _session(ip)
+    panel = session.panel()
+
+    def estimate(self, spec):  # every trial after the start looks too long for the budget
+        return 0.0 if self.result.start is None else 100.0
+
+    monkeypatch.setattr(search_ops.Searcher, "_estimate", estimate)
+    panel.fix_budget.value = 60
+    panel.start_fix()  # no event loop here: runs to its end now
+    result = session.last_fix
+    assert result.state == "budget" and result.advice_s is not None and result.advice_s > 60
+    assert f"give the search {result.advice_s:.0f} s" in result.summary()
+    assert panel.fix_again.layout.display != "none"
+    assert panel.fix_again.description == f"Search again with {result.advice_s:.0f} s"
+    advised = result.advice_s
+    monkeypatch.setattr(search_ops.Searcher, "_estimate", lambda self, spec: 0.0)
+    panel.fix_again.click()
+    again = session.last_fix
+    assert again is not result and again.budget_s == min(advised, panel.fix_budget.max)
+    assert panel.fix_budget.value == again.budget_s
+    assert again.state == "done" and again.advice_s is None
+    assert panel.fix_again.layout.display == "none"
