@@ -137,6 +137,10 @@ class Searcher:
         #: What the time kept after the trials is made of (``_keep_time``): applying the choice, proving one, and
         #: timing the start and the choice; ``_reserve`` keeps what the search's state still needs of them.
         self._apply_s = self._proof_s = self._timing_s = 0.0
+        #: The timing's full estimate (``_timing_s`` is zeroed for a pass once the budget could not time).
+        self._timing_full = 0.0
+        #: id(trial) -> how long its proof on the session's trial backend took, for proofs that held.
+        self._proof_of: dict[int, float] = {}
         #: The remedies' keys the targeted repair tried together (the seeds then skip them).
         self._repaired: frozenset[Any] = frozenset()
         #: Where the repair's lines start in ``FixSearch.plan``.
@@ -394,6 +398,9 @@ class Searcher:
             walk = _Walk()
             if again:  # what proving and timing the choice left of the time kept for them: back to the trials
                 self.result.budget_bound = ""
+                if self.result.noisy.startswith("not "):  # "not timed"/"not proven" for want of budget: said anew
+                    self.result.noisy = ""
+                self._timing_s = self._timing_full
             for base, batch in self._batches(start, width, walk):  # side by side where this machine has the cores
                 tried = self._try_many(batch)
                 fresh = list(self._fresh_of)
@@ -416,6 +423,12 @@ class Searcher:
                 break
         if walk.cut and not self.result.stopped:
             self.result.budget_bound = self._budget_advice(start, walk.untried, width)
+        elif self.result.budget_bound and not self.result.stopped and self.result.advice_s is None:
+            # the choice not proven or not timed for want of budget: what that takes, on top
+            per_trial = self._estimate(self.spec) or start.seconds
+            more = per_trial + self._proof_s + self._timing_full
+            self.result.advice_s = float(math.ceil(self.result.budget_s + more))
+            self.result.budget_bound += f"; give the search at least {self.result.advice_s:.0f} s"
         self.result.finish(SearchStop.STOPPED if self.result.stopped else
                            SearchStop.BUDGET if self.result.budget_bound else SearchStop.DONE)
         explain_left(self.result, self.space)
@@ -529,8 +542,9 @@ class Searcher:
             yield None, batch
             for remedies_, (toggles, options, _) in zip(sets, batch, strict=True):
                 t = self._seen.get(key(toggles, options))
-                if t is None:  # the budget or a stop: what is left of the plan is untried
+                if t is None:  # the budget or a stop: what is left of the plan is untried (the seeds may still fit)
                     plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} not tried: the budget ran out")
+                    self._repaired = frozenset()
                     return
                 if self._helps(t, start):
                     helped.append(remedies_)
@@ -568,12 +582,18 @@ class Searcher:
         needless = [r for r, c in tries if c is not None and (t := self._seen.get(key(c[0], c[1]))) is not None
                     and t.admissible and _rank(t) <= _rank(whole)]
         kept = [r for r in found if r not in needless]
-        if needless:
-            self.result.plan.append(f"  not needed: {cut('; '.join(r[2] for r in needless), 160)}")
+        if len(needless) == 1:
+            self.result.plan.append(f"  not needed: {cut(needless[0][2], 160)}")
         if len(needless) > 1 and kept:
             least = combine(start.toggles, kept)
             if least is not None:
                 yield None, [(least[0], least[1], f"remedies needed, together: {cut(least[2], 120)}")]
+                t = self._seen.get(key(least[0], least[1]))
+                if t is not None and t.admissible and _rank(t) <= _rank(whole):
+                    self.result.plan.append(f"  not needed: {cut('; '.join(r[2] for r in needless), 160)}")
+                else:
+                    self.result.plan.append(f"  each alone not needed, but not all at once: "
+                                            f"{cut('; '.join(r[2] for r in needless), 160)}")
 
     def _helps(self, t: Trial, start: Trial) -> bool:
         """Whether trial ``t`` can be chosen and gains on the start (fewer breaks or splits, or the start cannot
@@ -585,7 +605,7 @@ class Searcher:
         the measured trial times: the trials left, then proving, timing and applying a find)."""
         explored = sum(1 for t in self.result.trials if t.tried and t is not start)
         per_trial = self._estimate(self.spec) or start.seconds
-        after = self._apply_s + self._proof_s + self._timing_s
+        after = self._apply_s + self._proof_s + self._timing_full
         more = max(untried, SEARCH_AT_LEAST - explored, 1)
         spent = self.budget.elapsed()
         advice = math.ceil(max(spent + more * per_trial / max(width, 1) + after,
@@ -609,7 +629,7 @@ class Searcher:
         # a choice that was never timed could be far slower than the start, which only timing rejects
         compile_s = min(apply_s, self.report.compile_time_s or apply_s)  # a timed compile: no check, no reference
         self._apply_s = kept_for_apply
-        self._timing_s = TIMED_AT_LEAST * (compile_s + TIMING_S)
+        self._timing_s = self._timing_full = TIMED_AT_LEAST * (compile_s + TIMING_S)
         self._proof_s = 0.0 if self.spec is self.verify_spec else PROOF_FACTOR * seconds
         self.budget.keep(kept_for_apply, 0.0)
         self._reserve()
@@ -622,11 +642,17 @@ class Searcher:
         if not self.budget.kept:
             return
         best, start = self.result.best, self.result.start
-        if best is None or best is start:
-            choice = self._proof_s
-        else:
-            choice = (0.0 if best.proven else self._proof_s) + (0.0 if best.median_s is not None else self._timing_s)
-        self.budget.keep(self._apply_s, choice)
+        # a next find's proof, always (a find that cannot be proven is lost); the best's timing while untimed
+        choice = self._proof_s
+        apply_s = self._apply_s
+        if best is not None and best is not start:
+            choice += 0.0 if best.median_s is not None else self._timing_s
+            proof = self._proof_of.get(id(best))
+            if proof is not None and self.verify_spec.backend == self.workload.options.backend:
+                # applying it is a run on this same backend, which its proof measured (the session's own run,
+                # which the time kept for applying starts from, also paid the process's first compile)
+                apply_s = min(apply_s, APPLY_MARGIN * proof + APPLY_EXTRA_S)
+        self.budget.keep(apply_s, choice)
 
     def _prove_best(self) -> None:
         """Run the best configuration again on the session's trial backend (AOTAutograd traces what
@@ -656,11 +682,6 @@ class Searcher:
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})",
                                         kind=TrialOutcome.TRIAL_FAILED)
             estimate = time.perf_counter() - began
-            if outcome.error is None and self.verify_spec.backend == self.workload.options.backend:
-                # applying is a run on this same backend: the proof measured it (the session's own run, which
-                # the time kept for applying starts from, also paid the process's first compile)
-                self._apply_s = min(self._apply_s, APPLY_MARGIN * estimate + APPLY_EXTRA_S)
-                self._reserve()
             if outcome.kind is TrialOutcome.NOT_FINISHED:  # the budget, not the configuration
                 self._fall_back()
                 budget_cut(self.result, f"not proven on {self.verify_spec.backend}: the budget ran out while the "
@@ -677,6 +698,8 @@ class Searcher:
                 self.result.best = min(left, key=self._order) if left else None
                 continue
             best.proven = True
+            self._proof_of[id(best)] = estimate
+            self._reserve()
             return
         self._fall_back()  # every proof it had room for failed: nothing unproven is chosen
 

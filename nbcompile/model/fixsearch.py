@@ -205,6 +205,7 @@ class FixSearch:
             out.append(f"  to accept ({plural(len(self.best.rewrites), 'source rewrite')}, not applied: "
                        "Session.accept(rewrite) puts the rewritten cell in the next input):")
             out.extend("    " + line for r in self.best.rewrites for line in r.diff().splitlines())
+        out.extend(f"  plan: {line.strip()}" for line in self.plan)
         if self.noisy:
             out.append(f"  times: {self.noisy}")
         if self.budget_bound:

@@ -522,10 +522,10 @@ class Panel(widgets.VBox):
             "metadata": {},
         },)
         self.fix_html.value = result._repr_html_() if result.status is not SearchStop.SEARCHING else ""
-        advice = result.advice_s if not searching else None
+        advice = result.advice_s if result.status is SearchStop.BUDGET else None
         self.fix_again.layout.display = "" if advice is not None else "none"
         if advice is not None:
-            self.fix_again.description = f"Search again with {advice:.0f} s"
+            self.fix_again.description = f"Search again with {min(advice, float(self.fix_budget.max)):.0f} s"
         rewrites = best.rewrites if best is not None and result.status is not SearchStop.SEARCHING else []
         self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
 
