@@ -18,6 +18,12 @@ _LAYER_KEYS = ("num_hidden_layers", "num_layers", "encoder_layers", "decoder_lay
                "num_encoder_layers", "n_layer", "n_layers", "num_vision_layers", "num_text_layers",
                "depth", "text_num_layers", "vision_num_layers", "num_blocks")
 LAYERS = 2
+#: Expert counts (mixture-of-experts models) are cut to this, and feed-forward widths to ``FFN``: a model of
+#: a billion parameters is over the fix search's copy budget (its trials copy the state they run on).
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+EXPERTS = 4
+_FFN_KEYS = ("intermediate_size", "moe_intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff")
+FFN = 1024
 #: Vocabulary sizes are cut to this (embeddings are most of a small model's weights).
 VOCAB = 1000
 BATCH = 1
@@ -46,6 +52,14 @@ def small_config(cls: Any) -> Any:
             value = getattr(c, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > LAYERS:
                 setattr(c, key, LAYERS)
+        for key in _EXPERT_KEYS:
+            value = getattr(c, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > EXPERTS:
+                setattr(c, key, EXPERTS if key != "num_experts_per_tok" else min(value, 2))
+        for key in _FFN_KEYS:
+            value = getattr(c, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > FFN:
+                setattr(c, key, FFN)
         for key in ("depths",):
             value = getattr(c, key, None)
             if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):

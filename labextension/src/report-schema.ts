@@ -25,6 +25,7 @@ export interface NbcompileReport {
   dropped: {
     [k: string]: number;
   };
+  torch_breaks: number | null;
   notice: string;
   torch_log: string[];
   causes: Cause[];
@@ -37,6 +38,7 @@ export interface NbcompileReport {
   graph_count: number;
   break_count: number;
   splits: number;
+  counts_said: string;
   recompile_count: number;
   frame_count: number;
   compile_time_s: number;

@@ -247,6 +247,9 @@ export function statusLines(report: IReport): IStatusLine[] {
     const source = check.source || (RUN_SOURCES[check.run ?? ''] ?? SESSION_RUN);
     lines.push({ kind: 'check', severity, label: `${head} (${source})`, text: shortText(message), detail });
   }
+  if (report.counts_said) {  // the break count beside torch's own, and why they differ (render.py's status_lines)
+    lines.push({ kind: 'counts', severity: 'info', label: 'counts', text: report.counts_said, detail: '' });
+  }
   const errors = compileErrors(report);
   if (errors.length) {
     const last = errors[errors.length - 1];

@@ -30,7 +30,7 @@ function report(extra: Partial<IReport> = {}): IReport {
   const sites = [brk(4, 'print'), brk(5, 'item'), brk(6, 'return')];
   const breaks = sites.flatMap(b => [b, b, b]);
   return {
-    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
+    title: '%%compile [3]: step', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', torch_breaks: null, counts_said: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
     graph_count: 4, break_count: 9, splits: 3, recompile_count: 0, frame_count: 4, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks, causes: sites.map(b => cause(b, 3)), ...extra
@@ -122,6 +122,14 @@ test('a configuration seen before that compiled again says why, as the kernel sa
   expect(line?.label).toBe('compiled again');
   expect(line?.text).toBe('the code kept for this configuration was compiled on other objects than this run');
   expect(statusLines(report({})).some(l => l.kind === 'compiled again')).toBe(false);
+});
+
+test('a break count that is not torch\'s own says why, as the kernel said it', () => {
+  const said = "1 break event here, 0 in torch's counters['graph_break']: a break event is one per frame a break cuts";
+  const line = statusLines(report({ torch_breaks: 0, counts_said: said })).find(l => l.kind === 'counts');
+  expect(line?.label).toBe('counts');
+  expect(line?.text).toBe(said);
+  expect(statusLines(report({})).some(l => l.kind === 'counts')).toBe(false);
 });
 
 test('long op lists are folded and torch log records sit in a closed section', () => {

@@ -109,7 +109,7 @@ function disabledReport(): IReport {
   };
   const report: Partial<IReport> = {  // the fields the gutter reads; the schema may gain others meanwhile
     title: '%%compile [1]: caller', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {},
-    schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
+    schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', torch_breaks: null, counts_said: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
     graph_count: 2, break_count: 1, splits: 1, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '',
     torch_log: [], fallbacks: [], check: null, breaks: [], causes: [cause]

@@ -14,7 +14,7 @@ function action(fields: Partial<FixAction> & Pick<FixAction, 'kind'>): FixAction
 
 function report(extra: Partial<IReport> = {}): IReport {
   return {
-    title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
+    title: '%%compile [3]: outer', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {}, schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', torch_breaks: null, counts_said: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] },
     graph_count: 2, break_count: 2, recompile_count: 0, frame_count: 2, compile_time_s: 0.1, result: null,
     graphs: [], frames: [], recompiles: [], kernels: [], errors: [], warnings: [], snippet: '', dropped: {}, notice: '', torch_log: [],
     fallbacks: [], causes: [], splits: 1,

@@ -43,7 +43,7 @@ function tour(extra: Partial<IReport> = {}): IReport {
   ];
   return {
     title: '%%compile [2]: train_step, net', backend: 'eager', mode: null, fullgraph: false, dynamic: null, dynamo_config: {},
-    schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] }, graph_count: 2, break_count: 3, splits: 0, recompile_count: 0, frame_count: 5,
+    schema_version: 1, stage: 'complete', interrupted: false, compiled_again: '', torch_breaks: null, counts_said: '', skipped: [], cache: { hits: 0, misses: 0, reasons: [] }, graph_count: 2, break_count: 3, splits: 0, recompile_count: 0, frame_count: 5,
     compile_time_s: 0.1, result: null,
     graphs: [
       { compile_id: '1/0', op_count: 3, ops: ['linear', 'relu', 'mean'], function: 'forward', torch_callables: [] },

@@ -144,6 +144,12 @@ class Recording:
         self._said = report.notice
         self.notify()
 
+    def torch_counted(self, breaks: int) -> None:
+        """A run for this recording ended in which torch's own counter (``counters["graph_break"]``) grew by
+        ``breaks``: kept on the report beside its own count (``Report.torch_breaks``)."""
+        report = self._report
+        report.torch_breaks = (report.torch_breaks or 0) + breaks
+
     def run_ended(self) -> None:
         """A run for this recording ended, not interrupted: the first view is no longer stood by, and a report a
         run interrupted before and this one took on (no first view: the same report) is no longer cut short."""
@@ -270,6 +276,7 @@ class Hub:
         stack = self._stack()
         stack.append(recording)
         self._catch_torch_logs()
+        counted = torch_compat.graph_break_counter() if len(stack) == 1 else None
         try:
             yield
         except KeyboardInterrupt as exc:
@@ -283,6 +290,9 @@ class Hub:
         finally:
             stack.pop()
             self._release_torch_logs()
+            after = torch_compat.graph_break_counter() if counted is not None else None
+            if counted is not None and after is not None:  # torch's own count of this run's breaks, beside ours
+                recording.torch_counted(after - counted)
 
     def _catch_torch_logs(self) -> None:
         """While anything compiles for a recording, torch's loggers print into reports, not the cell."""

@@ -470,6 +470,17 @@ def recompiling_frame() -> tuple[types.CodeType, dict[str, Any], dict[str, Any]]
     return None
 
 
+def graph_break_counter() -> int | None:
+    """torch's own count of graph breaks so far in this process (the sum of
+    ``torch._dynamo.utils.counters["graph_break"]``), or None where this torch does not keep it."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(sum(counters["graph_break"].values()))
+    except Exception:  # a torch without the counter: nothing to compare with
+        return None
+
+
 def errors_suppressed() -> bool:
     """Whether Dynamo falls back to eager on a compile error instead of raising it."""
     return bool(getattr(torch._dynamo.config, "suppress_errors", False))

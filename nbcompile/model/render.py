@@ -257,7 +257,7 @@ def fix_line(fix: Fix) -> str:
 def to_text(report: Report) -> str:
     lines = [f"{report.title or 'nbcompile report'} [{_options(report)}]", summary_line(report)]
     for status in status_lines(report):  # the others have their own lines below
-        if status.kind in ("notice", "recompile limit"):
+        if status.kind in ("notice", "recompile limit", "counts"):
             lines.append(f"  {status.head}: {plain(status.detail or status.text)}")
     for i, (g, place) in enumerate(zip(report.graphs, graph_places(report), strict=True)):
         lines.append(f"  graph {i + 1}, {place} [compile id {g.compile_id}]: {g.op_count} ops: {ops_text(g)}")
@@ -403,6 +403,8 @@ def status_lines(report: Report, source: str | None = None) -> list[StatusLine]:
                                 label="compiled again"))
     if report.check is not None:
         lines.append(check_line(report.check, source))
+    if report.counts_said:  # the break count beside torch's own, and why they differ
+        lines.append(StatusLine("counts", "info", report.counts_said, label="counts"))
     errors = compile_errors(report)
     if errors:
         last = errors[-1]

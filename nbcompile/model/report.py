@@ -17,6 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.text import plural
 from .diff import ReportDiff as ReportDiff
 from .diff import diff_reports
 from .render import MIME_TYPE as MIME_TYPE
@@ -458,6 +459,9 @@ class Report:
     snippet: str = ""
     #: Items past MAX_ITEMS that were counted but not kept, by list name.
     dropped: dict[str, int] = field(default_factory=dict)
+    #: torch's own count of the run's graph breaks (what ``torch._dynamo.utils.counters["graph_break"]`` grew
+    #: by during the runs this report records), beside ``break_count``; None when it was not counted.
+    torch_breaks: int | None = None
     #: Set on the kept report when a later change failed: that change, why, and what was kept.
     notice: str = ""
     #: The records torch's own loggers emitted while nbcompile compiled (kept here, not printed into the cell).
@@ -523,6 +527,21 @@ class Report:
         first = next((i for i in ids if i is not None), None)
         calls = sum(1 for i in ids if i is not None and i == first)
         return max(0, self.graph_count - max(calls, 1))
+
+    @property
+    def counts_said(self) -> str:
+        """Why this report's break count is not torch's own (``counters["graph_break"]``), in one line; "" when
+        they agree or torch's was not counted."""
+        theirs, ours = self.torch_breaks, self.break_count
+        if theirs is None or theirs == ours:
+            return ""
+        head = f"{plural(ours, 'break event')} here, {theirs} in torch's counters['graph_break']"
+        if ours > theirs:
+            return (f"{head}: a break event is one per frame a break cuts (a break inside an inlined call cuts its "
+                    "caller's graph too, one event each), and torch's counter leaves out a data-dependent jump "
+                    "in the compiled frame itself")
+        return (f"{head}: torch's counter also counts breaks it met while tracing code it then traced again from "
+                "the start (a restart of its analysis) or ran eagerly, which cut no graph")
 
     @property
     def recompile_count(self) -> int:
@@ -701,6 +720,7 @@ class Report:
         data["graph_count"] = self.graph_count
         data["break_count"] = self.break_count
         data["splits"] = self.splits
+        data["counts_said"] = self.counts_said
         data["recompile_count"] = self.recompile_count
         data["frame_count"] = self.frame_count
         data["compile_time_s"] = sum(t for f in self.frames if _finite_seconds(t := f.compile_time_s))

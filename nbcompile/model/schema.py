@@ -21,6 +21,7 @@ _DERIVED = {
     "graph_count": {"type": "integer", "minimum": 0},
     "break_count": {"type": "integer", "minimum": 0},
     "splits": {"type": "integer", "minimum": 0},
+    "counts_said": {"type": "string"},
     "recompile_count": {"type": "integer", "minimum": 0},
     "frame_count": {"type": "integer", "minimum": 0},
     "compile_time_s": {"type": "number", "minimum": 0},
