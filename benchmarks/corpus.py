@@ -15,7 +15,11 @@ Three steps, one command each:
   output against eager on the same weights). The first N models also run in training mode (a backward
   through the model). Writes ``benchmarks/results/corpus.json`` (per model: ``splits_before``,
   ``splits_after``, ``trials``, ``seconds``, ``check``, ``verified_splits_after``) and the table in
-  ``docs/benchmarks.md`` between its corpus markers.
+  ``docs/benchmarks.md`` (``python benchmarks/docs.py``). ``--merge A.json B.json`` writes the results from the
+  rows of runs made apart (one per budget, or one cut short).
+
+Run it where the corpus's transformers is installed (its sweep used transformers 5.5.3; later releases removed
+many of its breaks): ``pip install transformers==5.5.3`` in a virtual environment with torch and nbcompile.
 """
 
 from __future__ import annotations
@@ -145,11 +149,11 @@ def run_one(name: str, train: bool, budget: float, backend: str) -> dict[str, An
     import io
 
     import torch
-    from IPython.testing.globalipapp import get_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
     import nbcompile
 
-    ip = get_ipython()
+    ip = InteractiveShell.instance()  # a real shell, as a terminal's or a kernel's
     ip.run_line_magic("load_ext", "nbcompile")
     torch.set_grad_enabled(train)
     cell, entry, run = cell_of(name, train)
@@ -195,11 +199,9 @@ exec({cell!r}, ref)
 expected = first_tensor(eval({run!r}, ref))
 ns = {{"counting": counting}}
 exec({cell!r}, ns)
-snippet = re.sub(r"backend=(['"])[^'"]*", "backend=counting", {snippet!r})
+snippet = re.sub(r"backend='[^']*'", "backend=counting", {snippet!r})
 if "torch.compile(" not in snippet:
-    snippet += "
-{entry} = torch.compile({entry}, backend=counting)
-"
+    snippet += "\n{entry} = torch.compile({entry}, backend=counting)\n"
 exec(snippet, ns)
 got = first_tensor(eval({run!r}, ns))
 try:
@@ -277,9 +279,12 @@ def summarize(rows: list[dict[str, Any]], budget: float, mode: str | None = None
 
 
 def write_results(rows: list[dict[str, Any]], budgets: list[float], backend: str, out: pathlib.Path) -> None:
+    import transformers
+
     summary = {f"{b:g}s": {"all": summarize(rows, b), "eval": summarize(rows, b, "eval"),
                            "train": summarize(rows, b, "train")} for b in budgets}
-    write("corpus", {"corpus": CORPUS_REPO, "backend": backend, "summary": summary, "models": rows}, out)
+    write("corpus", {"corpus": CORPUS_REPO, "transformers": transformers.__version__, "backend": backend,
+                     "summary": summary, "models": rows}, out)
 
 
 def main() -> None:
@@ -294,7 +299,15 @@ def main() -> None:
     parser.add_argument("--training", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "corpus.json")
+    parser.add_argument("--merge", type=pathlib.Path, nargs="+",
+                        help="write --out from the rows of these earlier runs' files (runs per budget, or cut short)")
     args = parser.parse_args()
+    if args.merge:
+        runs = [json.loads(path.read_text()) for path in args.merge]
+        rows = [row for run in runs for row in run["models"]]
+        budgets = sorted({row["budget_s"] for row in rows})
+        write_results(rows, budgets, runs[0]["backend"], args.out)
+        return
     if args.discover:
         discover(args.limit, args.timeout)
         return

@@ -183,7 +183,7 @@ def reach(namespace: dict[str, Any], code: types.CodeType | None, functions: Ite
         if isinstance(obj, type):
             if _settable_class(obj):
                 attributes.append(obj)
-                for member in vars(obj).values():
+                for member in list(vars(obj).values()):
                     add_object(getattr(member, "__func__", member))
             return
         fn = getattr(obj, "__func__", obj)

@@ -138,6 +138,23 @@ def trial_backend(backend: str) -> str:
     return TRIAL_BACKENDS.get(backend, backend)
 
 
+def _raised_inside(exc: BaseException) -> str:
+    """`` (raised inside torch at torch/_dynamo/utils.py:2469)`` when the innermost frame of ``exc`` is torch's or
+    nbcompile's own code, not the user's (so the user knows where to look); "" otherwise."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    path = last.filename.replace("\\", "/")
+    for package in ("torch", "nbcompile"):
+        at = path.rfind(f"/{package}/")
+        if at >= 0:
+            return f" (raised inside {package} at {path[at + 1:]}:{last.lineno} in {last.name})"
+    return ""
+
+
 def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None, *, calls: int = 1,
         until: Callable[[Report], bool] | None = None, fresh: Collection[CodeKey] = (),
         deadline: float | None = None) -> Outcome:
@@ -185,7 +202,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
     except OverDeadline:  # a backend that does not wrap it (suppress_errors, a custom backend)
         recording.cut = True
     except Exception as exc:
-        outcome.fail(TrialOutcome.RAISED, f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}")
+        outcome.fail(TrialOutcome.RAISED, f"the run raised {type(exc).__name__}: {check_ops.one_line(str(exc))}"
+                     f"{_raised_inside(exc)}")
     finally:
         HUB.release()
         rng.restore()
