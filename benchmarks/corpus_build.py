@@ -70,8 +70,9 @@ def small_config(cls: Any) -> Any:
                                                   "decoder_start_token_id", "sep_token_id", "cls_token_id")]
             if all(i is None or (isinstance(i, int) and i < VOCAB) for i in ids):
                 c.vocab_size = VOCAB
-        if hasattr(c, "layerdrop"):
-            c.layerdrop = 0.0
+        for key in ("layerdrop", "mask_time_prob", "mask_feature_prob"):  # random in training: eager and compiled
+            if isinstance(getattr(c, key, None), float):  # draw differently, and no check could compare them
+                setattr(c, key, 0.0)
     return config
 
 

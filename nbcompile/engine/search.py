@@ -139,8 +139,8 @@ class Searcher:
         self._apply_s = self._proof_s = self._timing_s = 0.0
         #: The timing's full estimate (``_timing_s`` is zeroed for a pass once the budget could not time).
         self._timing_full = 0.0
-        #: id(trial) -> how long its proof on the session's trial backend took, for proofs that held.
-        self._proof_of: dict[int, float] = {}
+        #: The longest proof measured so far (0.0 before one): what the next proof is kept time for.
+        self._proofs_seen = 0.0
         #: The remedies' keys the targeted repair tried together (the seeds then skip them).
         self._repaired: frozenset[Any] = frozenset()
         #: Where the repair's lines start in ``FixSearch.plan``.
@@ -643,16 +643,12 @@ class Searcher:
             return
         best, start = self.result.best, self.result.start
         # a next find's proof, always (a find that cannot be proven is lost); the best's timing while untimed
+        # (applying is the session's own run again, its checks included: a proof on copies, which has no float64
+        # reference run, is no measure of it)
         choice = self._proof_s
-        apply_s = self._apply_s
         if best is not None and best is not start:
             choice += 0.0 if best.median_s is not None else self._timing_s
-            proof = self._proof_of.get(id(best))
-            if proof is not None and self.verify_spec.backend == self.workload.options.backend:
-                # applying it is a run on this same backend, which its proof measured (the session's own run,
-                # which the time kept for applying starts from, also paid the process's first compile)
-                apply_s = min(apply_s, APPLY_MARGIN * proof + APPLY_EXTRA_S)
-        self.budget.keep(apply_s, choice)
+        self.budget.keep(self._apply_s, choice)
 
     def _prove_best(self) -> None:
         """Run the best configuration again on the session's trial backend (AOTAutograd traces what
@@ -698,7 +694,9 @@ class Searcher:
                 self.result.best = min(left, key=self._order) if left else None
                 continue
             best.proven = True
-            self._proof_of[id(best)] = estimate
+            # what a proof takes, measured: the next one is kept time for by it, not by the first guess
+            self._proof_s = max(self._proofs_seen, estimate) if self._proofs_seen else estimate
+            self._proofs_seen = self._proof_s
             self._reserve()
             return
         self._fall_back()  # every proof it had room for failed: nothing unproven is chosen
