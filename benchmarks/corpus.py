@@ -268,8 +268,13 @@ def summarize(rows: list[dict[str, Any]], budget: float, mode: str | None = None
         "verified_splits_after": verified,
         "verified_share_removed": round((before - verified) / before, 3) if before else None,
         "fully_fixed": sum(1 for r in ok if r["splits_after"] == 0),
+        "verified_fully_fixed": sum(1 for r in ok if r.get("verified_splits_after") == 0),
+        # a chosen configuration whose result differs from eager (its verification, or the session's check once
+        # it was applied); a check the session's own run failed before any search is the model's, not a choice's
         "wrong_results": sum(1 for r in ok if str(r.get("verified_check", "")).startswith("FAILED")
-                             or str(r.get("check", "")).startswith("FAILED")),
+                             or (r.get("applied") and str(r.get("check", "")).startswith("FAILED"))),
+        "failed_before_search": sum(1 for r in ok if not r.get("applied")
+                                    and str(r.get("check", "")).startswith("FAILED")),
         "median_trials": sorted(r["trials"] for r in ok)[len(ok) // 2] if ok else None,
         "min_trials_where_start_le_15s": min((r["trials"] for r in quick), default=None),
         "seconds": round(sum(r["seconds"] for r in ok), 1),

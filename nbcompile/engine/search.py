@@ -199,7 +199,11 @@ class Searcher:
             # configuration runs on the session's trial backend straight away, where what it freezes shows
             spec = self.verify_spec if any(m in trial.TRACED_ONCE for m in toggles.values()) else self.spec
             first = self.result.start is None
-            phase = Phase.END if first else Phase.TRIALS
+            # the start, and the first trial after it (the repair's remedies together, when there are any): run
+            # while they fit the budget at all; a find the budget cannot then prove or apply is said, with the
+            # budget that would, rather than a search that stops unused with nothing tried but the start
+            lone = first or not any(t.tried and t is not self.result.start for t in self.result.trials)
+            phase = Phase.END if lone else Phase.TRIALS
             if not first and not self.budget.can_hold(self._estimate(spec), phase):
                 continue  # it would not end in time: the budget is honoured, not overrun
             deadline = self.budget.deadline(phase)
