@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import os
 import pathlib
+import textwrap
 
 
 def parse_file(path: pathlib.Path) -> ast.Module:
@@ -170,3 +171,17 @@ def train_step():
     opt.step()
     return loss.item()
 """
+
+
+#: Three breaks: a .item() in a helper (capture_scalar_outputs) and a print (reorderable_logging_functions).
+ITEM_PRINT_CELL = textwrap.dedent("""\
+    import torch
+    def helper(x):
+        s = x.abs().max().item()
+        return x / s
+    def f(x):
+        y = x.sin()
+        print("y", y)
+        return helper(y).cos()
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    """)

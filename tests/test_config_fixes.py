@@ -4,7 +4,6 @@ fix search, and written by the export as code. Real IPython shell, backend eager
 
 from __future__ import annotations
 
-import textwrap
 import warnings
 
 import pytest
@@ -16,19 +15,7 @@ from nbcompile.core import dynconfig
 from nbcompile.core.errors import NbcompileError
 from nbcompile.magics import parse_cell_line
 
-from nbhelpers import run_compile_cell
-
-ITEM_PRINT_CELL = textwrap.dedent("""\
-    import torch
-    def helper(x):
-        s = x.abs().max().item()
-        return x / s
-    def f(x):
-        y = x.sin()
-        print("y", y)
-        return helper(y).cos()
-    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
-    """)
+from nbhelpers import ITEM_PRINT_CELL, run_compile_cell
 
 
 def _config_now() -> tuple[bool, set, bool]:

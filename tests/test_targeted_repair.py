@@ -6,25 +6,12 @@ to search again with them. Real IPython shell, real Dynamo (backend eager)."""
 from __future__ import annotations
 
 import math
-import textwrap
 
 import nbcompile
 from nbcompile.engine import search as search_ops
 
-from nbhelpers import run_compile_cell
+from nbhelpers import ITEM_PRINT_CELL, run_compile_cell
 
-#: Three breaks: a .item() in a helper (capture_scalar_outputs), a print (reorderable_logging_functions).
-ITEM_PRINT_CELL = textwrap.dedent("""\
-    import torch
-    def helper(x):
-        s = x.abs().max().item()
-        return x / s
-    def f(x):
-        y = x.sin()
-        print("y", y)
-        return helper(y).cos()
-    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
-    """)
 LINE = '--backend eager --no-panel --run "f(x)"'
 
 

@@ -1,0 +1,63 @@
+"""Applying the fix search's choice to a session (``apply_best``): one restart, the library functions the
+choice sets tracked first and untracked again if applying fails."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..core.names import is_torch_name
+from ..core.options import CellOptions
+from ..model.fixsearch import FixSearch
+from ..model.report import Report
+from . import library
+
+
+class ConfigTarget(Protocol):
+    """What the chosen configuration is applied to (a ``Session``: the facade applies it, once)."""
+
+    @property
+    def functions(self) -> list[str]: ...
+
+    @property
+    def options(self) -> CellOptions: ...
+
+    def track(self, name: str) -> None: ...
+
+    def untrack(self, name: str) -> None: ...
+
+    def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, said: str = "",
+                     **options: Any) -> Report: ...
+
+
+def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | None = None) -> None:
+    """Put the chosen configuration on ``target`` (one restart); the search's record says so. The
+    library functions the choice sets are tracked first; if applying fails they are untracked again.
+    ``prove_by``: the ``time.perf_counter()`` time no proof of the new report's fixes starts after (the
+    search's end: the search kept time for the restart, the proofs get what is left)."""
+    best = result.best
+    if best is None or best is result.start:
+        return
+    if not best.proven:  # stopped or interrupted before its proof: nothing unproven is applied
+        result.applied_note = (f"not applied: {best.describe()} was not proven on the session's backend (the search "
+                               "stopped first)")
+        return
+    if best.rewrites:  # proven with its rewrites, which only the user applies (Session.accept): as a whole
+        result.applied_note = (f"not applied: {best.describe()} needs its source rewrites; accept them "
+                               "(Session.accept), and run the cell they make")
+        return
+    added = [n for n, m in best.toggles.items() if m != "compile" and n not in target.functions
+             and library.is_library_name(n)]
+    for name in added:
+        target.track(name)
+    options = {k: v for k, v in best.options.items() if not k.startswith("_")}
+    if best.options.get("_config"):
+        options["dynamo_config"] = {**target.options.dynamo_config, **best.options["_config"]}
+    try:
+        target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
+                            prove_by=prove_by, said="the fix search applied its best configuration", **options)
+        result.applied = True
+    finally:
+        if not result.applied:
+            for name in added:
+                if name in target.functions:
+                    target.untrack(name)
