@@ -117,7 +117,9 @@ def _python(code: str, timeout: float) -> dict[str, Any]:
 def discover(limit: int, timeout: float) -> None:
     """Keep the corpus's breaking models that build, run eagerly and split here (eval; train where it splits)."""
     kept: list[dict[str, Any]] = []
-    for name in breaking_models():
+    before = [m["name"] for m in json.loads(MODELS_FILE.read_text())["models"]] if MODELS_FILE.exists() else []
+    names = breaking_models()
+    for name in [n for n in before if n in names] + [n for n in names if n not in before]:  # the sample kept
         row = _python(PROBE.format(here=str(HERE), name=name, train=False), timeout)
         print(name, json.dumps(row), flush=True)
         if row.get("splits", 0) >= 1:

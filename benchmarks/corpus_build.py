@@ -24,6 +24,12 @@ _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num
 EXPERTS = 4
 _FFN_KEYS = ("intermediate_size", "moe_intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff")
 FFN = 1024
+#: Model widths are cut to at most this, heads divided alike so each head keeps its size: a 4096-wide model of
+#: two layers still has a billion parameters, and in training its gradients double what a trial copies.
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "emb_dim", "embed_dim")
+_HEAD_KEYS = ("num_attention_heads", "num_key_value_heads", "encoder_attention_heads", "decoder_attention_heads",
+              "n_head", "n_heads", "num_heads")
+WIDTH = 512
 #: Vocabulary sizes are cut to this (embeddings are most of a small model's weights).
 VOCAB = 1000
 BATCH = 1
@@ -45,6 +51,25 @@ def _configs(config: Any, seen: set[int] | None = None) -> list[Any]:
     return out
 
 
+def _narrow(c: Any) -> None:
+    """Divide ``c``'s width by the power of two that brings it to ``WIDTH`` at most, and its head counts alike;
+    left as it is where a head count does not divide (the model would no longer build)."""
+    widths = {k: v for k in _WIDTH_KEYS if isinstance(v := getattr(c, k, None), int) and not isinstance(v, bool)
+              and v > WIDTH}
+    if not widths:
+        return
+    factor = 1
+    while max(widths.values()) // factor > WIDTH:
+        factor *= 2
+    heads = {k: v for k in _HEAD_KEYS if isinstance(v := getattr(c, k, None), int) and not isinstance(v, bool)}
+    if any(v % factor for v in widths.values()) or any(v % factor and v != 1 for v in heads.values()):
+        return
+    for key, value in widths.items():
+        setattr(c, key, value // factor)
+    for key, value in heads.items():
+        setattr(c, key, max(1, value // factor))
+
+
 def small_config(cls: Any) -> Any:
     config = cls.config_class()
     for c in _configs(config):
@@ -60,6 +85,7 @@ def small_config(cls: Any) -> Any:
             value = getattr(c, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > FFN:
                 setattr(c, key, FFN)
+        _narrow(c)
         for key in ("depths",):
             value = getattr(c, key, None)
             if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):

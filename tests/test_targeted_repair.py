@@ -91,3 +91,26 @@ def test_a_search_cut_by_its_budget_says_what_to_give_and_the_tab_searches_again
     assert panel.fix_budget.value == again.budget_s
     assert again.state == "done" and again.advice_s is None
     assert panel.fix_again.layout.display == "none"
+
+
+def test_the_first_set_runs_beside_the_start_where_a_second_core_is_free(ip, monkeypatch):
+    from nbcompile.engine import forked
+
+    session = _session(ip)
+    monkeypatch.setenv(forked.ENV, "2")
+    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    if forked.why_not():
+        import pytest
+        pytest.skip(f"no forked trials here: {forked.why_not()}")
+    result = search_ops.Searcher(session.workload, 600, report=session.report).run()
+    start, first = result.trials[0], result.trials[1]
+    assert start is result.start and "remedies together" in first.label, [t.label for t in result.trials]
+    # it began with the start (in a child): recorded after it, sooner than it took; one after the other, the
+    # gap would be at least its own run
+    assert first.at_s - start.at_s < first.seconds, (start.at_s, first.at_s, first.seconds)
+    assert first.breaks == 0 and result.best is not None and result.best.breaks == 0
+    # the same search with trials one at a time: the same answer
+    monkeypatch.setenv(forked.ENV, "1")
+    again = search_ops.Searcher(session.workload, 600, report=session.report).run()
+    assert again.trials[1].at_s - again.trials[0].at_s >= again.trials[1].seconds * 0.9
+    assert again.best is not None and again.best.options == result.best.options

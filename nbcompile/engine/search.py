@@ -145,6 +145,8 @@ class Searcher:
         self._repaired: frozenset[Any] = frozenset()
         #: Where the repair's lines start in ``FixSearch.plan``.
         self._plan_from = 0
+        #: The start's configuration (``key``), set when it is tried.
+        self._start_key: Any = None
         self.space = SearchSpace(workload, report, rewrites)
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
@@ -242,8 +244,10 @@ class Searcher:
         children: list[tuple[_Run, forked.Child | None, float]] = []
         for run in runs[1:]:
             began = time.perf_counter()
+            estimate = self._estimate(run.spec)  # none before the start ends (a trial beside it): its deadline
             limit = min(run.deadline + FORK_GRACE_S,
-                        began + max(FORK_WAIT_FACTOR * self._estimate(run.spec), FORK_MIN_WAIT_S))
+                        began + max(FORK_WAIT_FACTOR * estimate, FORK_MIN_WAIT_S) if estimate else run.deadline
+                        + FORK_GRACE_S)
             child = forked.start(_forked_trial(run.spec, run.toggles, run.run_options, run.deadline), limit)
             children.append((run, child, began))
         try:
@@ -300,6 +304,8 @@ class Searcher:
                        seconds=outcome.seconds or time.perf_counter() - began,
                        sites=list(outcome.sites), stale=outcome.stale, splits=outcome.splits if ran else None,
                        proven=ran and spec is self.verify_spec, kind=outcome.kind)
+        if memo == self._start_key and self.result.start is None:  # the start, recorded before what ran beside it
+            self.result.start = result
         result.rejected = self._why_rejected(result)
         self._seen[memo] = result
         self.result.trials.append(result)
@@ -445,11 +451,26 @@ class Searcher:
             start: Trial | None = Trial(dict(self.workload.toggles), None, None, False, label="start", error=error,
                                         kind=TrialOutcome.OUTSIDE_EFFECT)
         else:
-            start = self._try(dict(self.workload.toggles), {}, "start")
+            toggles = dict(self.workload.toggles)
+            # the repair's first set (every remedy together) needs nothing the start measures: where a second
+            # core runs it, it runs beside the start, so a model traced in 20 s has its first answer in one trace
+            # rather than two
+            beside = self._first_set(toggles) if forked.at_once() > 1 else None
+            self._start_key = key(toggles, {})
+            start = self._try_many([(toggles, {}, "start"), *([beside] if beside is not None else [])])[0]
+            if beside is not None and (start is None or (start.error is not None and
+                                                         start.kind is not TrialOutcome.FAILS_TO_COMPILE)):
+                self._forget_beside(start)  # the search stops at its start: what ran beside it is not said
         self.result.start = start
         if start is not None and start.tried:  # applying the best re-runs --run: time kept for it
             self._keep_time(start.seconds)
         return start
+
+    def _forget_beside(self, start: Trial | None) -> None:
+        self.result.trials = [t for t in self.result.trials if t is start]
+        self._seen = {k: t for k, t in self._seen.items() if t is start}
+        if self.result.best is not start:
+            self.result.best = start if start is not None and start.admissible else None
 
     def _searchable(self, start: Trial | None) -> bool:
         """Whether the search goes on from ``start`` (one that fails to compile, fullgraph with a break, is
@@ -524,9 +545,7 @@ class Searcher:
         is split in two and each half tried (a delta-debugging search: k independent remedies with one bad among
         them cost about 2 log2(k) trials, not k); the sets that helped are tried together at the end, and then
         less each remedy (``_minimize``). ``FixSearch.plan`` says why each set ran."""
-        remedies = [r for r in self.space.remedies() if not self._ruled_out({**start.toggles, **r[0]})
-                    and not (r[0] and all(m == "disable" for m in r[0].values()))]
-        group, _ = compatible(start.toggles, remedies)
+        group = self._repair_group(start.toggles)
         if len(group) < 2:  # one remedy (or none): the seeds try it
             return
         self._repaired = frozenset(key(t, o) for t, o, _ in group)
@@ -568,6 +587,20 @@ class Searcher:
                 plan.append(f"  the {len(helped)} sets that helped, together")
                 yield None, [(together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}")]
         yield from self._minimize(start, found, width)
+
+    def _repair_group(self, toggles: dict[str, str]) -> list[Candidate]:
+        """The remedies the repair tries together from ``toggles``: those that keep code in the graph, go with
+        the others and that the lint does not rule out."""
+        remedies = [r for r in self.space.remedies() if not self._ruled_out({**toggles, **r[0]})
+                    and not (r[0] and all(m == "disable" for m in r[0].values()))]
+        return compatible(toggles, remedies)[0]
+
+    def _first_set(self, toggles: dict[str, str]) -> Candidate | None:
+        """The repair's first trial from ``toggles`` (its remedies together), when it has one."""
+        group = self._repair_group(toggles)
+        made = combine(toggles, group) if len(group) >= 2 else None
+        return None if made is None else (made[0], made[1], f"{plural(len(group), 'remedy', 'remedies')} "
+                                                              f"together: {cut(made[2], 120)}")
 
     def _minimize(self, start: Trial, found: list[Candidate],
                   width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
