@@ -181,6 +181,10 @@ def run_one(name: str, train: bool, budget: float, backend: str) -> dict[str, An
                  "not compared" if check is None or not check.compared else f"FAILED: {check.message[:200]}",
         "chosen": result.best.describe() if result.best is not None and result.applied else None,
         "applied": result.applied, "not_applied": result.applied_note, "plan": result.plan,
+        "budget_bound": result.budget_bound,
+        # where the budget went: each trial's label, when it was recorded, its run's seconds, breaks, splits
+        "timeline": [[t.label[:80], round(t.at_s, 1), round(t.seconds, 1), t.breaks, t.splits,
+                      "proof" if t.proven else t.kind.value if t.kind is not None else ""] for t in result.trials],
         "snippet": session.export() if result.applied else "",
     }
 
