@@ -240,9 +240,8 @@ def test_a_result_cut_short_by_the_budget_says_so(ip):
 
 def test_a_refused_start_reads_not_tried_not_zero(ip):
     session = _session(ip, """\
-        import threading
         import torch
-        STATE = {"lock": threading.Lock(), "w": torch.ones(4)}
+        STATE = {"steps": (i for i in range(3)), "w": torch.ones(4)}  # a generator: no copy of it can be made
         def helper(x):
             torch._dynamo.graph_break()
             return x * STATE["w"]
@@ -475,3 +474,35 @@ def test_a_start_whose_run_raised_reads_failed_never_zero_breaks_or_check_ok(ip)
     assert ">ok<" not in html and "<td>allcompile</td><td>failed</td><td>failed</td><td>failed</td>" in html
     assert "own run failed" in result.summary() and "breaks 0" not in repr(result)
     assert not result.applied and session.toggles["helper"] == "compile"
+
+
+def test_a_run_that_takes_a_librarys_lock_is_tried_with_the_same_lock(ip, make_module):
+    """A library's module-level lock (huggingface_hub's tree-cache lock, read by transformers 5.24 models'
+    forward) cannot be deep-copied: every trial of such a model was refused ("cannot be copied"). A lock holds
+    no data: the copies share it, the run takes and releases it, and the search runs."""
+    make_module("locked_cache", textwrap.dedent("""\
+        import threading
+        LOCK = threading.RLock()
+        CACHE = {}
+        def cached_scale(key):
+            with LOCK:
+                return CACHE.setdefault(key, 2.0)
+        """))
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x)"', textwrap.dedent("""\
+        import torch
+        import locked_cache
+        def f(x):
+            y = x.sin() * locked_cache.cached_scale("s")
+            print("y", y)
+            return y.cos()
+        x = torch.randn(4)
+        """))
+    import locked_cache
+
+    lock = locked_cache.LOCK
+    result = nbcompile.last().fix(budget_s=600)
+    assert "cannot be copied" not in str(result), result
+    assert len([t for t in result.trials if t.error is None]) >= 2, result  # the search did run
+    assert result.best is not None and result.best.breaks < result.start.breaks, result  # the print's break
+    assert locked_cache.LOCK is lock and lock.acquire(blocking=False)  # the same lock, not left held
+    lock.release()

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import enum
 import logging
+import threading
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -35,6 +36,10 @@ MAX_COPY_BYTES = 256 * 2**20
 #: What ``copy.deepcopy`` hands back as it is (``Replay.refresh`` expects the same object in the copies).
 _DEEPCOPY_KEEPS = (*_ATOMIC, types.BuiltinMethodType, weakref.ref, property, enum.Enum, torch.dtype, torch.device,
                    torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented))
+#: Locks a run reaches (a library's module-level cache lock: huggingface_hub's ``_IN_MEMORY_TREE_CACHE_LOCK``,
+#: read by transformers 5.24 models' forward) cannot be deep-copied; they are shared with the copies, as another
+#: thread would share them: acquired and released by the run, they are left as they were.
+_LOCKS = (type(threading.Lock()), type(threading.RLock()), threading.Condition, threading.Semaphore)
 #: Floating-point dtypes the float64 reference widens.
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -192,7 +197,7 @@ def _rehome_dropped(originals: Iterable[Any], memo: dict[int, Any], keep_alive: 
 
 #: Objects whose copy is themselves by design, and which hold where records go, not data (a ``Logger``
 #: pickles as ``getLogger(name)``).
-_SHARED_BY_DESIGN = (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Manager)
+_SHARED_BY_DESIGN = (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Manager, *_LOCKS)
 
 
 def _shared_with_copies(found: dict[int, tuple[Any, str]], copies: Any, allowed: set[int]) -> str | None:
@@ -320,6 +325,9 @@ class Replay:
         if history is not None:
             return refuse(f"{history} carries autograd history (a tensor computed from tensors "
                           "that require grad), which cannot be copied to run again without touching yours")
+        for value, _ in found.values():  # a lock guards, it holds no data: the copies take the same one
+            if isinstance(value, _LOCKS):
+                memo[id(value)] = value
         try:
             copied = copy.deepcopy((reals, extra), memo)
         except Exception as exc:  # a lock, a file, a generator: say so, repeat nothing
@@ -594,7 +602,7 @@ class Replay:
             if key in storages and storages[key] != id(t):
                 return refuse("two tensors share storage (views of one tensor), which a float64 copy would part")
             storages[key] = id(t)
-        memo: dict[int, Any] = {}
+        memo: dict[int, Any] = {id(v): v for v, _ in found.values() if isinstance(v, _LOCKS)}  # shared
         try:
             copies, extra = copy.deepcopy((self.copies, self.extra_copy), memo)
         except Exception as exc:

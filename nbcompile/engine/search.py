@@ -39,6 +39,7 @@ from typing import Any
 
 from ..core.errors import NbcompileError
 from ..core.text import cut, plural
+from ..core.torch_compat import CodeKey
 from ..model.fixsearch import FixSearch as FixSearch
 from ..model.fixsearch import Trial as Trial
 from ..model.fixsearch import _rank
@@ -145,6 +146,13 @@ class Searcher:
         self._repaired: frozenset[Any] = frozenset()
         #: Where the repair's lines start in ``FixSearch.plan``.
         self._plan_from = 0
+        #: The codes whose automatic-dynamic memory each trial sets aside (``trial.run``'s ``fresh``) when the
+        #: session's report recompiled or fell back: its trials then compile as the session's first run did
+        #: (as a fresh process does), not as that run taught Dynamo; a recompile on sizes the report shows
+        #: would otherwise never show in a trial, and ``--dynamic`` would never be found to remove it.
+        self._fresh: frozenset[CodeKey] = frozenset(
+            (f.filename, f.firstlineno, f.function) for f in self.report.frames if f.filename) \
+            if self.report.recompile_count or self.report.fallbacks else frozenset()
         #: The start's configuration (``key``), set when it is tried.
         self._start_key: Any = None
         self.space = SearchSpace(workload, report, rewrites)
@@ -227,7 +235,7 @@ class Searcher:
                                       time.perf_counter())
                 continue
             keys.add(memo)
-            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, deadline))
+            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, deadline, self._fresh))
         width = forked.at_once() if len(runs) > 1 else 1
         for at in range(0, len(runs), width):
             batch = runs[at:at + width]
@@ -248,7 +256,8 @@ class Searcher:
             limit = min(run.deadline + FORK_GRACE_S,
                         began + max(FORK_WAIT_FACTOR * estimate, FORK_MIN_WAIT_S) if estimate else run.deadline
                         + FORK_GRACE_S)
-            child = forked.start(_forked_trial(run.spec, run.toggles, run.run_options, run.deadline), limit)
+            child = forked.start(_forked_trial(run.spec, run.toggles, run.run_options, run.deadline, run.fresh),
+                                 limit)
             children.append((run, child, began))
         try:
             return self._gather(runs[0], children)
@@ -283,7 +292,7 @@ class Searcher:
     @staticmethod
     def _run_here(run: _Run) -> trial.Outcome:
         try:
-            return trial.run(run.spec, run.toggles, run.run_options, deadline=run.deadline)
+            return trial.run(run.spec, run.toggles, run.run_options, deadline=run.deadline, fresh=run.fresh)
         except Exception as exc:  # a trial must never cost the search
             return trial.Outcome(dict(run.toggles), error=f"the trial failed ({type(exc).__name__}: {exc})",
                                  kind=TrialOutcome.TRIAL_FAILED)
@@ -709,7 +718,7 @@ class Searcher:
                 return
             began = time.perf_counter()
             try:
-                outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options),
+                outcome = trial.run(self.verify_spec, best.toggles, self.run_options(best.options), fresh=self._fresh,
                                     deadline=self.budget.deadline(Phase.CHOICE))
             except Exception as exc:  # a proof must never cost the search
                 outcome = trial.Outcome(dict(best.toggles), error=f"the proof failed ({type(exc).__name__}: {exc})",
@@ -768,6 +777,7 @@ class _Run:
     spec: trial.Spec
     run_options: dict[str, Any]
     deadline: float
+    fresh: frozenset[CodeKey] = frozenset()
 
 
 @dataclasses.dataclass
@@ -781,7 +791,8 @@ class _Walk:
 
 
 def _forked_trial(spec: trial.Spec, toggles: dict[str, str], run_options: dict[str, Any],
-                  deadline: float) -> Callable[[], tuple[trial.Outcome, bool]]:
+                  deadline: float,
+                  fresh: frozenset[CodeKey] = frozenset()) -> Callable[[], tuple[trial.Outcome, bool]]:
     """What a forked child runs: the trial, and whether it stopped sharing tensors with the user's objects
     (``Spec.unshare``: the parent then does the same)."""
 
@@ -792,7 +803,8 @@ def _forked_trial(spec: trial.Spec, toggles: dict[str, str], run_options: dict[s
             unshared.append(True)
             spec.unshare()
 
-        outcome = trial.run(dataclasses.replace(spec, unshare=unshare), toggles, run_options, deadline=deadline)
+        outcome = trial.run(dataclasses.replace(spec, unshare=unshare), toggles, run_options, deadline=deadline,
+                            fresh=fresh)
         return outcome, bool(unshared)
 
     return work
