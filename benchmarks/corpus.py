@@ -284,6 +284,9 @@ def summarize(rows: list[dict[str, Any]], budget: float, mode: str | None = None
         "median_trials": sorted(r["trials"] for r in ok)[len(ok) // 2] if ok else None,
         "min_trials_where_start_le_15s": min((r["trials"] for r in quick), default=None),
         "seconds": round(sum(r["seconds"] for r in ok), 1),
+        # a search (its applying included) that ran past its budget, and by how much at most
+        "over_budget": sum(1 for r in ok if r["seconds"] > budget),
+        "most_over_s": round(max((r["seconds"] - budget for r in ok), default=0.0), 1),
         "ended_on_budget": sum(1 for r in ok if r["state"].startswith("budget")),
         "errors": sum(1 for r in rows if r["budget_s"] == budget and "error" in r),
     }

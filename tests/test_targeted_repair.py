@@ -69,8 +69,11 @@ def test_a_set_that_does_not_help_is_bisected_to_the_remedies_that_do(ip, monkey
 
 
 def test_a_search_cut_by_its_budget_says_what_to_give_and_the_tab_searches_again_with_it(ip, monkeypatch):
+    from nbcompile.engine import forked
+
     session = _session(ip)
     panel = session.panel()
+    monkeypatch.setenv(forked.ENV, "1")  # the start alone (beside it, the repair's first set would fix it all)
 
     def estimate(self, spec):  # every trial after the start looks too long for the budget
         return 0.0 if self.result.start is None else 100.0
@@ -90,6 +93,7 @@ def test_a_search_cut_by_its_budget_says_what_to_give_and_the_tab_searches_again
     assert again is not result and again.budget_s == min(advised, panel.fix_budget.max)
     assert panel.fix_budget.value == again.budget_s
     assert again.state == "done" and again.advice_s is None
+    assert again.taken == 1 and again.start is result.start  # it went on from the last search's start
     assert panel.fix_again.layout.display == "none"
 
 
@@ -114,3 +118,28 @@ def test_the_first_set_runs_beside_the_start_where_a_second_core_is_free(ip, mon
     again = search_ops.Searcher(session.workload, 600, report=session.report).run()
     assert again.trials[1].at_s - again.trials[0].at_s >= again.trials[1].seconds * 0.9
     assert again.best is not None and again.best.options == result.best.options
+
+
+def test_a_search_again_on_the_same_report_goes_on_from_the_last_ones_trials(ip, monkeypatch):
+    from nbcompile.engine import forked
+
+    session = _session(ip)
+    monkeypatch.setenv(forked.ENV, "1")  # every trial in this process, where the wrapper below sees it
+    first = session.fix(budget_s=600, progress=lambda r: r.stop() if r.trials else None)  # stopped after one
+    assert first.state == "stopped" and not first.applied and [t.label for t in first.trials] == ["start"]
+    ran: list[tuple] = []
+    real = search_ops.trial.run
+
+    def counted(spec, toggles, options=None, **kw):
+        ran.append((dict(toggles), dict(options or {})))
+        return real(spec, toggles, options, **kw)
+
+    monkeypatch.setattr(search_ops.trial, "run", counted)
+    again = session.fix(budget_s=600)
+    assert again.taken == 1 and again.start is first.start, again.summary()  # the same trial, not run again
+    assert "1 taken from the last search" in again.summary()
+    assert (dict(session.workload.toggles), {}) not in ran, ran
+    assert again.applied and session.report.break_count == 0, again.summary()
+    # a search after that one applied its find starts anew: the report it ran on is not the session's now
+    third = session.fix(budget_s=600)
+    assert third.taken == 0

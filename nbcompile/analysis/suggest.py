@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.compilation import BREAK_FRAMES
+from ..core import torch_compat
 from ..core.text import code_text, user_function
 from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 from .lint import lint_allow_in_graph
@@ -113,7 +114,7 @@ def library_name(filename: str, lineno: int, function: str) -> str | None:
 
 def _defined_at(module: Any, real: str, lineno: int, function: str) -> str | None:
     candidates: list[tuple[str, Any]] = []
-    for name, value in list(vars(module).items()):
+    for name, value in torch_compat.namespace_items(vars(module)):
         if isinstance(value, type) and value.__module__ == module.__name__:
             candidates += [(f"{name}.{attr}", getattr(member, "__func__", member))
                            for attr, member in list(vars(value).items()) if attr == function]

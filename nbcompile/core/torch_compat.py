@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import inspect as _inspect
 import logging
 import os
@@ -412,6 +413,24 @@ def skips_collected() -> Iterator[list[tuple[str, str, int, str]]]:
             m = _SKIP.match(str(text))
             if m is not None:
                 found.append((m["function"], m["filename"], int(m["lineno"]), m["reason"]))
+
+
+# --- namespaces Dynamo changes behind the reader's back ---------------------------------------
+
+def namespace_items(space: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``list(space.items())``, safe from Dynamo's own edits of the namespace: Dynamo puts
+    ``__builtins_dict___N`` into the globals of the code it compiles and a weak-reference callback deletes it
+    when the compiled code is collected; a collection that runs while the items are copied (any allocation
+    may start one) then changes the dict mid-copy ("dictionary changed size during iteration": a trial
+    failed with it now and then, raised from nbcompile's audit). The copy runs with the collector paused."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return list(space.items())
+    finally:
+        if paused:
+            gc.enable()
 
 
 # --- automatic-dynamic memory (torch._dynamo.pgo) ---------------------------------------------

@@ -282,7 +282,7 @@ class _Shallow:
     def __init__(self, space: dict[str, Any], held: set[str]) -> None:
         self.space = space
         self.before: list[tuple[str, Any, Any]] = []  # (label, the object, its shallow state)
-        for key, value in list(space.items()):
+        for key, value in torch_compat.namespace_items(space):
             if key in held or key.startswith("_") or key in ("In", "Out", "get_ipython", "exit", "quit"):
                 continue
             self._watch(key, value, 0)

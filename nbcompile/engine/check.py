@@ -280,7 +280,7 @@ def _compare_plain_attributes(a: torch.nn.Module, b: torch.nn.Module, path: str,
 
 
 def _plain_tensor_attributes(module: torch.nn.Module) -> dict[str, Any]:
-    return {k: v for k, v in list(vars(module).items())
+    return {k: v for k, v in torch_compat.namespace_items(vars(module))
             if not k.startswith("_") and not isinstance(v, torch.nn.Module) and _holds_tensors(v)}
 
 

@@ -147,7 +147,7 @@ def module_functions(fn: Any) -> dict[str, Any]:
     namespace = namespace_of(fn)
     target = getattr(torch_compat.unwrap_compiled(fn), "__func__", torch_compat.unwrap_compiled(fn))
     filename = getattr(getattr(target, "__code__", None), "co_filename", None)
-    return {n: v for n, v in list(namespace.items())
+    return {n: v for n, v in torch_compat.namespace_items(namespace)
             if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename}
 
 
@@ -170,7 +170,7 @@ def toggle_engine(fn: Any, toggles: dict[Any, str]) -> tuple[Toggles, dict[str, 
                                      "there, the function object, or a torch callable by dotted name (torch.sub)")
             named[key] = mode
             continue
-        names = [n for n, v in list(namespace.items()) if v is key]
+        names = [n for n, v in torch_compat.namespace_items(namespace) if v is key]
         if names:
             named.update({n: mode for n in names})
         elif (getattr(key, "__module__", "") or "").startswith("torch"):

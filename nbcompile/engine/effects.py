@@ -295,7 +295,7 @@ def _plain_data(value: Any, depth: int = 0) -> bool:
 
 
 def _module_data(module: torch.nn.Module) -> dict[str, Any]:
-    return {k: v for k, v in list(vars(module).items()) if k not in _MODULE_OWN
+    return {k: v for k, v in torch_compat.namespace_items(vars(module)) if k not in _MODULE_OWN
             and not k.startswith(("_torchdynamo", "_dynamo", "_nbcompile")) and _plain_data(v)}
 
 

@@ -21,6 +21,7 @@ import threading
 import types
 from typing import Any
 
+from ..core import torch_compat
 from ..core.errors import NbcompileError
 from .toggles import _MISSING, Binding, StaleError, slot_problem
 
@@ -148,7 +149,7 @@ def holder_of(filename: str, lineno: int) -> str | None:
                    if isinstance(getattr(m, "__file__", None), str) and m.__file__ == filename), None)
     if module is None or module.__name__.split(".")[0] in ("torch", "functorch"):
         return None  # torch's own internals (hooks, nn.Module.__call__) are not nbcompile's to rebind
-    for attr, value in list(vars(module).items()):
+    for attr, value in torch_compat.namespace_items(vars(module)):
         if attr.startswith("__") or (isinstance(value, types.FunctionType) and
                                      value.__code__.co_name.startswith("torch_dynamo_resume_in_")):
             continue  # Dynamo's resume functions, installed in the module's globals: not the library's code

@@ -165,7 +165,7 @@ def rehome_callables(values: Iterable[Any], memo: dict[int, Any], keep_alive: li
             space = getattr(value, "__dict__", None)
             if not isinstance(space, dict) or id(value) not in copied_ids:
                 continue  # only the copies' own objects are rehomed (a shared one is not ours to change)
-        for key, item in list(space.items()):
+        for key, item in torch_compat.namespace_items(space):
             if isinstance(item, _REHOMED):
                 twin = _rehomed(item, memo, keep_alive)
                 if twin is not item:
@@ -184,7 +184,7 @@ def _rehome_dropped(originals: Iterable[Any], memo: dict[int, Any], keep_alive: 
         twin_space = getattr(twin, "__dict__", None)
         if twin is None or twin is original or not isinstance(space, dict) or not isinstance(twin_space, dict):
             continue
-        for key, value in list(space.items()):
+        for key, value in torch_compat.namespace_items(space):
             if key not in twin_space and isinstance(value, _REHOMED):
                 made = _rehomed(value, memo, keep_alive)
                 if made is not value:

@@ -104,12 +104,14 @@ class Searcher:
 
     def __init__(self, workload: Workload, budget_s: float,
                  progress: Callable[[FixSearch], None] | None = None, *, report: Report | None = None,
-                 rewrites: RewriteSource | None = None) -> None:
+                 rewrites: RewriteSource | None = None, earlier: FixSearch | None = None) -> None:
         """``workload``: what the search runs, with the ``report`` whose breaks and recompiles seed it.
         ``progress`` is called with the search's record after each trial. ``rewrites``: the source
         rewrites of the cell's break lines to try (the analysis layer proposes and builds them; the session
-        hands them in), each a trial like a toggle."""
+        hands them in), each a trial like a toggle. ``earlier``: a search that ran on the same report and
+        toggles (the state its trials ran on is the same): its trials are taken as they were, not run again."""
         self.rewrites = rewrites
+        self._earlier = earlier
         if not isinstance(workload, Workload):
             raise NbcompileError(f"a search runs a Workload (a session's .workload, with report=its .report), not "
                                  f"a {type(workload).__name__}")
@@ -408,6 +410,7 @@ class Searcher:
         time (``_batches``) while the budget lasts; the best proven, the finalists timed, the best proven
         again."""
         self.budget.start()
+        self._take_earlier()
         start = self._start()
         yield self.result
         if not self._searchable(start) or start is None:
@@ -440,7 +443,7 @@ class Searcher:
             self._reserve()
             if not walk.cut or self.result.stopped or not self.budget.can_hold(self._estimate(self.spec)):
                 break
-        if walk.cut and not self.result.stopped:
+        if walk.cut and not self.result.stopped and not self._nothing_left():
             self.result.budget_bound = self._budget_advice(start, walk.untried, width)
         elif self.result.budget_bound and not self.result.stopped and self.result.advice_s is None:
             # the choice not proven or not timed for want of budget: what that takes, on top
@@ -474,6 +477,44 @@ class Searcher:
         if start is not None and start.tried:  # applying the best re-runs --run: time kept for it
             self._keep_time(start.seconds)
         return start
+
+    def _nothing_left(self) -> bool:
+        """Whether the best so far leaves nothing for the search to remove: no break, no split, no recompile,
+        no fallback (DFineModel's repair took its 8 splits to 0 in one trial; the search then said "budget" and
+        asked for 170 s to try configurations that could not do better)."""
+        best = self.result.best  # one with source rewrites is not: the user must accept them, where toggles or
+        # config values that do as well apply at once (the search goes on to find those)
+        return best is not None and best is not self.result.start and best.admissible and best.breaks == 0 and \
+            not best.splits and not best.recompiles and not best.fallbacks and not best.rewrites
+
+    def _take_earlier(self) -> None:
+        """The trials of the earlier search (``earlier``), taken as they were: looked up, not run again, the
+        best among them chosen as ``_record`` would have (a find that search could not prove or apply is
+        proven and applied now). A run its budget cut, or a configuration it never reached, runs again."""
+        earlier = self._earlier
+        if earlier is None:
+            return
+        start_key = key(dict(self.workload.toggles), {})
+        for t in earlier.trials:
+            if t.kind is TrialOutcome.NOT_FINISHED or (t.untried and t.kind is not TrialOutcome.RULED_OUT):
+                continue
+            memo = key(t.toggles, t.options)
+            if memo in self._seen:
+                continue
+            self._seen[memo] = t
+            self.result.trials.append(t)
+            self.result.taken += 1
+            if memo == start_key:
+                self.result.start = t
+            if t.error is None and not t.proven:
+                self._times.setdefault(id(self.spec), []).append(t.seconds)
+        admissible = [t for t in self.result.trials if t.admissible]
+        if admissible:
+            self.result.best = min(admissible, key=self._order)
+        if self.result.taken:
+            self.result.plan.append(f"{plural(self.result.taken, 'trial')} taken from the last search on this "
+                                    "report (not run again)")
+            self._plan_from = len(self.result.plan)
 
     def _forget_beside(self, start: Trial | None) -> None:
         self.result.trials = [t for t in self.result.trials if t is start]
@@ -513,6 +554,8 @@ class Searcher:
         Before the seeds, the targeted repair (``_repair``): every compatible remedy at once, bisected when that
         fails; the seeds then try only what it did not."""
         yield from self._repair(start, width)
+        if self._nothing_left():
+            return  # no configuration has fewer breaks, splits or recompiles than none: the search is done
         seeds = self.space.seeds(skip=self._repaired)
         for at in range(0, len(seeds), width):
             yield None, seeds[at:at + width]

@@ -563,8 +563,16 @@ class Session:
             if progress is not None:
                 progress(result)
 
-        return FixRun(self, Searcher(self.workload, budget_s, both, report=self.report,
-                                     rewrites=CellRewrites(self.workload, self.report)))
+        origin = (self.report, dict(self.workload.toggles), repr(self.workload.options))
+        last = self.last_fix
+        # the last search ran on the same report and toggles, and changed nothing (it was stopped, or cut by its
+        # budget before it could prove or apply its find): this one goes on from its trials
+        earlier = last if isinstance(last, FixSearch) and not last.applied and last.origin is not None and \
+            last.origin[0] is origin[0] and last.origin[1:] == origin[1:] else None
+        searcher = Searcher(self.workload, budget_s, both, report=self.report,
+                            rewrites=CellRewrites(self.workload, self.report), earlier=earlier)
+        searcher.result.origin = origin
+        return FixRun(self, searcher)
 
     def accept(self, rewrite: Rewrite) -> str:
         """Accept a source rewrite (one of ``last_fix.best.rewrites``): the cell, rewritten, becomes the next

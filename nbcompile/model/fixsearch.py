@@ -150,6 +150,12 @@ class FixSearch:
     #: Why the answer may be other on a quieter machine (a timing within the measured spread decided or
     #: nearly decided it), or "".
     noise_bound: str = ""
+    #: How many of ``trials`` were taken from the last search on the same report and toggles, not run again
+    #: (a search again, with the budget the last one asked for, goes on where that one stopped).
+    taken: int = 0
+    #: What the search started from (the session's report, toggles and options), for the next search to know
+    #: whether this one's trials still hold.
+    origin: Any = field(default=None, repr=False, compare=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def stop(self) -> None:
@@ -177,7 +183,8 @@ class FixSearch:
 
     def _summary(self) -> str:
         start, best = self.start, self.best
-        head = f"fix search: {plural(len(self.trials), 'trial')} in {self.elapsed_s:.1f} s ({self.state})"
+        taken = f", {self.taken} taken from the last search" if self.taken else ""
+        head = f"fix search: {plural(len(self.trials), 'trial')}{taken} in {self.elapsed_s:.1f} s ({self.state})"
         if start is None:
             return head
         if not start.tried:
