@@ -199,6 +199,16 @@ def test_compare_walks_nested_values_with_dtype_tolerances():
     assert "keys" in check_ops.compare({"a": 1}, {"b": 1}).problems[0]
 
 
+def test_the_same_infinity_in_python_numbers_agrees_and_opposite_ones_do_not():
+    """A config holding ``time_step_limit=(0.0, inf)`` (NemotronH's) made every check FAIL: "compiled gives inf,
+    eager gives inf (abs diff nan)"."""
+    inf = float("inf")
+    assert not check_ops.compare((0.0, inf), (0.0, inf)).problems
+    assert not check_ops.compare(-inf, -inf).problems
+    assert check_ops.compare(inf, -inf).problems and check_ops.compare(inf, 1e308).problems
+    assert check_ops.compare(torch.tensor([inf, 1.0]), torch.tensor([inf, 1.0])).problems == []
+
+
 def test_random_ops_under_inductor_are_not_judged_never_a_false_failure():
     comparison = check_ops.Comparison(problems=["result: values differ"], diffs=[1.0])
     check = check_ops.verdict(comparison, ["dropout", "mul"], "inductor")
