@@ -227,3 +227,9 @@ def test_a_logger_the_run_uses_is_not_state_to_copy_or_compare(ip):
     check = nbcompile.last().report.check
     assert check.ok and check.compared, check
     assert "loggerDict" not in check.message and "(1 values compared)" in check.message, check.message
+
+
+def test_complex_infinities_agree_when_the_same():
+    inf = float("inf")
+    assert not check_ops.compare(complex(inf, 0), complex(inf, 0)).problems
+    assert check_ops.compare(complex(inf, 0), complex(-inf, 0)).problems

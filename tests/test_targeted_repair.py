@@ -93,7 +93,7 @@ def test_a_search_cut_by_its_budget_says_what_to_give_and_the_tab_searches_again
     assert again is not result and again.budget_s == min(advised, panel.fix_budget.max)
     assert panel.fix_budget.value == again.budget_s
     assert again.state == "done" and again.advice_s is None
-    assert again.taken == 1 and again.start is result.start  # it went on from the last search's start
+    assert again.taken == 1 and again.start.at_s == result.start.at_s  # it went on from the last search's start
     assert panel.fix_again.layout.display == "none"
 
 
@@ -136,10 +136,23 @@ def test_a_search_again_on_the_same_report_goes_on_from_the_last_ones_trials(ip,
 
     monkeypatch.setattr(search_ops.trial, "run", counted)
     again = session.fix(budget_s=600)
-    assert again.taken == 1 and again.start is first.start, again.summary()  # the same trial, not run again
+    # the same trial, not run again (a copy: the last search's record keeps its own)
+    assert again.taken == 1 and again.start is not None and again.start.at_s == first.start.at_s, again.summary()
     assert "1 taken from the last search" in again.summary()
     assert (dict(session.workload.toggles), {}) not in ran, ran
     assert again.applied and session.report.break_count == 0, again.summary()
     # a search after that one applied its find starts anew: the report it ran on is not the session's now
     third = session.fix(budget_s=600)
     assert third.taken == 0
+
+
+def test_a_search_again_after_the_state_changed_starts_anew(ip, monkeypatch):
+    from nbcompile.engine import forked
+
+    session = _session(ip)
+    monkeypatch.setenv(forked.ENV, "1")
+    first = session.fix(budget_s=600, progress=lambda r: r.stop() if r.trials else None)
+    assert not first.applied and len(first.trials) == 1
+    ip.run_cell("x.mul_(2)")  # another cell changed the input in place: that search's trials ran on other values
+    again = session.fix(budget_s=600)
+    assert again.taken == 0 and "taken from the last search" not in again.summary()

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..capture.cell import CellFunctions, analyse
+from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import CellOptions
 from . import library
@@ -91,14 +92,15 @@ def _check_entries(requested: list[str], namespace: dict[str, Any], cell: CellFu
     for name in requested:
         if name in cell.names or name in cell.assigned or name in namespace or name in (bound or ()):
             continue
-        valid = sorted({*cell.names, *(n for n, v in namespace.items()
+        valid = sorted({*cell.names, *(n for n, v in torch_compat.namespace_items(namespace)
                                        if isinstance(v, torch.nn.Module) and not n.startswith("_"))})
         raise NbcompileError(f"--entry {name!r} is not a function of this cell or an nn.Module instance; "
                              f"valid: {', '.join(valid) or '(none)'}")
 
 
 def _resolve_entries(requested: list[str], namespace: dict[str, Any], tracked: dict[str, Any]) -> list[str]:
-    modules = {n for n, v in namespace.items() if isinstance(v, torch.nn.Module) and not n.startswith("_")}
+    modules = {n for n, v in torch_compat.namespace_items(namespace)
+               if isinstance(v, torch.nn.Module) and not n.startswith("_")}
     valid = sorted(set(tracked) | modules)
     for name in requested:
         if name in tracked:

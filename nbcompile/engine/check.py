@@ -34,6 +34,7 @@ data (``kind``, ``rule``: ``model.status``); its ``message`` only shows it.
 
 from __future__ import annotations
 
+import cmath
 import collections.abc
 import dataclasses
 import math
@@ -372,7 +373,8 @@ def _compare_numbers(a: Any, b: Any, path: str, out: Comparison, ref: Any = _NOR
         return
     if (isinstance(a, float) and math.isnan(a)) and (isinstance(b, float) and math.isnan(b)):
         return
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and (math.isinf(a) or math.isinf(b)):
+    if isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)) and \
+            (cmath.isinf(a) or cmath.isinf(b)):
         # the same infinity agrees (inf - inf is nan, not a difference: NemotronH's config holds
         # time_step_limit=(0.0, inf), and every trial's check once FAILED on it); any other pair with an
         # infinity does not (inf and -inf were once "close": their difference is within a tolerance of inf)

@@ -39,7 +39,9 @@ _DEEPCOPY_KEEPS = (*_ATOMIC, types.BuiltinMethodType, weakref.ref, property, enu
 #: Locks a run reaches (a library's module-level cache lock: huggingface_hub's ``_IN_MEMORY_TREE_CACHE_LOCK``,
 #: read by transformers 5.24 models' forward) cannot be deep-copied; they are shared with the copies, as another
 #: thread would share them: acquired and released by the run, they are left as they were.
-_LOCKS = (type(threading.Lock()), type(threading.RLock()), threading.Condition, threading.Semaphore)
+#: Only the raw locks: a ``Condition``, ``Semaphore`` or ``Event`` is copied around the same lock, with waiters,
+#: a count or a flag of its own (a shared ``Event`` would let a copy's ``set()`` wake the user's ``wait()``).
+_LOCKS = (type(threading.Lock()), type(threading.RLock()))
 #: Floating-point dtypes the float64 reference widens.
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 

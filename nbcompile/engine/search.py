@@ -155,6 +155,9 @@ class Searcher:
         self._fresh: frozenset[CodeKey] = frozenset(
             (f.filename, f.firstlineno, f.function) for f in self.report.frames if f.filename) \
             if self.report.recompile_count or self.report.fallbacks else frozenset()
+        #: Whether the last pass ended at ``_nothing_left`` (another pass follows if proving or timing then
+        #: rejected the choice that ended it).
+        self._ended_early = False
         #: The start's configuration (``key``), set when it is tried.
         self._start_key: Any = None
         self.space = SearchSpace(workload, report, rewrites)
@@ -441,7 +444,9 @@ class Searcher:
             if self.result.best is not None and self.result.best is not start and self.result.best.median_s is None:
                 self._timing_s = 0.0  # the budget could not time it: the time kept for that goes to trials
             self._reserve()
-            if not walk.cut or self.result.stopped or not self.budget.can_hold(self._estimate(self.spec)):
+            early, self._ended_early = self._ended_early, False  # its choice since rejected (proof, timing): on
+            if (not walk.cut and not (early and not self._nothing_left())) or self.result.stopped or \
+                    not self.budget.can_hold(self._estimate(self.spec)):
                 break
         if walk.cut and not self.result.stopped and not self._nothing_left():
             self.result.budget_bound = self._budget_advice(start, walk.untried, width)
@@ -467,8 +472,10 @@ class Searcher:
             # the repair's first set (every remedy together) needs nothing the start measures: where a second
             # core runs it, it runs beside the start, so a model traced in 20 s has its first answer in one trace
             # rather than two
-            beside = self._first_set(toggles) if forked.at_once() > 1 else None
             self._start_key = key(toggles, {})
+            taken = self._seen.get(self._start_key)  # the last search's start, when it failed: it stops here again
+            beside = self._first_set(toggles) if forked.at_once() > 1 and (
+                taken is None or taken.error is None or taken.kind is TrialOutcome.FAILS_TO_COMPILE) else None
             start = self._try_many([(toggles, {}, "start"), *([beside] if beside is not None else [])])[0]
             if beside is not None and (start is None or (start.error is not None and
                                                          start.kind is not TrialOutcome.FAILS_TO_COMPILE)):
@@ -478,14 +485,15 @@ class Searcher:
             self._keep_time(start.seconds)
         return start
 
-    def _nothing_left(self) -> bool:
+    def _nothing_left(self, proven: bool = True) -> bool:
         """Whether the best so far leaves nothing for the search to remove: no break, no split, no recompile,
         no fallback (DFineModel's repair took its 8 splits to 0 in one trial; the search then said "budget" and
         asked for 170 s to try configurations that could not do better)."""
         best = self.result.best  # one with source rewrites is not: the user must accept them, where toggles or
         # config values that do as well apply at once (the search goes on to find those)
         return best is not None and best is not self.result.start and best.admissible and best.breaks == 0 and \
-            not best.splits and not best.recompiles and not best.fallbacks and not best.rewrites
+            not best.splits and not best.recompiles and not best.fallbacks and not best.rewrites and \
+            (best.proven or not proven)
 
     def _take_earlier(self) -> None:
         """The trials of the earlier search (``earlier``), taken as they were: looked up, not run again, the
@@ -496,8 +504,11 @@ class Searcher:
             return
         start_key = key(dict(self.workload.toggles), {})
         for t in earlier.trials:
-            if t.kind is TrialOutcome.NOT_FINISHED or (t.untried and t.kind is not TrialOutcome.RULED_OUT):
+            # a run its budget cut, one never tried, or one nbcompile's own machinery failed (a forked child
+            # killed): run again
+            if t.kind in (TrialOutcome.NOT_FINISHED, TrialOutcome.TRIAL_FAILED) or t.untried:
                 continue
+            t = dataclasses.replace(t)  # the last search's record keeps its own (a proof or timing marks this one)
             memo = key(t.toggles, t.options)
             if memo in self._seen:
                 continue
@@ -554,7 +565,10 @@ class Searcher:
         Before the seeds, the targeted repair (``_repair``): every compatible remedy at once, bisected when that
         fails; the seeds then try only what it did not."""
         yield from self._repair(start, width)
+        if self._nothing_left(proven=False):
+            self._prove_best()  # proven before it ends the search: one the session's backend rejects does not
         if self._nothing_left():
+            self._ended_early = True
             return  # no configuration has fewer breaks, splits or recompiles than none: the search is done
         seeds = self.space.seeds(skip=self._repaired)
         for at in range(0, len(seeds), width):

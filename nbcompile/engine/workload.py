@@ -266,6 +266,23 @@ class Workload:
             raise
 
     # -- configurations ------------------------------------------------------------------------------
+    def state_marks(self) -> tuple[Any, ...]:
+        """What the notebook's names hold, cheaply: each name's object, and the version counters of its tensors
+        and of its modules' parameters and buffers (a cell that rebinds an input or trains a model changes
+        them). A search again whose marks differ from the last one's starts anew: that search's trials ran on
+        other state."""
+        marks: list[Any] = []
+        for name, value in torch_compat.namespace_items(self.namespace):
+            if name.startswith("_"):
+                continue
+            version: Any = None
+            if isinstance(value, torch.Tensor):
+                version = torch_compat.tensor_version(value)
+            elif isinstance(value, torch.nn.Module):
+                version = sum(torch_compat.tensor_version(t) for t in (*value.parameters(), *value.buffers()))
+            marks.append((name, id(value), version))
+        return tuple(marks)
+
     def config_key(self) -> Any:
         """What identifies the current configuration: every toggle, every option, and the torch config values
         compiled code depends on without a guard (``torch_compat.compile_config_fingerprint``: the user sets

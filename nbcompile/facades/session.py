@@ -563,7 +563,8 @@ class Session:
             if progress is not None:
                 progress(result)
 
-        origin = (self.report, dict(self.workload.toggles), repr(self.workload.options))
+        origin = (self.report, dict(self.workload.toggles), repr(self.workload.options),
+                  torch_compat.compile_config_fingerprint(), self.workload.state_marks())
         last = self.last_fix
         # the last search ran on the same report and toggles, and changed nothing (it was stopped, or cut by its
         # budget before it could prove or apply its find): this one goes on from its trials
