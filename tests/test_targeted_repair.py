@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import nbcompile
+from nbcompile.engine import repair as repair_ops
 from nbcompile.engine import search as search_ops
 
 from nbhelpers import ITEM_PRINT_CELL, run_compile_cell
@@ -49,12 +52,12 @@ def test_the_remedies_run_together_first_and_the_ones_not_needed_are_dropped(ip)
 def test_a_set_that_does_not_help_is_bisected_to_the_remedies_that_do(ip, monkeypatch):
     session = _session(ip)
     bad = "config capture_scalar_outputs=True"  # declared harmful here: the search must find the rest without it
-    real = search_ops.Searcher._helps
+    real = repair_ops.helps
 
-    def helps(self, t, start):
-        return real(self, t, start) and "capture_scalar_outputs" not in t.options.get("_config", {})
+    def helps(t, start):
+        return real(t, start) and "capture_scalar_outputs" not in t.options.get("_config", {})
 
-    monkeypatch.setattr(search_ops.Searcher, "_helps", helps)
+    monkeypatch.setattr(repair_ops, "helps", helps)
     searcher = search_ops.Searcher(session.workload, 600, report=session.report)
     k = len([r for r in searcher.space.remedies() if not (r[0] and set(r[0].values()) == {"disable"})])
     result = searcher.run()
@@ -156,3 +159,45 @@ def test_a_search_again_after_the_state_changed_starts_anew(ip, monkeypatch):
     ip.run_cell("x.mul_(2)")  # another cell changed the input in place: that search's trials ran on other values
     again = session.fix(budget_s=600)
     assert again.taken == 0 and "taken from the last search" not in again.summary()
+
+
+@pytest.mark.parametrize("at_once", ["1", "2"])
+def test_a_set_one_remedy_slows_is_cut_and_bisected_rather_than_left_to_the_budget(ip, monkeypatch, at_once):
+    """GroundingDino's first set (``--dynamic`` among its remedies) was still compiling at 2-3x its start when
+    the 60 s budget ended: nothing learnt, the search ended on its start. A set that runs past
+    ``CUT_FACTOR`` times a trial is cut and split; the remedy that slows it is found alone, the rest kept."""
+    import time
+
+    from nbcompile.engine import forked
+
+    session = _session(ip)
+    # one at a time, every trial here; two, the first set runs beside the start in a forked child (which the
+    # slowing below reaches too) and its limit is set once the start has taken its time
+    monkeypatch.setenv(forked.ENV, at_once)
+    if at_once == "2":
+        monkeypatch.setattr(forked.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+        if forked.why_not():
+            pytest.skip(f"no forked trials here: {forked.why_not()}")
+    monkeypatch.setattr(repair_ops, "CUT_MIN_S", 1.0)
+    slow = "nested_graph_breaks"
+    real = search_ops.trial.run
+
+    def slowed(spec, toggles, options=None, **kw):  # this remedy makes every trace it is in take seconds
+        if slow in (options or {}).get("_config", {}):
+            time.sleep(4.0)
+        return real(spec, toggles, options, **kw)
+
+    monkeypatch.setattr(search_ops.trial, "run", slowed)
+    searcher = search_ops.Searcher(session.workload, 600, report=session.report)
+    labels = [label for _, _, label in searcher.repair.group(session.workload.toggles)]
+    assert len(labels) >= 3 and any(slow in label for label in labels), labels
+    result = searcher.run()
+    first = result.trials[1]
+    assert "remedies together" in first.label and first.kind.name == "NOT_FINISHED", first
+    assert "slows the trace" in first.error and "budget" not in first.error, first.error
+    assert any("bisected" in line and "slows the trace" in line for line in result.plan), result.plan
+    # the search went on well within its budget and found the fix without the slow remedy
+    best = result.best
+    assert best is not None and best.breaks == 0 and best.check_ok and best.proven, result.plan
+    assert slow not in best.options.get("_config", {}), best.options
+    assert result.state == "done" and result.elapsed_s < 120, (result.state, result.elapsed_s)

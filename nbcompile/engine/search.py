@@ -50,8 +50,9 @@ from . import forked, trial
 from .applying import ConfigTarget as ConfigTarget
 from .applying import apply_best as apply_best
 from .budget import Budget, Phase
-from .candidates import Candidate, RewriteSource, SearchSpace, combine, compatible, key
+from .candidates import Candidate, RewriteSource, SearchSpace, key
 from .finalists import budget_cut, changes, order, reject_slower, time_finalists
+from .repair import CUT_FACTOR, Repair
 from .unremovable import explain_left
 from .workload import Workload
 
@@ -144,10 +145,6 @@ class Searcher:
         self._timing_full = 0.0
         #: The longest proof measured so far (0.0 before one): what the next proof is kept time for.
         self._proofs_seen = 0.0
-        #: The remedies' keys the targeted repair tried together (the seeds then skip them).
-        self._repaired: frozenset[Any] = frozenset()
-        #: Where the repair's lines start in ``FixSearch.plan``.
-        self._plan_from = 0
         #: The codes whose automatic-dynamic memory each trial sets aside (``trial.run``'s ``fresh``) when the
         #: session's report recompiled or fell back: its trials then compile as the session's first run did
         #: (as a fresh process does), not as that run taught Dynamo; a recompile on sizes the report shows
@@ -161,6 +158,8 @@ class Searcher:
         #: The start's configuration (``key``), set when it is tried.
         self._start_key: Any = None
         self.space = SearchSpace(workload, report, rewrites)
+        #: The targeted repair: the remedies the report's breaks call for, together first, then bisected.
+        self.repair = Repair(self.space, self.result, lambda memo: self._seen.get(memo), self._ruled_out)
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.result.tracked = self.space.tracked
@@ -240,7 +239,11 @@ class Searcher:
                                       time.perf_counter())
                 continue
             keys.add(memo)
-            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, deadline, self._fresh))
+            # a set of remedies that runs much longer than a trial does is cut, and the repair splits it
+            cut_at = self.repair.cut_at(memo, time.perf_counter(), self._estimate(spec))
+            slow = cut_at is not None and cut_at < deadline
+            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, min(deadline, cut_at or deadline),
+                             self._fresh, slow))
         width = forked.at_once() if len(runs) > 1 else 1
         for at in range(0, len(runs), width):
             batch = runs[at:at + width]
@@ -279,6 +282,10 @@ class Searcher:
                 began = time.perf_counter()
                 outcome = self._run_here(run)
             else:
+                # beside the start, a set of remedies learns what a trial takes only now: cut when it is slow
+                cut_at = self.repair.cut_at(run.key, began, self._estimate(run.spec))
+                if cut_at is not None and cut_at < child.limit:
+                    child.limit, run.slow = cut_at, True
                 kind, value = child.answer()
                 if kind == "ok":
                     outcome, unshared = value
@@ -305,6 +312,9 @@ class Searcher:
     def _record(self, run: _Run, outcome: trial.Outcome, began: float) -> Trial:
         """A run's outcome as the search's ``Trial``: judged, remembered, the best updated (and proven)."""
         memo, toggles, options, label, spec = run.key, run.toggles, run.options, run.label, run.spec
+        if run.slow and outcome.kind is TrialOutcome.NOT_FINISHED and outcome.error:  # cut as slow, not by the budget
+            outcome.error = (f"{outcome.error.split(', cut when')[0]}, cut at {CUT_FACTOR:g}x a trial's "
+                             "time: a remedy slows the trace")
         if outcome.error is None:
             self._times.setdefault(id(spec), []).append(outcome.seconds or time.perf_counter() - began)
         check = outcome.check
@@ -474,7 +484,7 @@ class Searcher:
             # rather than two
             self._start_key = key(toggles, {})
             taken = self._seen.get(self._start_key)  # the last search's start, when it failed: it stops here again
-            beside = self._first_set(toggles) if forked.at_once() > 1 and (
+            beside = self.repair.first_set(toggles) if forked.at_once() > 1 and (
                 taken is None or taken.error is None or taken.kind is TrialOutcome.FAILS_TO_COMPILE) else None
             start = self._try_many([(toggles, {}, "start"), *([beside] if beside is not None else [])])[0]
             if beside is not None and (start is None or (start.error is not None and
@@ -525,7 +535,7 @@ class Searcher:
         if self.result.taken:
             self.result.plan.append(f"{plural(self.result.taken, 'trial')} taken from the last search on this "
                                     "report (not run again)")
-            self._plan_from = len(self.result.plan)
+            self.repair.plan_from = len(self.result.plan)
 
     def _forget_beside(self, start: Trial | None) -> None:
         self.result.trials = [t for t in self.result.trials if t is start]
@@ -562,15 +572,15 @@ class Searcher:
         trial it is one change from: the seeds first (the report's fixes, one change from the start: None),
         then, while a round improves on its bases and no configuration was left for want of budget, every
         configuration one change from each of the best ``BEAM`` so far (the start, while none is admissible).
-        Before the seeds, the targeted repair (``_repair``): every compatible remedy at once, bisected when that
+        Before the seeds, the targeted repair (``repair.Repair``): every compatible remedy at once, bisected when that
         fails; the seeds then try only what it did not."""
-        yield from self._repair(start, width)
+        yield from self.repair.run(start, width)
         if self._nothing_left(proven=False):
             self._prove_best()  # proven before it ends the search: one the session's backend rejects does not
         if self._nothing_left():
             self._ended_early = True
             return  # no configuration has fewer breaks, splits or recompiles than none: the search is done
-        seeds = self.space.seeds(skip=self._repaired)
+        seeds = self.space.seeds(skip=self.repair.keys)
         for at in range(0, len(seeds), width):
             yield None, seeds[at:at + width]
         beam = [start]
@@ -601,107 +611,6 @@ class Searcher:
             yield base, near[at:at + width]
             if self.result.stopped:
                 return
-
-    def _repair(self, start: Trial, width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
-        """Targeted repair: every remedy the report's breaks call for (``SearchSpace.remedies``) that keeps the
-        code in the graph (a config value, a rewrite, ``--dynamic``, a toggle other than ``disable``: running a
-        function eagerly is the escape hatch for what the others leave, and it hides the breaks they would
-        remove), that goes with the others and that the lint does not rule out, tried together in the first
-        trial after the start; a set that fails (its check, a failed run, more breaks or splits, nothing gained)
-        is split in two and each half tried (a delta-debugging search: k independent remedies with one bad among
-        them cost about 2 log2(k) trials, not k); the sets that helped are tried together at the end, and then
-        less each remedy (``_minimize``). ``FixSearch.plan`` says why each set ran."""
-        group = self._repair_group(start.toggles)
-        if len(group) < 2:  # one remedy (or none): the seeds try it
-            return
-        self._repaired = frozenset(key(t, o) for t, o, _ in group)
-        plan = self.result.plan
-        del plan[self._plan_from:]  # a later pass goes through it again (its trials are remembered): said once
-        plan.append(f"targeted repair: {plural(len(group), 'remedy', 'remedies')} together "
-                    f"({cut('; '.join(label for _, _, label in group), 160)})")
-        pending: list[list[Candidate]] = [group]
-        helped: list[list[Candidate]] = []
-        while pending:
-            sets, pending = pending[:width], pending[width:]
-            made = [(s, combine(start.toggles, s)) for s in sets]  # a part of a set that goes together goes too
-            sets = [s for s, c in made if c is not None]
-            batch = [(c[0], c[1], c[2] if len(s) == 1 else
-                      f"{plural(len(s), 'remedy', 'remedies')} together: {cut(c[2], 120)}")
-                     for s, c in made if c is not None]
-            yield None, batch
-            for remedies_, (toggles, options, _) in zip(sets, batch, strict=True):
-                t = self._seen.get(key(toggles, options))
-                if t is None:  # the budget or a stop: what is left of the plan is untried (the seeds may still fit)
-                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} not tried: the budget ran out")
-                    self._repaired = frozenset()
-                    return
-                if self._helps(t, start):
-                    helped.append(remedies_)
-                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} together helped: "
-                                f"{t.breaks} breaks, {t.splits} splits")
-                elif len(remedies_) > 1:
-                    half = len(remedies_) // 2
-                    pending += [remedies_[:half], remedies_[half:]]
-                    plan.append(f"  {plural(len(remedies_), 'remedy', 'remedies')} together did not help "
-                                f"({cut(t.rejected or t.outcome(), 100)}): bisected")
-                else:
-                    plan.append(f"  {remedies_[0][2]} alone did not help ({cut(t.rejected or t.outcome(), 100)})")
-        found = [r for s in helped for r in s]
-        if len(helped) > 1:
-            together = combine(start.toggles, found)
-            if together is not None:
-                plan.append(f"  the {len(helped)} sets that helped, together")
-                yield None, [(together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}")]
-        yield from self._minimize(start, found, width)
-
-    def _repair_group(self, toggles: dict[str, str]) -> list[Candidate]:
-        """The remedies the repair tries together from ``toggles``: those that keep code in the graph, go with
-        the others and that the lint does not rule out."""
-        remedies = [r for r in self.space.remedies() if not self._ruled_out({**toggles, **r[0]})
-                    and not (r[0] and all(m == "disable" for m in r[0].values()))]
-        return compatible(toggles, remedies)[0]
-
-    def _first_set(self, toggles: dict[str, str]) -> Candidate | None:
-        """The repair's first trial from ``toggles`` (its remedies together), when it has one."""
-        group = self._repair_group(toggles)
-        made = combine(toggles, group) if len(group) >= 2 else None
-        return None if made is None else (made[0], made[1], f"{plural(len(group), 'remedy', 'remedies')} "
-                                                              f"together: {cut(made[2], 120)}")
-
-    def _minimize(self, start: Trial, found: list[Candidate],
-                  width: int) -> Iterator[tuple[Trial | None, list[Candidate]]]:
-        """The remedies that helped, less each one in turn: one whose removal keeps as few breaks and splits is
-        not needed (a set that helped may carry a remedy that does nothing, which the user would paste for
-        nothing); those left are tried together when more than one went."""
-        made = combine(start.toggles, found)
-        whole = self._seen.get(key(made[0], made[1])) if made is not None and len(found) > 1 else None
-        if whole is None or not self._helps(whole, start):
-            return
-        less = [[r for r in found if r is not gone] for gone in found]
-        tries = [(r, combine(start.toggles, s)) for r, s in zip(found, less, strict=True)]
-        batch = [(c[0], c[1], f"without {r[2]}") for r, c in tries if c is not None]
-        for at in range(0, len(batch), width):
-            yield None, batch[at:at + width]
-        needless = [r for r, c in tries if c is not None and (t := self._seen.get(key(c[0], c[1]))) is not None
-                    and t.admissible and _rank(t) <= _rank(whole)]
-        kept = [r for r in found if r not in needless]
-        if len(needless) == 1:
-            self.result.plan.append(f"  not needed: {cut(needless[0][2], 160)}")
-        if len(needless) > 1 and kept:
-            least = combine(start.toggles, kept)
-            if least is not None:
-                yield None, [(least[0], least[1], f"remedies needed, together: {cut(least[2], 120)}")]
-                t = self._seen.get(key(least[0], least[1]))
-                if t is not None and t.admissible and _rank(t) <= _rank(whole):
-                    self.result.plan.append(f"  not needed: {cut('; '.join(r[2] for r in needless), 160)}")
-                else:
-                    self.result.plan.append(f"  each alone not needed, but not all at once: "
-                                            f"{cut('; '.join(r[2] for r in needless), 160)}")
-
-    def _helps(self, t: Trial, start: Trial) -> bool:
-        """Whether trial ``t`` can be chosen and gains on the start (fewer breaks or splits, or the start cannot
-        be chosen)."""
-        return t.admissible and (not start.admissible or _rank(t) < _rank(start))
 
     def _budget_advice(self, start: Trial, untried: int, width: int) -> str:
         """What the budget left untried, and how much to give the search to try it (``FixSearch.advice_s``, from
@@ -835,6 +744,8 @@ class _Run:
     run_options: dict[str, Any]
     deadline: float
     fresh: frozenset[CodeKey] = frozenset()
+    #: Its deadline is the repair's cut for a slow set (``repair.Repair.cut_at``), before the budget's.
+    slow: bool = False
 
 
 @dataclasses.dataclass
