@@ -13,7 +13,9 @@ import io
 import logging
 import os
 import re
+import site
 import sys
+import sysconfig
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -56,6 +58,8 @@ class Output:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        #: Deprecation notices a library raised (``_library_notice``), apart: said when they differ, not judged.
+        self.notices: list[str] = []
         self._open: dict[str, str] = {}
         #: The thread the run is on: what other threads print or log meanwhile is not the run's.
         self.thread = threading.get_ident()
@@ -114,6 +118,43 @@ def _compilers_file(filename: str) -> bool:
     return False
 
 
+#: Where installed packages live: a warning attributed to a file there is a library's, not the user's code's.
+_LIBRARY_DIRS = tuple(sorted({os.path.join(os.path.realpath(p), "") for p in (
+    *(sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")), *site.getsitepackages(),
+    site.getusersitepackages()) if p}))
+
+
+def _library_notice(category: type[Warning], filename: str) -> bool:
+    """Whether a warning is a deprecation notice (``DeprecationWarning``, ``PendingDeprecationWarning``,
+    ``FutureWarning``) that an installed library raised: libraries silence those while Dynamo traces
+    (transformers' ``deprecate_kwarg`` checks ``is_torchdynamo_compiling()``), so a compiled run that does not
+    show one is not a run that behaves otherwise. Said beside the check, not judged."""
+    if not issubclass(category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning)):
+        return False
+    path = os.path.realpath(filename) if filename and not filename.startswith("<") else ""
+    return bool(path) and (path.startswith(_LIBRARY_DIRS) or f"{os.sep}site-packages{os.sep}" in path
+                           or f"{os.sep}dist-packages{os.sep}" in path)
+
+
+def _short_path(filename: str) -> str:
+    """``filename`` from its package on (``transformers/models/...``), as tracebacks name library files."""
+    for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return os.path.basename(filename)
+
+
+def _notices_differ(mine: list[str], theirs: list[str]) -> str:
+    """What differs in the library's deprecation notices (eager's against this run's), in one clause, or ""."""
+    gone = [n for n in theirs if n not in mine]
+    new = [n for n in mine if n not in theirs]
+    if not gone and not new:
+        return ""
+    first = gone[0] if gone else new[0]
+    return (f"a library's deprecation notice shown by {'eager, not by this run' if gone else 'this run, not by eager'}"
+            f" ({cut(first, 110)}) not judged: libraries silence them while compiling")
+
+
 def _record_text(record: logging.LogRecord) -> str:
     try:
         message = record.getMessage()
@@ -144,7 +185,11 @@ def capturing(output: Output, log_level: int) -> Iterator[None]:
     @_not_traced
     def warned(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                line: Any = None) -> None:
-        if threading.get_ident() == output.thread and not _compilers_file(filename):
+        if threading.get_ident() != output.thread or _compilers_file(filename):
+            return
+        if _library_notice(category, filename):
+            output.notices.append(f"{category.__name__}: {message} ({_short_path(filename)}:{lineno})")
+        else:
             output.add("warned", f"{category.__name__}: {message}")
 
     with contextlib.redirect_stdout(_Stream(output, "printed")), \
@@ -331,6 +376,9 @@ def effects_kept(check: Check, compiled_copy: Replay, eager_copy: Replay, shown:
     if left:
         return Check(False, check.max_abs_diff, f"differs from eager: {left}", rule=check.rule,
                      compiled_error=check.compiled_error, eager_error=check.eager_error)
+    notices = _notices_differ(shown.notices, eager_shown.notices)
+    if notices:
+        check.message += f"; {notices}"
     said, _ = _output_differs(shown.events, eager_shown.events, None)
     if not said:
         return check
