@@ -2,7 +2,8 @@
 order, captured for the compiled run and the eager reference (``capturing``), and the data a module keeps
 (lists, counts, plain tensors). A config or rewrite that changes what the user's code prints, logs or
 mutates fails its trial (``effects_kept``), so the fix search never proposes it as equivalent. Output that
-differs between two eager runs (a time, an id) is not judged.
+differs between two eager runs (a time, an id) is not judged, nor an installed library's deprecation notice
+(libraries silence those while Dynamo traces): both are said beside the check.
 """
 
 from __future__ import annotations
