@@ -24,6 +24,11 @@ LIBRARY = textwrap.dedent("""\
         if input_embeds is not None and not torch.compiler.is_compiling():
             warnings.warn("`input_embeds` is deprecated, use `inputs_embeds`", FutureWarning, stacklevel=1)
         return x * 2
+
+    def old_scale(x):  # a deprecated API: the notice names the caller's line, as transformers' do
+        if not torch.compiler.is_compiling():
+            warnings.warn("`old_scale` is deprecated, use `scale`", FutureWarning, stacklevel=2)
+        return x * 2
     """)
 
 CELL = textwrap.dedent("""\
@@ -60,8 +65,11 @@ def _fix(ip, cell):
     return session.fix(budget_s=300)
 
 
-def test_a_library_deprecation_notice_silenced_while_compiling_is_said_not_judged(ip, oldlib):
-    found = _fix(ip, CELL)
+@pytest.mark.parametrize("call", ["scale(x.sin(), input_embeds=True)", "old_scale(x.sin())"])
+def test_a_library_deprecation_notice_silenced_while_compiling_is_said_not_judged(ip, oldlib, call):
+    # raised inside the library about its own call (stacklevel=1), or about the user's (stacklevel=2: the
+    # warning names the cell's line, the library raised it)
+    found = _fix(ip, CELL.replace("scale(x.sin(), input_embeds=True)", call))
     start = found.start
     assert start is not None and start.check_ok, start.check_message
     assert "deprecation notice shown by eager, not by this run" in start.check_message, start.check_message

@@ -182,10 +182,17 @@ def test_a_set_one_remedy_slows_is_cut_and_bisected_rather_than_left_to_the_budg
     slow = "nested_graph_breaks"
     real = search_ops.trial.run
 
-    def slowed(spec, toggles, options=None, **kw):  # this remedy makes every trace it is in take seconds
+    took: list[float] = []  # what a trial without the slow remedy takes here (the start's, the first one)
+
+    def slowed(spec, toggles, options=None, **kw):  # this remedy makes every trace it is in take far longer
         if slow in (options or {}).get("_config", {}):
-            time.sleep(4.0)
-        return real(spec, toggles, options, **kw)
+            time.sleep(max(4.0, 6 * max(took, default=1.0)))  # past 2x a trial on a loaded machine too
+            return real(spec, toggles, options, **kw)
+        began = time.perf_counter()
+        try:
+            return real(spec, toggles, options, **kw)
+        finally:
+            took.append(time.perf_counter() - began)
 
     monkeypatch.setattr(search_ops.trial, "run", slowed)
     searcher = search_ops.Searcher(session.workload, 600, report=session.report)

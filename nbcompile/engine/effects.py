@@ -137,6 +137,21 @@ def _library_notice(category: type[Warning], filename: str) -> bool:
                            or f"{os.sep}dist-packages{os.sep}" in path)
 
 
+def _raiser() -> tuple[str, int] | None:
+    """The file and line of the code that called ``warnings.warn`` (of the warning being shown now): the
+    first frame out of the warnings machinery, torch's (the hook runs under ``torch.compiler.disable``) and
+    this module's."""
+    frame: Any = sys._getframe(1)  # noqa: SLF001  # the warning's own caller is not passed to showwarning
+    for _ in range(40):
+        if frame is None:
+            return None
+        name = frame.f_code.co_filename
+        if name not in (warnings.__file__, __file__) and not _compilers_file(name):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
 def _short_path(filename: str) -> str:
     """``filename`` from its package on (``transformers/models/...``), as tracebacks name library files."""
     for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
@@ -188,8 +203,10 @@ def capturing(output: Output, log_level: int) -> Iterator[None]:
                line: Any = None) -> None:
         if threading.get_ident() != output.thread or _compilers_file(filename):
             return
-        if _library_notice(category, filename):
-            output.notices.append(f"{category.__name__}: {message} ({_short_path(filename)}:{lineno})")
+        raiser = _raiser()  # a library's notice about the user's call (``stacklevel=2``) names the user's line
+        if _library_notice(category, filename) or (raiser is not None and _library_notice(category, raiser[0])):
+            where = raiser if raiser is not None and _library_notice(category, raiser[0]) else (filename, lineno)
+            output.notices.append(f"{category.__name__}: {message} ({_short_path(where[0])}:{where[1]})")
         else:
             output.add("warned", f"{category.__name__}: {message}")
 

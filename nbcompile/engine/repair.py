@@ -5,11 +5,11 @@ keeps the code in the graph (a config value, a rewrite, ``--dynamic``, a toggle 
 running a function eagerly is the escape hatch for what the others leave, and it hides the breaks they would
 remove), that goes with the others and that the lint does not rule out, runs in the first trial after the
 start (beside it, where a second core is free). A set that fails (its check, a failed run, more breaks or
-splits, nothing gained, or a run cut at ``CUT_FACTOR`` times the start's time) is split in two and each half
-tried: a delta-debugging search, so k independent remedies with one bad among them cost about 2 log2(k)
-trials, not k. The sets that helped are tried together at the end, then less each remedy (``minimize``).
-The search (``search.Searcher``) runs the trials; this module decides which, and says why in
-``FixSearch.plan``.
+splits, nothing gained, or a run cut at ``CUT_FACTOR`` times what a trial takes: the median trial on its
+backend) is split in two and each half tried: a delta-debugging search, so k independent remedies with one
+bad among them cost about 2 log2(k) trials, not k. The sets that helped are tried together at the end, then
+less each remedy (``minimize``). The search (``search.Searcher``) runs the trials; this module decides which,
+and says why in ``FixSearch.plan``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from typing import Any
 
 from ..core.text import cut, plural
 from ..model.fixsearch import FixSearch, Trial, _rank
+from ..model.status import TrialOutcome
 from .candidates import Candidate, SearchSpace, combine, compatible, key
 
-#: A set of remedies whose run takes longer than this many times the start's is cut and bisected: the
+#: A set of remedies whose run takes longer than this many times a trial's (the median on its backend) is cut and
+#: bisected: the
 #: remedies' first sets that finished took at most 1.3x their start on the corpus models; GroundingDino's
 #: (``--dynamic`` among them) was still compiling at 2.3x to 3x when the budget ended, with nothing learnt.
 CUT_FACTOR = 2.0
@@ -33,13 +35,14 @@ Batch = tuple[Trial | None, list[Candidate]]
 
 class Repair:
     """The targeted repair of one search: which remedy sets it ran (``keys``: the seeds then skip them), where
-    its lines start in the plan, and the sets whose runs are cut at ``CUT_FACTOR`` times the start's."""
+    its lines start in the plan, and the sets whose runs are cut at ``CUT_FACTOR`` times a trial's."""
 
     def __init__(self, space: SearchSpace, result: FixSearch, seen: Callable[[Any], Trial | None],
-                 ruled_out: Callable[[dict[str, str]], str]) -> None:
+                 ruled_out: Callable[[dict[str, str]], str], forget: Callable[[Any], object]) -> None:
         """``space``: the remedies; ``result``: the search's record (its plan); ``seen``: the trial of a
-        configuration's key, once run; ``ruled_out``: why the lint rules a configuration out ("" if not)."""
-        self.space, self.result, self.seen, self.ruled_out = space, result, seen, ruled_out
+        configuration's key, once run; ``ruled_out``: why the lint rules a configuration out ("" if not);
+        ``forget``: the search forgets a configuration's trial (it runs again when next asked for)."""
+        self.space, self.result, self.seen, self.ruled_out, self.forget = space, result, seen, ruled_out, forget
         #: The remedies' keys the repair tried together (the seeds then skip them).
         self.keys: frozenset[Any] = frozenset()
         #: Where the repair's lines start in ``FixSearch.plan``.
@@ -112,6 +115,12 @@ class Repair:
         if len(helped) > 1:
             together = combine(start.toggles, found)
             if together is not None:
+                memo = key(together[0], together[1])
+                cut_short = seen(memo)
+                if cut_short is not None and cut_short.kind is TrialOutcome.NOT_FINISHED:
+                    # a set cut as slow whose halves each helped: slow only as their sum, run whole now, uncut
+                    self._sets.discard(memo)
+                    self.forget(memo)
                 plan.append(f"  the {len(helped)} sets that helped, together")
                 yield None, [(together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}")]
         yield from self.minimize(start, found, width)

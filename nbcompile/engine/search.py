@@ -159,7 +159,8 @@ class Searcher:
         self._start_key: Any = None
         self.space = SearchSpace(workload, report, rewrites)
         #: The targeted repair: the remedies the report's breaks call for, together first, then bisected.
-        self.repair = Repair(self.space, self.result, lambda memo: self._seen.get(memo), self._ruled_out)
+        self.repair = Repair(self.space, self.result, lambda memo: self._seen.get(memo), self._ruled_out,
+                             lambda memo: self._seen.pop(memo, None))
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.result.tracked = self.space.tracked
@@ -239,11 +240,7 @@ class Searcher:
                                       time.perf_counter())
                 continue
             keys.add(memo)
-            # a set of remedies that runs much longer than a trial does is cut, and the repair splits it
-            cut_at = self.repair.cut_at(memo, time.perf_counter(), self._estimate(spec))
-            slow = cut_at is not None and cut_at < deadline
-            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, min(deadline, cut_at or deadline),
-                             self._fresh, slow))
+            runs.append(_Run(i, memo, toggles, options, label, spec, run_options, deadline, self._fresh))
         width = forked.at_once() if len(runs) > 1 else 1
         for at in range(0, len(runs), width):
             batch = runs[at:at + width]
@@ -258,8 +255,10 @@ class Searcher:
         """The trials of ``runs``: the first here, the rest in forked children at the same time; recorded in
         order. A child that cannot start runs here after the first."""
         children: list[tuple[_Run, forked.Child | None, float]] = []
+        self._cut(runs[0], time.perf_counter())
         for run in runs[1:]:
             began = time.perf_counter()
+            self._cut(run, began)
             estimate = self._estimate(run.spec)  # none before the start ends (a trial beside it): its deadline
             limit = min(run.deadline + FORK_GRACE_S,
                         began + max(FORK_WAIT_FACTOR * estimate, FORK_MIN_WAIT_S) if estimate else run.deadline
@@ -280,12 +279,12 @@ class Searcher:
         for run, child, began in children:
             if child is None:  # no fork to be had: here, after the first
                 began = time.perf_counter()
+                self._cut(run, began)
                 outcome = self._run_here(run)
             else:
                 # beside the start, a set of remedies learns what a trial takes only now: cut when it is slow
-                cut_at = self.repair.cut_at(run.key, began, self._estimate(run.spec))
-                if cut_at is not None and cut_at < child.limit:
-                    child.limit, run.slow = cut_at, True
+                if not run.slow and self._cut(run, began):
+                    child.limit = min(child.limit, run.deadline)
                 kind, value = child.answer()
                 if kind == "ok":
                     outcome, unshared = value
@@ -300,6 +299,17 @@ class Searcher:
                                             kind=TrialOutcome.TRIAL_FAILED)
             trials.append(self._record(run, outcome, began))
         return trials
+
+    def _cut(self, run: _Run, began: float) -> bool:
+        """Whether ``run`` (beginning at ``began``) is a set of remedies cut for being slow (``Repair.cut_at``):
+        its deadline is then the cut. Only once a trial ran to its end (a start that failed to compile took no
+        trial's time), and only before the budget's own deadline (a budget's cut is said as the budget's)."""
+        if run.slow or not self._times:
+            return run.slow
+        cut_at = self.repair.cut_at(run.key, began, self._estimate(run.spec))
+        if cut_at is not None and cut_at < run.deadline:
+            run.deadline, run.slow = cut_at, True
+        return run.slow
 
     @staticmethod
     def _run_here(run: _Run) -> trial.Outcome:
