@@ -119,6 +119,8 @@ def _compilers_file(filename: str) -> bool:
     return False
 
 
+#: The warnings that are deprecation notices.
+_NOTICES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 #: Where installed packages live: a warning attributed to a file there is a library's, not the user's code's.
 _LIBRARY_DIRS = tuple(sorted({os.path.join(os.path.realpath(p), "") for p in (
     *(sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")), *site.getsitepackages(),
@@ -130,7 +132,7 @@ def _library_notice(category: type[Warning], filename: str) -> bool:
     ``FutureWarning``) that an installed library raised: libraries silence those while Dynamo traces
     (transformers' ``deprecate_kwarg`` checks ``is_torchdynamo_compiling()``), so a compiled run that does not
     show one is not a run that behaves otherwise. Said beside the check, not judged."""
-    if not issubclass(category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning)):
+    if not issubclass(category, _NOTICES):
         return False
     path = os.path.realpath(filename) if filename and not filename.startswith("<") else ""
     return bool(path) and (path.startswith(_LIBRARY_DIRS) or f"{os.sep}site-packages{os.sep}" in path
@@ -203,7 +205,8 @@ def capturing(output: Output, log_level: int) -> Iterator[None]:
                line: Any = None) -> None:
         if threading.get_ident() != output.thread or _compilers_file(filename):
             return
-        raiser = _raiser()  # a library's notice about the user's call (``stacklevel=2``) names the user's line
+        # a library's notice about the user's call (``stacklevel=2``) names the user's line: found by its raiser
+        raiser = _raiser() if issubclass(category, _NOTICES) else None
         if _library_notice(category, filename) or (raiser is not None and _library_notice(category, raiser[0])):
             where = raiser if raiser is not None and _library_notice(category, raiser[0]) else (filename, lineno)
             output.notices.append(f"{category.__name__}: {message} ({_short_path(where[0])}:{where[1]})")
