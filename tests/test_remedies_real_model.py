@@ -183,3 +183,46 @@ def test_nested_graph_breaks_for_a_break_inside_a_helper_between_bert_parts(ip):
     best = found.best
     assert best is not None and found.applied and session.report.splits < before.splits, found.summary()
     assert session.report.check is not None and session.report.check.ok, session.report.check
+
+
+VILT = textwrap.dedent("""\
+    import torch
+    from transformers import ViltConfig, ViltModel
+    torch.manual_seed(0)
+    model = ViltModel(ViltConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, image_size=64, patch_size=16, max_image_length=8)).eval()
+    ids = torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(0))
+    pixels = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    def encode(ids, pixels):
+        return model(input_ids=ids, pixel_values=pixels).last_hidden_state
+    """)
+
+
+def test_a_toggle_on_the_library_function_that_holds_the_breaks_on_vilt(ip):
+    """The remedy for breaks inside installed code the user cannot edit: a toggle on the library function that
+    holds them (ViLT's ``ViltEmbeddings.visual_embed``: nonzero, unique and per-row list comprehensions, fourteen
+    break events), tracked by the search on its scratch engines and, once chosen, by the session. The user's
+    class is rebound only by the applied choice, and unbound exactly when the session lets it go."""
+    import_torchvision()  # transformers imports torchvision when it is installed
+    from transformers.models.vilt import modeling_vilt
+
+    original = modeling_vilt.ViltEmbeddings.__dict__["visual_embed"]
+    result = run_compile_cell(ip, '--backend eager --no-panel --entry encode --run "encode(ids, pixels)"', VILT)
+    assert result.success, result.error_in_exec
+    session = nbcompile.last()
+    before = session.report
+    assert before.break_count >= 8 and before.splits >= 5, before.__str__()
+    found = session.fix(budget_s=600)
+    name = "transformers.models.vilt.modeling_vilt:ViltEmbeddings.visual_embed"
+    best = found.best
+    assert best is not None and found.applied, found.summary()
+    assert best.toggles.get(name) == "disable", (best.toggles, found.summary(), found.plan)
+    after = session.report
+    assert after.break_count <= 2 and after.splits <= 2 and after.splits < before.splits, after.__str__()
+    assert after.check is not None and after.check.ok and after.check.compared, after.check
+    # what the user pastes names the library function's toggle
+    assert "visual_embed" in session.export(), session.export()
+    # the session holds the class's method now; letting the session go gives the class its own method back
+    assert modeling_vilt.ViltEmbeddings.__dict__["visual_embed"] is not original
+    session.reset()
+    assert modeling_vilt.ViltEmbeddings.__dict__["visual_embed"] is original
