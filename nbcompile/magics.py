@@ -29,6 +29,7 @@ from .engine.library import is_library_name
 from .engine.snippet import STYLES
 from .engine.toggles import available_function_modes
 from .facades import cache as compile_cache
+from .facades.api import torch_support
 from .facades.cellsession import create_session
 from .facades.session import Session, last, sessions
 from .facades.traces import load
@@ -256,6 +257,9 @@ def _status(args: list[str], cell: int | None) -> Any:
         raise UsageError(f"%nbcompile status: {_usage('status')}")
     session = _session_for("status", args[0] if args else None, cell)
     table = status_table(session)
+    for name, why in torch_support().items():  # what this torch lacks, and what nbcompile does instead
+        if why is not True:
+            table.notes.append(f"off on torch {torch_compat.TORCH_VERSION}: {name}: {why}")
     others = [s for s in sessions() if s is not session]
     if others:  # several cells: say which one this is, and how to reach the others
         numbers = ", ".join(str(_number(s)) for s in others if _number(s) is not None)

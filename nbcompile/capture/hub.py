@@ -103,7 +103,8 @@ class Recording:
         self.cut = False
         #: Cache region (``torch_compat.region_of``) -> the entry whose compiled wrapper compiles into it.
         self.regions: dict[int, str] = {}
-        #: compile id -> the entry whose call compiled it ("" when none of ``regions`` was running): what a
+        #: compile id -> the entry whose call compiled it ("" when none of ``regions`` was running, or torch has
+        #: none): every compile of the session is there, and what a
         #: toggle that recompiles some entries only carries over from the previous report (``carried``).
         self.entry_of: dict[str, str] = {}
         #: Called with the report after each frame compiled for it (a view's progress line); never raises.
@@ -502,9 +503,10 @@ class Hub:
         if owner is None:
             return
         compile_id = metrics.compile_id or pending.compile_id
-        if owner.regions:
-            region = torch_compat.current_region()
-            owner.entry_of[compile_id] = owner.regions.get(region, "") if region is not None else ""
+        # every compile counted (a kept configuration whose code did not serve is told by it); the entry it
+        # compiled for is known where torch has cache regions
+        region = torch_compat.current_region() if owner.regions else None
+        owner.entry_of[compile_id] = owner.regions.get(region, "") if region is not None else ""
         apply_compilation(owner, pending, metrics)
         owner.notify()
         owner.compiled()

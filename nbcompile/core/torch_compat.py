@@ -71,7 +71,10 @@ def compile_kwargs_supported() -> set[str]:
 
 
 _COMPILE_PARAMS = compile_kwargs_supported()
-ISOLATE_RECOMPILES = "isolate_recompiles" in _COMPILE_PARAMS
+#: ``NBCOMPILE_NO_CACHE_REGIONS=1``: nbcompile acts as on a torch without cache regions (2.11, 2.12), so their
+#: way of keeping configurations apart is tested on any torch.
+_NO_REGIONS = os.environ.get("NBCOMPILE_NO_CACHE_REGIONS", "") == "1"
+ISOLATE_RECOMPILES = "isolate_recompiles" in _COMPILE_PARAMS and not _NO_REGIONS
 if not ISOLATE_RECOMPILES:
     MISSING["isolate_recompiles"] = (
         "torch.compile has no isolate_recompiles: frames that nbcompile.inspect compiles "
@@ -86,10 +89,16 @@ def _region_getter() -> Callable[[], int] | None:
 
 _CURRENT_REGION = _region_getter()
 if _CURRENT_REGION is None:
-    MISSING["cache regions"] = ("torch has no readable cache region: a toggle recompiles every entry of the cell, "
-                                "and toggling back compiles again")
+    MISSING["cache regions"] = (
+        "torch has no readable cache region: nbcompile keeps each configuration's compiled code on copies of the "
+        "cell's functions instead (a code object of their own per configuration), so toggling back compiles "
+        "nothing; a toggle compiles every entry of the cell anew, Dynamo's first view is not shown before the "
+        "backend's, and a module entry's forward compiles again on a toggle back")
 #: Whether a toggle can keep the compiled code of entries it does not reach, and of configurations seen before.
 CACHE_REGIONS = _CURRENT_REGION is not None
+#: Without cache regions, each configuration compiles copies of the cell's functions (fresh code objects, whose
+#: Dynamo caches are their own), so the code of configurations seen before is kept apart all the same.
+CONFIG_COPIES = not CACHE_REGIONS
 
 
 def current_region() -> int | None:

@@ -99,8 +99,8 @@ class ChangeRunner:
         w.allow_copies()  # the user's run: runs on copies may try again
         with self._backend_stage():
             result = self._run_noted(on_copies=False)
-        if torch_compat.CACHE_REGIONS:  # served again on copies when they hold nothing guarded by identity
-            w.keep(w.config_key(), self.report)
+        if torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES:  # served again on copies when they hold
+            w.keep(w.config_key(), self.report)  # nothing guarded by identity
         return result
 
     @contextlib.contextmanager
@@ -140,7 +140,7 @@ class ChangeRunner:
                 if w.recall(now) is None:
                     w.drop_compiled_code()
                     with contextlib.suppress(Exception):
-                        w.engine.rebind(w.entries)
+                        w.rebind()
         return failed
 
     def made_by_run(self) -> set[str]:
@@ -348,7 +348,8 @@ class ChangeRunner:
     def _restart_on_copies(self, old: Report, changed: Collection[str] | None) -> None:
         w = self.workload
         key = w.config_key()
-        valid = torch_compat.CACHE_REGIONS and w.copies_still_valid()  # without regions every toggle drops all
+        # without regions (nor copies of the cell's code per configuration) every toggle drops all
+        valid = (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES) and w.copies_still_valid()
         old.result = None  # a report kept for a configuration holds no run value (the next run gives one)
         kept = w.recall(key) if valid else None
         if kept is not None:
@@ -367,7 +368,9 @@ class ChangeRunner:
                      "what it was compiled for changed since)")
         else:
             again = w.compiled_again(key)
-        affected = w.affected(changed) if changed is not None and valid and w.room_for(key) else None
+        # without regions an entry's helpers are bound by name, one copy for every entry: all compile anew
+        affected = w.affected(changed) if changed is not None and valid and torch_compat.CACHE_REGIONS and \
+            w.room_for(key) else None
         if self.first_view_wanted():
             w.restart(affected, rebind=False)
             if self._view_pass(old, affected) or not w.copies_still_valid():
@@ -377,7 +380,7 @@ class ChangeRunner:
             report = self._compile_stage(old, None)
             assert report is not None
         report.compiled_again = again
-        if torch_compat.CACHE_REGIONS:
+        if torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES:
             w.keep(key, report)
 
     def _compile_stage(self, old: Report, affected: Collection[str] | None) -> Report | None:
@@ -421,8 +424,10 @@ class ChangeRunner:
         return True
 
     def _two_stages(self) -> bool:
-        # the first view's compiles need a cache region of their own, or the backend's stage would find them
-        return (torch_compat.CACHE_REGIONS and self.workload.options.backend not in ("eager", "aot_eager")
+        # the first view's compiles need a cache region (or, without regions, code objects) of their own, or the
+        # backend's stage would find them
+        return ((torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES)
+                and self.workload.options.backend not in ("eager", "aot_eager")
                 and self.workload.run_code is not None and os.environ.get("NBCOMPILE_FIRST_VIEW", "1") != "0")
 
     def _view_pass(self, old: Report, affected: Collection[str] | None) -> bool:
@@ -480,7 +485,7 @@ class ChangeRunner:
 def toggle_name(workload: Workload, obj: Any) -> str:
     """The name a change of ``obj``'s toggle goes by: the tracked function it is (or wraps, or a compiled
     module's forward), else its torch dotted name; else a one-line error naming what is valid."""
-    plain = torch_compat.unwrap_compiled(obj)
+    plain = workload.original_of(torch_compat.unwrap_compiled(obj))
     for name, fn in workload.tracked.items():
         if plain is fn or getattr(plain, "__func__", None) is fn or unwrap(plain) is unwrap(fn):
             return name

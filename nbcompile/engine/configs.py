@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.report import Report
@@ -35,15 +35,21 @@ class Kept:
     report: Report
     #: The generation of the toggle copies its code was compiled on (``Workload.copies``).
     generation: int
+    #: Where torch has no cache regions (``torch_compat.CONFIG_COPIES``): name -> (the cell's function, the copy
+    #: of it this configuration compiled), bound again when it is recalled.
+    functions: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 class KeptConfigs:
     """Configurations already compiled, oldest first, at most ``KEEP_CONFIGS`` of them, and a count of the
     compiled wrappers of those forgotten (orphans: their code stays on the code objects until a full drop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, orphans: bool = True) -> None:
         self._kept: OrderedDict[Any, Kept] = OrderedDict()
         self._orphans = 0
+        #: Whether a forgotten configuration's code stays behind (on shared code objects, in cache regions);
+        #: False where each configuration compiled copies of its own, freed with it.
+        self._leaves_orphans = orphans
 
     def __contains__(self, key: Any) -> bool:
         return key in self._kept
@@ -79,6 +85,8 @@ class KeptConfigs:
         self._kept.move_to_end(key)
         while len(self._kept) > KEEP_CONFIGS:
             _, gone = self._kept.popitem(last=False)
+            if not self._leaves_orphans:
+                continue
             used = {id(w[1]) for other in self._kept.values() for w in other.wrappers.values()}
             self._orphans += sum(1 for w in gone.wrappers.values() if id(w[1]) not in used)
 

@@ -24,7 +24,7 @@ import torch
 from ..capture.hub import HUB, Recording
 from ..core import torch_compat
 from ..core.errors import NbcompileError
-from ..core.names import is_torch_name
+from ..core.names import copy_function, is_torch_name
 from ..core.options import CellOptions
 from ..model.report import LintWarning, Report
 from . import check as check_ops
@@ -138,8 +138,12 @@ class Workload:
         self._wrappers: dict[tuple[str, int, str], tuple[Any, Any]] = {}
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
         self._wrappers_generation = -1
+        #: Where torch has no cache regions (``torch_compat.CONFIG_COPIES``): name -> (the cell's function, the
+        #: copy of it the current configuration binds to its name), so each configuration's compiled code sits on
+        #: code objects of its own and a configuration recalled finds it there.
+        self._copies_of: dict[str, tuple[Any, Any]] = {}
         #: Configurations already compiled, oldest first (``keep``, ``recall``).
-        self.configs = KeptConfigs()
+        self.configs = KeptConfigs(orphans=not torch_compat.CONFIG_COPIES)
         #: Every configuration kept since the cell's run, forgotten or not: one compiled again is said so.
         self._seen: set[Any] = set()
         #: While a first-view pass runs (``first_view``): the backend its entries compile with (Dynamo only).
@@ -238,7 +242,10 @@ class Workload:
         options = self.options.compile_options()
         if self._view_backend is not None:
             options = dataclasses.replace(options, mode=None)
-        compiled = compiled_copy(obj, options, recording=self.recording, copy=False, backend=self._view_backend)
+        # without cache regions each configuration compiles a code object of its own (its Dynamo cache, kept
+        # with the configuration): the entry's copy, which calls the copies of the cell's functions (``wrap``)
+        compiled = compiled_copy(obj, options, recording=self.recording, copy=torch_compat.CONFIG_COPIES,
+                                 backend=self._view_backend)
         region = torch_compat.region_of(compiled)
         if region is not None:
             self.recording.regions[region] = name
@@ -251,7 +258,41 @@ class Workload:
         other names as they are."""
         if name in self.entries and self.engine.mode(name) != "disable":
             return self.stances.layer(self.compile(obj, name))
+        if torch_compat.CONFIG_COPIES and name in self.copied_names():
+            return self._copy_of(name, obj)
         return obj
+
+    def rebind(self) -> None:
+        """The entries bound again to the current configuration's compiled code (and, where torch has no cache
+        regions, the cell's functions to its copies of them)."""
+        self.engine.rebind([*self.entries, *self.copied_names()])
+
+    def copied_names(self) -> list[str]:
+        """Where torch has no cache regions: the cell's functions (not entries, not library functions, not
+        methods) at ``compile``, whose names the current configuration binds to copies of its own."""
+        if not torch_compat.CONFIG_COPIES:
+            return []
+        return [name for name, fn in self.tracked.items()
+                if name not in self.entries and ":" not in name and "." not in name
+                and self.engine.mode(name) == "compile" and isinstance(fn, types.FunctionType)
+                and fn.__code__.co_filename == self.filename]
+
+    def original_of(self, obj: Any) -> Any:
+        """The cell's function ``obj`` is a copy of (bound to its name where torch has no cache regions), else
+        ``obj``: the user who passes the function from their namespace means the cell's."""
+        for original, copy in self._copies_of.values():
+            if copy is obj:
+                return original
+        return obj
+
+    def _copy_of(self, name: str, obj: Any) -> Any:
+        """The current configuration's copy of the cell's function ``obj`` (made at its first binding)."""
+        known = self._copies_of.get(name)
+        if known is not None and known[0] is obj:
+            return known[1]
+        copy = copy_function(obj)
+        self._copies_of[name] = (obj, copy)
+        return copy
 
     def set_stance(self, name: str) -> None:
         """``torch.compiler.set_stance(name)`` around the user's calls of the entries (``Stances``)."""
@@ -334,7 +375,8 @@ class Workload:
             return None
         self._wrappers = dict(kept.wrappers)
         self._wrappers_generation = kept.generation
-        self.engine.rebind(self.entries)
+        self._copies_of = dict(kept.functions)
+        self.rebind()
         return kept
 
     def keep(self, key: Any, report: Report) -> None:
@@ -344,7 +386,7 @@ class Workload:
         use makes the object it runs as anew (a copy, an operator), which its kept code would not accept."""
         if any(mode in ("allow_in_graph", "nonstrict_trace", "custom_op") for mode in self.engine.modes.values()):
             return
-        self.configs.keep(key, Kept(dict(self._wrappers), report, self._wrappers_generation))
+        self.configs.keep(key, Kept(dict(self._wrappers), report, self._wrappers_generation, dict(self._copies_of)))
         self._seen.add(key)
 
     def warm_wanted(self, left: Any, changed: Collection[str]) -> bool:
@@ -354,7 +396,8 @@ class Workload:
         the current configuration is kept on these copies (the warm-up's way back recalls it) and the change
         reaches only some entries (so the warm-up drops no other configuration's code)."""
         copies = self.copies
-        if not torch_compat.CACHE_REGIONS or copies is None or copies.refused is not None or _identity_free(copies):
+        if not (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES) or copies is None or \
+                copies.refused is not None or _identity_free(copies):
             return False
         kept, now = self.configs.get(left), self.configs.get(self.config_key())
         if kept is None:  # dropped when the copies were made anew (a first toggle after the cell's run)
@@ -363,14 +406,16 @@ class Workload:
             stale = kept.generation != self.generation
         # room for it beside what is kept, none forgotten (a stale one is forgotten first, when recalled)
         room = self.configs.room_for_another(len(self.entries), replacing=kept is not None)
+        # with regions, a change that reaches every entry drops every configuration's code; copies of the cell's
+        # code per configuration (no regions) keep theirs whatever the change reaches
         return (stale and room and now is not None and now.generation == self.generation
-                and self.affected(changed) is not None)
+                and (torch_compat.CONFIG_COPIES or self.affected(changed) is not None))
 
     def compiled_again(self, key: Any) -> str:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
         when it was not seen: its code was compiled on other objects than this run's copies (the cell's own run
         compiles on the user's), which torch guards by identity."""
-        if key not in self._seen or not torch_compat.CACHE_REGIONS:  # without regions, status says toggles compile
+        if key not in self._seen or not (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES):
             return ""
         guarded = [label for label, value in (self.copies.copies.items() if self.copies is not None else ())
                    if not _identity_free_value(value)][:3]
@@ -447,12 +492,19 @@ class Workload:
         """For the duration, the entries bound to wrappers of their own that compile with ``backend``
         (Dynamo only, by default): the first view's pass. The current wrappers are bound back after."""
         self._view_backend = backend
+        # without cache regions the pass's compiles need code objects of their own, or the backend's stage would
+        # find them: copies of the cell's functions for the pass only
+        kept = self._copies_of
+        if torch_compat.CONFIG_COPIES:
+            self._copies_of = {}
         try:
-            self.engine.rebind(self.entries)
+            self.rebind()
             yield
         finally:
             self._view_backend = None
-            self.engine.rebind(self.entries)
+            if torch_compat.CONFIG_COPIES:
+                self._copies_of = kept
+            self.rebind()
 
     def own(self, obj: Any) -> None:
         """Claim an entry defined outside the cell, by its code's file and lines."""
@@ -482,7 +534,17 @@ class Workload:
         drop_compiled(self.owned_codes())
         self.stances.clear()
         self._wrappers.clear()
+        self._copies_of = {}
         self.configs.clear()
+
+    def _new_configuration(self) -> None:
+        """Where torch has no cache regions: a configuration not kept compiles on copies of its own (the
+        entries' and the cell's functions'), and the configurations kept keep theirs. What compiles on the
+        cell's own code objects (a module entry's forward, a class's methods) is dropped: its cache is shared."""
+        drop_compiled(self.owned_codes())
+        self.stances.clear()
+        self._wrappers.clear()
+        self._copies_of = {}
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
@@ -494,12 +556,16 @@ class Workload:
         captured) again as well, and setting a toggle back gives the same graphs. ``affected``: only those
         entries (the others keep their compiled code); None: every entry, every configuration's compiled code
         dropped first. ``rebind=False``: the names are bound next by a first-view pass."""
-        if affected is None:
+        if affected is None and torch_compat.CONFIG_COPIES:
+            self._new_configuration()
+        elif affected is None:
             self.drop_compiled_code()
         else:
             self._wrappers = {k: v for k, v in self._wrappers.items() if k[0] not in affected}
         self._wrappers_generation = self.generation if self.copies is not None else -1
         self.forget_dynamism()
+        if torch_compat.CONFIG_COPIES:
+            self.engine.rebind(self.copied_names())
         if rebind:  # else a first-view pass binds them next (``first_view``)
             self.engine.rebind(self.entries)
 

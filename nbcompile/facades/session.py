@@ -298,7 +298,7 @@ class Session:
 
         def undo() -> None:
             self.options = previous
-            self.engine.rebind(self.entries)
+            self.workload.rebind()
 
         said = ", ".join(f"{k}={v!r}" for k, v in changes.items())
         return self._transaction(change, undo, lambda cause: f"{said} failed ({cause}); kept the previous options",
@@ -336,7 +336,7 @@ class Session:
         def undo() -> None:
             self.options = previous_options
             put({name: previous.get(name, "compile") for name in wanted})
-            self.engine.rebind(self.entries)
+            self.workload.rebind()
 
         said = said or ", ".join([*(f"{n} -> {m}" for n, m in wanted.items() if previous.get(n, "compile") != m),
                                   *(f"{k}={v!r}" for k, v in options.items())]) or "the same configuration"
@@ -757,6 +757,7 @@ class Session:
                 self.workload.own(binding.original)
             for name, mode in self.options.initial_toggles():
                 self.engine.apply(name, mode)
+            self.engine.rebind(self.workload.copied_names())  # without cache regions: the configuration's copies
             self.after_toggle()
         except BaseException:
             self.reset()
