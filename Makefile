@@ -8,7 +8,7 @@ TORCH_TEST_VERSION := 2.13.0
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 CONTRACT_TESTS := $(wildcard ../shared/contract_tests)
 
-.PHONY: demo test test-nightly lab venv test-deps chromium schema bench clean
+.PHONY: demo test test-nightly test-matrix matrix-venvs lab venv test-deps chromium schema bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ chromium:
 	@if [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium not found and not root: the browser tests will be skipped"; fi
+
+# The torch matrix (issue 36): torch 2.11, 2.12, 2.14 and 2.15 (PyPI's builds) in venvs of their own under
+# .matrix/, each running a subset of every feature's tests and the quickstart (benchmarks/torch_matrix.py).
+# `make test` runs the whole suite on the pinned torch; .ci/run makes the venvs while it runs.
+matrix-venvs:
+	$(PYTHON) benchmarks/torch_matrix.py install
+
+test-matrix: matrix-venvs
+	$(PYTHON) benchmarks/torch_matrix.py smoke --out build/torch_matrix.json
 
 # Executes notebooks/01_quickstart.ipynb headless (widget state and plotly figures kept in the HTML).
 demo: venv

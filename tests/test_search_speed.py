@@ -164,3 +164,34 @@ def test_a_search_cut_with_configurations_untried_says_how_much_budget_would_try
     untried, seconds = int(advised[1]), int(advised[2])
     assert untried >= 1 and seconds >= untried * 100 / search_ops.forked.at_once()
     assert result.advice_s == seconds and result.untried == untried
+
+
+def test_a_trace_that_does_not_end_is_interrupted_past_its_deadline(ip, monkeypatch):
+    """A remedy can make one frame's trace run for minutes and gigabytes (VitsModel's search at 180 s: a trial
+    grew past 11 GB and ran 14 minutes): no graph reaches the backend, whose cut never comes. Past its deadline
+    (and ``HARD_GRACE_S``) the run is interrupted from outside, inside Dynamo's trace, and counts nothing; the
+    process goes on as before (no interrupt left pending, Dynamo compiles the next call)."""
+    import time
+
+    import torch
+
+    from nbcompile.engine import trial
+
+    cell = textwrap.dedent("""\
+        import torch
+        def f(x):
+            n = 0
+            for i in range(5_000_000):  # Dynamo unrolls it: one trace of minutes, no graph until it ends
+                n = n + i
+            return x * n
+        x = torch.ones(3)
+        """)
+    run_compile_cell(ip, "--backend eager --no-panel --entry f", cell)
+    session = nbcompile.last()
+    spec = session.workload.spec(compile("f(x)", "<trial>", "eval"))
+    monkeypatch.setattr(trial, "HARD_GRACE_S", 0.5)
+    cut = trial.run(spec, session.toggles, deadline=time.perf_counter() + 0.5)
+    assert cut.error is not None and cut.error.startswith(trial.NOT_FINISHED), cut.error
+    assert cut.check is None and cut.graphs == 0
+    time.sleep(0.5)  # an interrupt left pending would land here
+    assert torch.compile(lambda t: t + 1, backend="eager")(torch.ones(2)).sum().item() == 4.0

@@ -155,6 +155,42 @@ def _raised_inside(exc: BaseException) -> str:
     return ""
 
 
+#: How long past its deadline a run whose compile never reaches the backend (one frame's trace that runs for
+#: minutes: a remedy that unrolls a loop of the model) is interrupted from outside (``hard_deadline``).
+HARD_GRACE_S = 10.0
+
+
+@contextlib.contextmanager
+def hard_deadline(at: float | None, recording: Recording) -> Iterator[None]:
+    """Past ``at`` (a ``time.perf_counter()`` time), ``OverDeadline`` raised in this thread from a watchdog
+    (``PyThreadState_SetAsyncExc``, delivered at the run's next Python bytecode: inside Dynamo's trace too),
+    the recording marked cut. The cut at the next compiled graph (the backend's) comes first where a run
+    compiles graphs at all; this one ends a single trace that does not end, which would hold the search (and
+    its memory) long past its budget. An exception set but not delivered when the run ends is withdrawn."""
+    if at is None:
+        yield
+        return
+    import ctypes
+    import threading
+
+    target = threading.get_ident()
+    ended = threading.Event()
+
+    def watch() -> None:
+        if not ended.wait(max(0.0, at - time.perf_counter())):
+            recording.cut = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.py_object(OverDeadline))
+
+    watcher = threading.Thread(target=watch, name="nbcompile-trial-deadline", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        ended.set()
+        watcher.join()
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), None)
+
+
 def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None, *, calls: int = 1,
         until: Callable[[Report], bool] | None = None, fresh: Collection[CodeKey] = (),
         deadline: float | None = None) -> Outcome:
@@ -185,7 +221,8 @@ def run(spec: Spec, modes: dict[str, str], options: dict[str, Any] | None = None
         with compiled_copy.swapped() as extra, spec.compiled(modes, compiled_copy, recording, options or {}) as call, \
                 dynconfig.applied((options or {}).get("_config", {})), \
                 HUB.active(recording), check_ops.quiet(), capturing(shown, log_level), \
-                torch_compat.no_guard_latency_profile(), no_outside_effects(compiler_may=True, watch=compiled_copy):
+                torch_compat.no_guard_latency_profile(), no_outside_effects(compiler_may=True, watch=compiled_copy), \
+                hard_deadline(None if deadline is None else deadline + HARD_GRACE_S, recording):
             for made in range(1, max(calls, 1) + 1):
                 if made > 1 and deadline is not None and time.perf_counter() > deadline:
                     recording.cut = True
