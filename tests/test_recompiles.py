@@ -14,6 +14,7 @@ import torch
 
 import nbcompile
 from nbcompile.capture import guards
+from nbcompile.core import torch_compat
 
 from nbhelpers import GRAPH_BREAK_HELPER_CELL, run_compile_cell
 
@@ -432,6 +433,10 @@ def test_a_compile_error_dynamo_swallows_is_a_fallback(ip):
             HUB.release()
     finally:
         torch._dynamo.config.suppress_errors = suppress
+        # torch 2.11 runs the exec'd f (no source file) through torch's shared wrapper frame, which the failure
+        # marks skipped for the process: a later torch.compile of a torch module (a Linear) would compile nothing
+        if torch_compat.WRAPPER_CODE is not None:
+            torch_compat.drop_compiled_code(torch_compat.WRAPPER_CODE)
     assert torch.equal(out, torch.ones(3).sin() + 1)  # it ran, eagerly
     (fallback,) = rec.report.fallbacks
     assert fallback.kind == "compile_error" and "runs eagerly" in fallback.reason

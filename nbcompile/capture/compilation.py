@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import torch_compat
 from ..core.text import function_label, plain_text, user_function
-from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile
+from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
 from .global_state import GlobalState
 from .records import CompilationMetrics, Reasons
@@ -190,6 +190,18 @@ def _user_frames(text: str) -> tuple[tuple[str, int, str], ...]:
     return tuple((m["file"], int(m["line"]), m["fn"].strip()) for m in _TB_FRAME.finditer(tb[1]))
 
 
+def _wrapper_fell_back(report: Report) -> bool:
+    """Whether the newest compile was of the frame torch.compile adds around a callable
+    (``external_utils.wrap_inline``: a decorated function, a module of torch's, and on torch 2.11 a function
+    with no source file, exec'd) and it fell back: Dynamo then compiles the callable's own frame, and a failure
+    there is the same fallback, said of the user's function."""
+    if not report.fallbacks or not report.frames:
+        return False
+    last, fallback = report.frames[-1], report.fallbacks[-1]
+    return (fallback.kind == "compile_error" and fallback.function == last.function
+            and (last.filename, last.firstlineno) == torch_compat.WRAPPER_FRAME_SPAN[:2])
+
+
 def apply_compilation(owner: Recording, pending: Pending, metrics: CompilationMetrics) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
@@ -267,9 +279,13 @@ def apply_compilation(owner: Recording, pending: Pending, metrics: CompilationMe
     fail_type = metrics.fail_type
     deliberate = "skip_frame()" in fail_reason  # torch._dynamo.skip_frame(): asked for
     if fail_type and not deliberate and torch_compat.errors_suppressed():
-        report.add("fallbacks", Fallback(function, "compile_error", f"{function_label(function)} failed to compile "
-                                         f"and runs eagerly (torch._dynamo.config.suppress_errors): {fail_type}: "
-                                         f"{plain_text(fail_reason.splitlines()[0], stack) if fail_reason else ''}"))
+        fallback = Fallback(function, "compile_error", f"{function_label(function)} failed to compile "
+                            f"and runs eagerly (torch._dynamo.config.suppress_errors): {fail_type}: "
+                            f"{plain_text(fail_reason.splitlines()[0], stack) if fail_reason else ''}")
+        if _wrapper_fell_back(report):  # the callable torch's wrapper frame runs, compiled on its own: one fallback
+            report.fallbacks[-1] = fallback
+        else:
+            report.add("fallbacks", fallback)
     if fail_type and not deliberate:
         report.add(
             "errors",

@@ -137,6 +137,21 @@ def _wrapper_frame_span() -> tuple[str, int, int]:
 WRAPPER_FRAME_SPAN = _wrapper_frame_span()
 
 
+def _wrapper_code() -> types.CodeType | None:
+    """The code object of that frame, one for every callable torch.compile wraps (``wrap_inline``'s ``inner``):
+    a compile of it that fails and falls back (``suppress_errors``) marks it skipped for the whole process, so
+    every later ``torch.compile`` of a torch module or a decorated function runs eagerly until it is dropped."""
+    try:
+        from torch._dynamo import external_utils
+
+        return external_utils.wrap_inline(lambda: None).__code__
+    except (ImportError, AttributeError):  # pragma: no cover - older torch
+        return None
+
+
+WRAPPER_CODE = _wrapper_code()
+
+
 def current_compile_id() -> str | None:
     """The compile id ('3/1') of the frame Dynamo is compiling right now."""
     cid = torch._guards.CompileContext.current_compile_id()
@@ -361,6 +376,10 @@ def _probe() -> None:
 
 
 _probe()
+
+#: Whether torch lists the frames Dynamo skips (``dynamo_tls.skip_reasons``, after torch 2.11): without it
+#: ``Report.skipped`` stays empty.
+SKIP_REASONS = "skip reasons" not in MISSING
 
 
 # --- the global state a compile is guarded on ------------------------------------------------

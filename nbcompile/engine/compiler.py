@@ -135,6 +135,19 @@ def fresh_copy(fn: Any) -> Any:
     return copy_function(fn)  # nn.Module instances and other callables come back as they are
 
 
+def own_forward(module: Any) -> None:
+    """Where torch has no cache regions (``torch_compat.CACHE_REGIONS``): a scratch copy of a module runs its
+    forward from a code object of its own (a copy of its class's, bound on the copy), so what a trial compiles
+    for it sits in a cache of its own. Else it would land on the class's forward, beside the session's entries
+    and every earlier trial's, whose count a new compile meets (a trial started as a recompile, and a later one
+    ran past ``recompile_limit`` to eager). Only for nbcompile's own copies: the user's module is not touched."""
+    if torch_compat.CACHE_REGIONS or not isinstance(module, torch.nn.Module) or "forward" in vars(module):
+        return
+    forward = getattr(type(module), "forward", None)
+    if isinstance(forward, types.FunctionType):
+        module.forward = types.MethodType(copy_function(forward), module)
+
+
 def namespace_of(fn: Any) -> dict[str, Any]:
     target = torch_compat.unwrap_compiled(fn)
     if isinstance(target, torch.nn.Module):

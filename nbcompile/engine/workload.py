@@ -29,7 +29,7 @@ from ..core.options import CellOptions
 from ..model.report import LintWarning, Report
 from . import check as check_ops
 from . import custom_ops, library
-from .compiler import compiled_copy, drop_compiled
+from .compiler import compiled_copy, drop_compiled, own_forward
 from .configs import Kept, KeptConfigs
 from .replay import SWAPPED, Replay
 from .stance import Stances
@@ -749,7 +749,10 @@ class Workload:
             def compile_entry(name: str, obj: Any) -> Any:
                 if name not in self.entries:
                     return obj
-                target = replay.counterpart(torch_compat.unwrap_compiled(obj))
+                real = torch_compat.unwrap_compiled(obj)
+                target = replay.counterpart(real)
+                if target is not real:  # a copy: its own forward's cache where torch has no cache regions
+                    own_forward(target)
                 overrides = {k: v for k, v in options.items() if not k.startswith("_")}
                 result = compiled_copy(target, self.options.compile_options(), recording=recording,
                                        backend=backend, **overrides)
