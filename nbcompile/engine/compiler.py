@@ -48,8 +48,9 @@ def compiled_copy(obj: Any, options: CompileOptions, *, recording: Recording | N
     return dynconfig.around(compiled, options.dynamo_config)  # Dynamo reads its config when it traces: at the call
 
 
-#: Codes whose drop waits for the other threads that were running them (tried again at every drop).
-_PENDING: dict[types.CodeType, None] = {}
+#: Codes whose drop waits for the other threads that were running them (tried again at every drop), by
+#: identity: code objects compare equal by content, and a copy (``copy_function``) equals its original.
+_PENDING: dict[int, types.CodeType] = {}
 _DROP_LOCK = threading.Lock()
 #: How long a drop waits for other threads where torch has no cache regions (it must drop to be right).
 DROP_WAIT_S = 10.0
@@ -103,7 +104,7 @@ def drop_compiled(codes: Iterable[types.CodeType]) -> list[types.CodeType]:
     without them a drop waits up to ``DROP_WAIT_S`` for the other thread to leave the code. Returns the
     codes whose drop was put off."""
     with _DROP_LOCK:
-        wanted = list(dict.fromkeys([*_PENDING, *codes]))
+        wanted = list({id(code): code for code in [*_PENDING.values(), *codes]}.values())
         _PENDING.clear()
         deadline = time.monotonic() + (0.0 if torch_compat.ISOLATE_RECOMPILES else DROP_WAIT_S)
         while True:
@@ -114,8 +115,9 @@ def drop_compiled(codes: Iterable[types.CodeType]) -> list[types.CodeType]:
             try:
                 busy = _running_elsewhere({s for code in wanted for s in _spans(code)})
                 later = [code for code in wanted if _spans(code) & busy]
+                put_off = {id(code) for code in later}
                 for code in wanted:
-                    if code not in later:
+                    if id(code) not in put_off:
                         torch_compat.drop_compiled_code(code)
             finally:
                 sys.setswitchinterval(interval)
@@ -123,7 +125,7 @@ def drop_compiled(codes: Iterable[types.CodeType]) -> list[types.CodeType]:
                 break
             wanted = later
             time.sleep(0.001)
-        _PENDING.update(dict.fromkeys(later))
+        _PENDING.update({id(code): code for code in later})
         return later
 
 

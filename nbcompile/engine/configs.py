@@ -101,6 +101,10 @@ class KeptConfigs:
         entries (else: drop it all first)."""
         return key in self._kept or self._orphans < KEEP_CONFIGS * max(1, entries)
 
+    def all(self) -> list[Kept]:
+        """The kept configurations, oldest first."""
+        return list(self._kept.values())
+
     def clear(self) -> None:
         """Every configuration forgotten, and no orphans: all compiled code was dropped."""
         self._kept.clear()

@@ -529,22 +529,34 @@ class Workload:
                 codes.append(code)
         return codes
 
-    def drop_compiled_code(self) -> None:
-        """Every configuration's compiled code dropped (never the code another thread is running)."""
-        drop_compiled(self.owned_codes())
-        self.stances.clear()
-        self._wrappers.clear()
-        self._copies_of = {}
-        self.configs.clear()
+    def copy_codes(self) -> list[types.CodeType]:
+        """Where torch has no cache regions: the code objects of the copies this session compiled (the current
+        configuration's and the kept ones', the cell's functions and the entries), nested code included."""
+        if not torch_compat.CONFIG_COPIES:
+            return []
+        copies = [copy for _, copy in self._copies_of.values()]
+        copies += [compiled for _, compiled in self._wrappers.values()]
+        for kept in self.configs.all():
+            copies += [copy for _, copy in kept.functions.values()]
+            copies += [compiled for _, compiled in kept.wrappers.values()]
+        codes: dict[int, types.CodeType] = {}  # by identity: a copy's code equals its original's
+        for obj in copies:
+            code = code_of(torch_compat.unwrap_compiled(obj))
+            if code is not None:
+                codes.update({id(c): c for c in torch_compat.iter_code_objects(code)})
+        return list(codes.values())
 
-    def _new_configuration(self) -> None:
-        """Where torch has no cache regions: a configuration not kept compiles on copies of its own (the
-        entries' and the cell's functions'), and the configurations kept keep theirs. What compiles on the
-        cell's own code objects (a module entry's forward, a class's methods) is dropped: its cache is shared."""
-        drop_compiled(self.owned_codes())
+    def drop_compiled_code(self, *, keep_configs: bool = False) -> None:
+        """Every configuration's compiled code dropped (never the code another thread is running), the copies'
+        too. ``keep_configs`` (where torch has no cache regions, for a new configuration): the kept
+        configurations' copies keep theirs, and what compiled on the cell's own code objects (a module
+        entry's forward, a class's methods) is dropped, since that cache is shared."""
+        drop_compiled([*self.owned_codes(), *([] if keep_configs else self.copy_codes())])
         self.stances.clear()
         self._wrappers.clear()
         self._copies_of = {}
+        if not keep_configs:
+            self.configs.clear()
 
     def forget_dynamism(self) -> None:
         """Dynamo's automatic-dynamic memory of the codes this session compiled, as it was before the
@@ -556,10 +568,8 @@ class Workload:
         captured) again as well, and setting a toggle back gives the same graphs. ``affected``: only those
         entries (the others keep their compiled code); None: every entry, every configuration's compiled code
         dropped first. ``rebind=False``: the names are bound next by a first-view pass."""
-        if affected is None and torch_compat.CONFIG_COPIES:
-            self._new_configuration()
-        elif affected is None:
-            self.drop_compiled_code()
+        if affected is None:
+            self.drop_compiled_code(keep_configs=torch_compat.CONFIG_COPIES)
         else:
             self._wrappers = {k: v for k, v in self._wrappers.items() if k[0] not in affected}
         self._wrappers_generation = self.generation if self.copies is not None else -1
