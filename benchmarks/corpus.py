@@ -288,7 +288,8 @@ def summarize(rows: list[dict[str, Any]], budget: float, mode: str | None = None
         "over_budget": sum(1 for r in ok if r["seconds"] > budget),
         "most_over_s": round(max((r["seconds"] - budget for r in ok), default=0.0), 1),
         "ended_on_budget": sum(1 for r in ok if r["state"].startswith("budget")),
-        "errors": sum(1 for r in rows if r["budget_s"] == budget and "error" in r),
+        "errors": sum(1 for r in rows if r["budget_s"] == budget and "error" in r
+                      and (mode is None or r.get("mode") == mode)),
     }
 
 
