@@ -13,31 +13,35 @@ and ``lint-imports`` check the rule.
 
 from __future__ import annotations
 
-from .core.errors import NbcompileError, RecompileRefused
-from .engine.snippet import export
-from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
-from .engine.toggles import available_function_modes
-from .facades.api import inspect, torch_support
-from .facades.session import Session, last, sessions
-from .facades.traces import Traces, follow, load
-from .magics import load_ipython_extension, unload_ipython_extension
-from .model.fixsearch import FixSearch, Trial
-from .model.render import MIME_TYPE
-from .model.report import (
-    SCHEMA_PATH,
-    Check,
-    CompileError,
-    Fallback,
-    Fix,
-    Frame,
-    Graph,
-    GraphBreak,
-    GuardChange,
-    Kernel,
-    LintWarning,
-    Recompile,
-    Report,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core.errors import NbcompileError, RecompileRefused
+    from .engine.snippet import export
+    from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
+    from .engine.toggles import available_function_modes
+    from .facades.api import inspect, torch_support
+    from .facades.session import Session, last, sessions
+    from .facades.traces import Traces, follow, load
+    from .magics import load_ipython_extension, unload_ipython_extension
+    from .model.fixsearch import FixSearch, Trial
+    from .model.render import MIME_TYPE
+    from .model.report import (
+        SCHEMA_PATH,
+        Check,
+        CompileError,
+        Fallback,
+        Fix,
+        Frame,
+        Graph,
+        GraphBreak,
+        GuardChange,
+        Kernel,
+        LintWarning,
+        Recompile,
+        Report,
+    )
 
 __version__ = "0.1.0"
 
@@ -77,3 +81,55 @@ __all__ = [
     "sessions",
     "unload_ipython_extension",
 ]
+
+#: Each public name and the module it lives in: loaded when first used (``__getattr__``), so
+#: ``import nbcompile`` loads no torch, and ``nbcompile.load`` (a trace log) never does.
+_EXPORTS = {
+    "NbcompileError": ".core.errors",
+    "RecompileRefused": ".core.errors",
+    "export": ".engine.snippet",
+    "BenchConfig": ".engine.timing",
+    "BenchResult": ".engine.timing",
+    "BenchRow": ".engine.timing",
+    "bench": ".engine.timing",
+    "available_function_modes": ".engine.toggles",
+    "inspect": ".facades.api",
+    "torch_support": ".facades.api",
+    "Session": ".facades.session",
+    "last": ".facades.session",
+    "sessions": ".facades.session",
+    "Traces": ".facades.traces",
+    "follow": ".facades.traces",
+    "load": ".facades.traces",
+    "load_ipython_extension": ".magics",
+    "unload_ipython_extension": ".magics",
+    "FixSearch": ".model.fixsearch",
+    "Trial": ".model.fixsearch",
+    "MIME_TYPE": ".model.render",
+    "SCHEMA_PATH": ".model.report",
+    "Check": ".model.report",
+    "CompileError": ".model.report",
+    "Fallback": ".model.report",
+    "Fix": ".model.report",
+    "Frame": ".model.report",
+    "Graph": ".model.report",
+    "GraphBreak": ".model.report",
+    "GuardChange": ".model.report",
+    "Kernel": ".model.report",
+    "LintWarning": ".model.report",
+    "Recompile": ".model.report",
+    "Report": ".model.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbcompile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next use is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -14,28 +14,50 @@ import ast
 import dataclasses
 import re
 import shlex
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .core import dynconfig, torch_compat
 from .core.errors import NbcompileError, describe_failure
+from .core.lazy import lazy_module
 from .core.names import is_torch_name
-from .core.options import MODES, CellOptions
-from .engine.library import is_library_name
-from .engine.snippet import STYLES
-from .engine.toggles import available_function_modes
-from .facades import cache as compile_cache
-from .facades.api import torch_support
-from .facades.cellsession import create_session
-from .facades.session import Session, last, sessions
-from .facades.traces import load
+from .core.options import MODES, STYLES, CellOptions
 from .model.render import MIME_TYPE, set_effect
 from .views.env import widgets_supported
-from .views.status import status_table
+
+if TYPE_CHECKING:
+    from .core import dynconfig, torch_compat
+    from .engine import library, toggles
+    from .facades import api, cellsession, traces
+    from .facades import cache as compile_cache
+    from .facades.session import Session
+    from .views import status
+else:  # loaded at their first use: `%load_ext nbcompile` loads no Dynamo, a compile loads it
+    dynconfig = lazy_module("nbcompile.core.dynconfig", globals(), "dynconfig")
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
+    library = lazy_module("nbcompile.engine.library", globals(), "library")
+    toggles = lazy_module("nbcompile.engine.toggles", globals(), "toggles")
+    api = lazy_module("nbcompile.facades.api", globals(), "api")
+    cellsession = lazy_module("nbcompile.facades.cellsession", globals(), "cellsession")
+    traces = lazy_module("nbcompile.facades.traces", globals(), "traces")
+    compile_cache = lazy_module("nbcompile.facades.cache", globals(), "compile_cache")
+    status = lazy_module("nbcompile.views.status", globals(), "status")
+
+
+def sessions() -> list[Session]:
+    """The live sessions (none before the first ``%%compile``: their module is not loaded until then)."""
+    module = sys.modules.get("nbcompile.facades.session")
+    return module.sessions() if module is not None else []
+
+
+def last() -> Session | None:
+    """The latest session, or None."""
+    module = sys.modules.get("nbcompile.facades.session")
+    return module.last() if module is not None else None
 
 
 def _names(values: list[str]) -> list[str]:
@@ -168,7 +190,7 @@ class NbcompileMagics(Magics):
         if body.count("\n") < cell.count("\n"):  # keep the cell's line numbers
             body += "\n" * (cell.count("\n") - body.count("\n"))
         try:
-            session = create_session(shell.user_ns, body, options, cache_source=cache_source,
+            session = cellsession.create_session(shell.user_ns, body, options, cache_source=cache_source,
                                      label=f"[{count}]", cell_id=_cell_id(cell))
         except NbcompileError as exc:
             raise UsageError(f"%%compile: {exc}") from None
@@ -256,8 +278,8 @@ def _status(args: list[str], cell: int | None) -> Any:
     if len(args) > 1:
         raise UsageError(f"%nbcompile status: {_usage('status')}")
     session = _session_for("status", args[0] if args else None, cell)
-    table = status_table(session)
-    for name, why in torch_support().items():  # what this torch lacks, and what nbcompile does instead
+    table = status.status_table(session)
+    for name, why in api.torch_support().items():  # what this torch lacks, and what nbcompile does instead
         if why is not True:
             table.notes.append(f"off on torch {torch_compat.TORCH_VERSION}: {name}: {why}")
     others = [s for s in sessions() if s is not session]
@@ -393,7 +415,7 @@ def _load(args: list[str], cell: int | None) -> Any:
     if len(paths) != 1:
         raise UsageError(f"%nbcompile load: {_usage('load')}")
     try:
-        return load(paths[0], follow=follow)  # shown as its panel where widgets are (Traces._ipython_display_)
+        return traces.load(paths[0], follow=follow)  # shown as its panel where widgets are (Traces._ipython_display_)
     except NbcompileError as exc:
         raise UsageError(f"%nbcompile load: {exc}") from None
 
@@ -432,7 +454,7 @@ def _stance(args: list[str], cell: int | None) -> None:
 #: Every `%nbcompile` subcommand, in the order the usage lists them: the one table the magic dispatches from.
 SUBCOMMANDS: dict[str, Subcommand] = {
     "status": Subcommand(_status, "[NAME]"),
-    "set": Subcommand(_set, "NAME MODE", note=lambda: f"modes: {', '.join(available_function_modes())}; "
+    "set": Subcommand(_set, "NAME MODE", note=lambda: f"modes: {', '.join(toggles.available_function_modes())}; "
                       "torch callables: compile, disallow_in_graph"),
     "report": Subcommand(_report, "[NAME]"),
     "export": Subcommand(_export, f"[--style {'|'.join(STYLES)}] [NAME]"),
@@ -504,7 +526,7 @@ def _session_for(command: str, name: str | None, cell: int | None, strict: bool 
     fresh = [s for s in owners if s.stale is None]
     if fresh or owners:
         return (fresh or owners)[-1]
-    if not strict or is_torch_name(name) or is_library_name(name):
+    if not strict or is_torch_name(name) or library.is_library_name(name):
         return _need_session()
     _need_session()  # no session at all: say so first
     several = len(sessions()) > 1

@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import re
 
-import torch
-
 from ..core.text import cut
 from .records import CacheLookup
 
@@ -141,6 +139,8 @@ class KeyBook:
 def _loaded_note(load: tuple[str, str, frozenset[str]] | None, key: str) -> str:
     if load is None:
         return ""
+    import torch  # a cache loaded in this process: torch is loaded
+
     path, saved, keys = load
     held = "holds" if key in keys else "does not hold"
     note = f"; the cache loaded from {cut(path, 80)} ({len(keys)} entries) {held} this key"

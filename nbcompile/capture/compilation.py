@@ -17,13 +17,18 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import torch_compat
+from ..core.lazy import lazy_module
 from ..core.text import function_label, plain_text, user_function
 from ..model.report import CompileError, Fallback, Fix, Frame, Graph, GraphBreak, GuardChange, Kernel, Recompile, Report
 from . import guards as guard_ops
 from .global_state import GlobalState
 from .records import CompilationMetrics, Reasons
 from .trace_parse import parse_graph_break, parse_guards, parse_kernels
+
+if TYPE_CHECKING:
+    from ..core import torch_compat
+else:  # at its first use: a trace log read from disk never loads torch
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 if TYPE_CHECKING:
     from .hub import Recording

@@ -14,9 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import torch
-
-from ..core import torch_compat
 from ..model.report import Fix, GuardChange
 
 #: Subjects, as a user would call them.
@@ -52,6 +49,10 @@ class GlobalState:
 
     @classmethod
     def now(cls) -> GlobalState:
+        import torch  # a live state: reading a trace log never loads torch
+
+        from ..core import torch_compat
+
         stacks = torch_compat.mode_stacks()
         return cls(
             grad=torch.is_grad_enabled(),

@@ -15,10 +15,9 @@ import functools
 import hashlib
 import inspect as _inspect
 import re
+import sys
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
-
-import torch
 
 from ..core.text import NUMBER_READS, code_text, cut, mangled_names, plain_text
 from ..model.report import Fix, FixAction, GuardChange, MarkKind
@@ -203,8 +202,9 @@ def change_of(guard: str, lookup: Lookup) -> GuardChange | None:
     if (m := _GLOBAL_STATE.search(guard)) is not None:
         what = m["what"].strip()
         if what == "grad_mode":
+            torch = sys.modules.get("torch")  # a trace log read from disk: no mode to read, and torch not loaded
             return GuardChange("torch.is_grad_enabled()", "the mode compiled for",
-                               str(torch.is_grad_enabled()))
+                               str(torch.is_grad_enabled()) if torch is not None else "changed")
         return GuardChange(what, "as compiled", "changed")
     if (m := _EQUALS.match(guard)) is not None:
         subject = subject_of(m["lhs"])
@@ -264,6 +264,8 @@ def evaluate(expr: str, lookup: Lookup) -> Any:
 
 
 def _eval(node: ast.AST, lookup: Lookup) -> Any:
+    import torch  # live values only: reading a trace log never loads torch
+
     if isinstance(node, ast.Name):
         value = lookup(node.id)
         if value is _MISSING:
@@ -297,6 +299,8 @@ _TENSOR_ATTRS = {"shape", "dtype", "device", "requires_grad", "ndim", "is_leaf",
 
 
 def _attribute(base: Any, name: str) -> Any:
+    import torch  # live values only: reading a trace log never loads torch
+
     if isinstance(base, torch.Tensor) and name in _TENSOR_ATTRS:
         return getattr(base, name)
     if isinstance(base, torch.nn.Module):
@@ -312,6 +316,8 @@ def _attribute(base: Any, name: str) -> Any:
 
 
 def _short(value: Any) -> str:
+    import torch  # live values only: reading a trace log never loads torch
+
     if value is _MISSING:
         return "?"
     if isinstance(value, type):

@@ -44,9 +44,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core import torch_compat
+from ..core.lazy import lazy_module
 from ..core.names import torch_name
 from ..model.report import Fix, Graph, GraphBreak, GuardChange, Report
 from . import guards as guard_ops
@@ -71,6 +71,11 @@ from .records import (
 )
 from .torch_log import TorchLogCatcher, printing
 from .trace_parse import parse_graph_ops
+
+if TYPE_CHECKING:
+    from ..core import torch_compat
+else:  # loaded at its first use: an offline hub (a trace log read from disk) never loads torch
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 #: Compilations still open at once before the oldest is dropped (a failed
 #: compile that never closed, say); keeps memory bounded.
@@ -277,7 +282,8 @@ class Hub:
         stack = self._stack()
         stack.append(recording)
         self._catch_torch_logs()
-        counted = torch_compat.graph_break_counter() if len(stack) == 1 else None
+        # torch's own count of breaks, beside ours (an offline hub reads a log: no torch ran, none loaded)
+        counted = torch_compat.graph_break_counter() if len(stack) == 1 and not self.offline else None
         try:
             yield
         except KeyboardInterrupt as exc:

@@ -17,11 +17,16 @@ import contextlib
 import importlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import torch_compat
 from .errors import NbcompileError
+from .lazy import lazy_module
 from .text import callable_name, config_value_text
+
+if TYPE_CHECKING:
+    from . import torch_compat
+else:  # loaded at their first use: `%load_ext nbcompile` and reading logs load no Dynamo
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 #: Configs that remove graph breaks, by what they do; the search tries those the installed torch has.
 #: ``reorderable_logging_functions``: print / warnings.warn / logging's module functions run after the

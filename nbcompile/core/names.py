@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 import importlib
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from . import torch_compat
 from .errors import NbcompileError
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    from . import torch_compat
+else:  # at its first use: a trace log read from disk never loads torch
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 
 def copy_function(fn: Any) -> Any:
@@ -51,6 +54,8 @@ _PUBLIC_TORCH_MODULES = (
 
 def torch_name(obj: Any) -> str:
     """The public dotted name of a torch callable (``torch.sub``, ``torch.nn.functional.gelu``)."""
+    import torch
+
     name = getattr(obj, "__name__", None)
     if name:
         for module_name in _PUBLIC_TORCH_MODULES:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import dynconfig, torch_compat
 from .errors import NbcompileError
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    from . import dynconfig, torch_compat
+else:  # loaded at their first use: `%load_ext nbcompile` and reading logs load no Dynamo
+    dynconfig = lazy_module("nbcompile.core.dynconfig", globals(), "dynconfig")
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: The styles an exported snippet is written in (``engine.snippet``).
+STYLES = ("calls", "decorators")
 
 
 @dataclass

@@ -99,8 +99,7 @@ class ChangeRunner:
         w.allow_copies()  # the user's run: runs on copies may try again
         with self._backend_stage():
             result = self._run_noted(on_copies=False)
-        if torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES:  # served again on copies when they hold
-            w.keep(w.config_key(), self.report)  # nothing guarded by identity
+        w.keep(w.config_key(), self.report)  # served again on copies when they hold nothing guarded by identity
         return result
 
     @contextlib.contextmanager
@@ -348,8 +347,9 @@ class ChangeRunner:
     def _restart_on_copies(self, old: Report, changed: Collection[str] | None) -> None:
         w = self.workload
         key = w.config_key()
-        # without regions (nor copies of the cell's code per configuration) every toggle drops all
-        valid = (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES) and w.copies_still_valid()
+        # a configuration seen before is recalled: its code kept in cache regions, or, without them, on copies of
+        # the cell's code of its own (torch_compat.CONFIG_COPIES)
+        valid = w.copies_still_valid()
         old.result = None  # a report kept for a configuration holds no run value (the next run gives one)
         kept = w.recall(key) if valid else None
         if kept is not None:
@@ -380,8 +380,7 @@ class ChangeRunner:
             report = self._compile_stage(old, None)
             assert report is not None
         report.compiled_again = again
-        if torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES:
-            w.keep(key, report)
+        w.keep(key, report)
 
     def _compile_stage(self, old: Report, affected: Collection[str] | None) -> Report | None:
         """The entries ``affected`` (None: all) compiled by the backend in fresh regions and --run re-run on
@@ -426,8 +425,7 @@ class ChangeRunner:
     def _two_stages(self) -> bool:
         # the first view's compiles need a cache region (or, without regions, code objects) of their own, or the
         # backend's stage would find them
-        return ((torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES)
-                and self.workload.options.backend not in ("eager", "aot_eager")
+        return (self.workload.options.backend not in ("eager", "aot_eager")
                 and self.workload.run_code is not None and os.environ.get("NBCOMPILE_FIRST_VIEW", "1") != "0")
 
     def _view_pass(self, old: Report, affected: Collection[str] | None) -> bool:

@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, Any
 from ..core import dynconfig
 from ..core.errors import NbcompileError
 from ..core.names import is_torch_name, torch_name
-from ..core.options import CompileOptions
+from ..core.options import STYLES, CompileOptions
 from .library import export_target, is_library_name
 from .toggles import validate
 
 if TYPE_CHECKING:
     from ..model.report import Rewrite
 
-STYLES = ("calls", "decorators")
 #: How notebooks import the names a cell uses without importing them itself, when the namespace the
 #: cell ran in is not at hand to say how this one did.
 CONVENTIONAL_IMPORTS = {

@@ -396,8 +396,7 @@ class Workload:
         the current configuration is kept on these copies (the warm-up's way back recalls it) and the change
         reaches only some entries (so the warm-up drops no other configuration's code)."""
         copies = self.copies
-        if not (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES) or copies is None or \
-                copies.refused is not None or _identity_free(copies):
+        if copies is None or copies.refused is not None or _identity_free(copies):
             return False
         kept, now = self.configs.get(left), self.configs.get(self.config_key())
         if kept is None:  # dropped when the copies were made anew (a first toggle after the cell's run)
@@ -415,7 +414,7 @@ class Workload:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
         when it was not seen: its code was compiled on other objects than this run's copies (the cell's own run
         compiles on the user's), which torch guards by identity."""
-        if key not in self._seen or not (torch_compat.CACHE_REGIONS or torch_compat.CONFIG_COPIES):
+        if key not in self._seen:
             return ""
         guarded = [label for label, value in (self.copies.copies.items() if self.copies is not None else ())
                    if not _identity_free_value(value)][:3]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core import torch_compat
 from ..core.text import _e, _table, function_label, plain_text, plural, short_path, user_function
 
 if TYPE_CHECKING:  # types only: the Report imports this module to show itself
@@ -706,10 +706,20 @@ def guard_cost_text(frame: Any, call_s: float | None = None) -> str:
     return "; ".join(parts)
 
 
+def _recompile_limit() -> int:
+    """The running torch's ``recompile_limit``; where torch is not loaded (a trace log read from disk, whose job's
+    limit the log does not say), torch's default, 8: reading a log never loads torch."""
+    if "torch" not in sys.modules:
+        return 8
+    from ..core import torch_compat
+
+    return torch_compat.recompile_limit()
+
+
 def limit_warnings(report: Report, limit: int | None = None) -> list[str]:
     """Functions that used half of ``recompile_limit`` or more: warned before they fall back to eager."""
 
-    limit = limit or torch_compat.recompile_limit()
+    limit = limit or _recompile_limit()
     fallen = {f.function for f in report.fallbacks if f.kind == "recompile_limit"}
     entries = Counter(r.function for r in report.recompiles)
     out = []

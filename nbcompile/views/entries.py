@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Collection
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from ..core import torch_compat
+from ..core.lazy import lazy_module
 from ..model.render import is_cell_file
 from ..model.report import PartCounts, Report
 from .protocols import PanelSession
+
+if TYPE_CHECKING:
+    from ..core import torch_compat
+else:  # loaded at its first use: `%load_ext nbcompile` loads no Dynamo
+    torch_compat = lazy_module("nbcompile.core.torch_compat", globals(), "torch_compat")
 
 T = TypeVar("T")
 

@@ -30,9 +30,8 @@ import ipywidgets as widgets
 from ..capture.guards import stack_expressions
 from ..core import torch_compat
 from ..core.errors import NbcompileError
-from ..core.options import MODES
+from ..core.options import MODES, STYLES
 from ..core.text import function_label, plural
-from ..engine.snippet import STYLES
 from ..engine.toggles import TORCH_MODES, available_function_modes
 from ..model.diff import ReportDiff
 from ..model.fixsearch import FixSearch
