@@ -20,7 +20,9 @@ nbcompile validates or applies a toggle.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -269,10 +271,11 @@ class Binding:
         problem = self.problem()
         if problem is not None:
             raise StaleError(problem)
-        if isinstance(self.owner, dict):
-            self.owner[self.attr] = value
-        else:
-            setattr(self.owner, self.attr, value)
+        with no_compile_elsewhere():
+            if isinstance(self.owner, dict):
+                self.owner[self.attr] = value
+            else:
+                setattr(self.owner, self.attr, value)
         self.expected = value
 
     def restore(self) -> bool:
@@ -282,6 +285,45 @@ class Binding:
         if self.expected is not self.original:
             self.write(self.original)
         return True
+
+
+#: How long a binding waits for another thread's compile to end before it binds all the same.
+BIND_WAIT_S = 10.0
+
+
+def _compiling_elsewhere() -> bool:
+    """Whether another thread is inside Dynamo's frame conversion (a compile in progress)."""
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():  # noqa: SLF001  # documented in sys; no public form
+        each: types.FrameType | None = frame
+        while ident != me and each is not None:
+            seen = torch_compat.dynamo_frame(each)
+            if seen is not None and seen[0] == "compiling":
+                return True
+            each = each.f_back
+    return False
+
+
+@contextlib.contextmanager
+def no_compile_elsewhere(wait_s: float = BIND_WAIT_S) -> Iterator[None]:
+    """For the duration, with no forced thread switch: no other thread compiling (one that is, waited for up to
+    ``wait_s``). A compile checks the guards it made on the frame it compiled, names' bindings included: a name
+    bound anew meanwhile (a toggle while the user's thread compiles) fails them, and torch raises in that thread
+    ("Guard failed on the same frame it was created")."""
+    interval = sys.getswitchinterval()
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            # the check and what follows with no forced thread switch between them (Python code only: no other
+            # thread runs unless this one waits), so no compile starts in between
+            sys.setswitchinterval(max(interval, 1.0))
+            if not _compiling_elsewhere() or time.monotonic() >= deadline:
+                break
+            sys.setswitchinterval(interval)
+            time.sleep(0.001)
+        yield
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def binding_for(name: str, namespace: dict[str, Any]) -> Binding:
