@@ -48,9 +48,11 @@ chromium:
 # The torch matrix (issue 36): torch 2.11, 2.15, 2.12 and 2.14 (PyPI's builds), each in a venv of its own under
 # .matrix/ that lives while its subset of every feature's tests and the quickstart run, then is removed, so the
 # disk holds one at a time (benchmarks/torch_matrix.py). A version starts only when the disk has room and
-# MATRIX_UNTIL (seconds since the epoch; .ci/run passes its own deadline) leaves time for it.
+# MATRIX_UNTIL (seconds since the epoch; .ci/run passes its own deadline) leaves time for it; MATRIX_VERSIONS
+# (comma-separated) picks versions.
 test-matrix:
-	$(PYTHON) benchmarks/torch_matrix.py ci $${MATRIX_UNTIL:+--until $$MATRIX_UNTIL} --out build/torch_matrix.json
+	$(PYTHON) benchmarks/torch_matrix.py ci $${MATRIX_UNTIL:+--until $$MATRIX_UNTIL} \
+		$${MATRIX_VERSIONS:+--versions $$MATRIX_VERSIONS} --out build/torch_matrix.json
 
 # The venvs kept, for work on one version (`benchmarks/torch_matrix.py smoke|bench --versions V`).
 matrix-venvs:
