@@ -51,7 +51,12 @@ def train_step(x, y):
 def test_skipped_frames_are_the_users_not_the_standard_librarys(ip):
     ip.run_cell(SETUP)
     assert ip.run_cell(CELL).success
-    skipped = nbcompile.last().report.skipped
-    assert skipped, "the model's forward runs eagerly without a break: it is named"
+    report = nbcompile.last().report
+    skipped = report.skipped
+    # the frames of the user's code Dynamo gave up on (torch 2.13 gives up on the model's forward at the GRU;
+    # torch 2.15 breaks there and resumes after it): each is named, and nothing else is
+    given_up = {b.function for b in report.breaks if "Skipping the function" in b.reason
+                and b.filename.startswith("<ipython-input-")}
+    assert {s.function for s in skipped} == given_up, (skipped, given_up)
     assert all(not s.filename.startswith(("<frozen ", "<eval_with_key>")) for s in skipped), skipped
     assert {s.function for s in skipped} <= {"forward"}, skipped
