@@ -33,6 +33,7 @@ def _no_leftover_handler():
     process when TORCH_TRACE is unset, so "as found" means: nothing added.
     """
     import torch  # noqa: F401  # torch adds its own handler at import; `import nbcompile` loads no torch
+
     import nbcompile
     from nbcompile.capture import HUB
 

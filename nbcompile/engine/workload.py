@@ -755,13 +755,21 @@ class Workload:
         @contextlib.contextmanager
         def compiled(modes: dict[str, str], replay: Replay, recording: Recording,
                      options: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
+            def forward_toggled(module: Any) -> bool:
+                """Whether the trial toggles the forward the module's class runs (``TinyMLP.forward disable``):
+                the copy then runs the class's own, toggled one; a forward of its own (``own_forward``, a copy of
+                the plain function) would hide the toggle."""
+                classes = type(module).__mro__
+                return any(b.attr == "forward" and b.owner in classes and modes.get(n, "compile") != "compile"
+                           for n, b in self.bindings.items())
+
             def compile_entry(name: str, obj: Any) -> Any:
                 if name not in self.entries:
                     return obj
                 real = torch_compat.unwrap_compiled(obj)
                 target = replay.counterpart(real)
-                if target is not real:  # a copy: its own forward's cache where torch has no cache regions
-                    own_forward(target)
+                if target is not real and not forward_toggled(target):
+                    own_forward(target)  # a copy: its own forward's cache where torch has no cache regions
                 overrides = {k: v for k, v in options.items() if not k.startswith("_")}
                 result = compiled_copy(target, self.options.compile_options(), recording=recording,
                                        backend=backend, **overrides)
