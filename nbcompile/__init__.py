@@ -122,7 +122,13 @@ _EXPORTS = {
 }
 
 
+#: Submodules ``nbcompile.<name>`` reaches without an import of its own, as when the package loaded them all.
+_SUBMODULES = frozenset({"analysis", "capture", "core", "engine", "facades", "magics", "model", "runner", "views"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'nbcompile' has no attribute {name!r}")
