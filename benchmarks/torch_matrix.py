@@ -115,8 +115,9 @@ def _own_needs() -> list[str]:
     return [r for r in listed if not re.match(r"(torch|nbcompile)\b", r)]
 
 
-def install(version: str) -> dict[str, Any]:
-    """The venv of ``version``, made once (a stamp says it is complete)."""
+def install(version: str, until: float | None = None) -> dict[str, Any]:
+    """The venv of ``version``, made once (a stamp says it is complete); cut at ``until`` (seconds since the
+    epoch): a slow download must not hold CI past its deadline."""
     stamp = venv_of(version) / ".nbcompile-matrix"
     began = time.perf_counter()
     if stamp.is_file():
@@ -126,7 +127,8 @@ def install(version: str) -> dict[str, Any]:
         def run(*cmd: str) -> None:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
-            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT, env=env)
+            left = None if until is None else max(1.0, until - time.time())
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT, env=env, timeout=left)
 
         # no pip configuration: the machine's caps torch (a constraint file) and its local wheels are for .venv
         env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
@@ -144,6 +146,9 @@ def install(version: str) -> dict[str, Any]:
             run(*pip, "install", "--no-deps", "-e", ".")
         except subprocess.CalledProcessError as exc:
             return {"version": version, "installed": False, "error": f"{exc.cmd[-1]} failed (see {log.name})",
+                    "seconds": round(time.perf_counter() - began, 1)}
+        except subprocess.TimeoutExpired:
+            return {"version": version, "installed": False, "error": "left out: its install was cut at the deadline",
                     "seconds": round(time.perf_counter() - began, 1)}
     stamp.write_text(version)
     return {"version": version, "installed": True, "seconds": round(time.perf_counter() - began, 1)}
@@ -241,7 +246,7 @@ def ci(versions: list[str], until: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         def start(version: str) -> concurrent.futures.Future[dict[str, Any]] | str:
-            return _left_out(version, until) or pool.submit(install, version)
+            return _left_out(version, until) or pool.submit(install, version, until)
 
         ahead: concurrent.futures.Future[dict[str, Any]] | str | None = start(versions[0]) if versions else None
         for i, version in enumerate(versions):
@@ -256,6 +261,8 @@ def ci(versions: list[str], until: float) -> list[dict[str, Any]]:
                 if made.get("installed"):
                     row = smoke(version, until)
                     row["install_s"] = made["seconds"]
+                elif str(made.get("error", "")).startswith("left out"):
+                    row = {"version": version, "error": made["error"]}
                 else:
                     row = {"version": version, "error": f"its venv was not made: {made.get('error')}"}
             shutil.rmtree(venv_of(version), ignore_errors=True)
