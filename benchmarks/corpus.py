@@ -39,6 +39,9 @@ from _common import RESULTS, environment, write  # noqa: E402
 
 CORPUS_REPO = "penguinwu/oss-model-graph-break-corpus"
 MODELS_FILE = HERE / "corpus_models.json"
+#: The module whose ``build(name, train=...)`` and ``first_tensor`` make each model (``graphmend.py`` runs the
+#: same harness on GraphMend's models with ``graphmend_build``).
+BUILDER = os.environ.get("NBCOMPILE_CORPUS_BUILDER", "corpus_build")
 #: Where a fetched copy of the corpus is looked for first (a bare mirror or a checkout), then cloned to.
 MIRRORS = [pathlib.Path(os.environ.get("NBCOMPILE_CORPUS", "/nonexistent")),
            pathlib.Path("/work/.mirror/penguinwu+oss-model-graph-break-corpus/repo"), HERE / ".corpus"]
@@ -75,7 +78,7 @@ PROBE = r"""
 import json, sys, time
 sys.path.insert(0, {here!r})
 import torch
-from corpus_build import build, first_tensor
+from {builder} import build, first_tensor
 train = {train!r}
 began = time.perf_counter()
 model, inputs = build({name!r}, train=train)
@@ -120,10 +123,10 @@ def discover(limit: int, timeout: float) -> None:
     before = [m["name"] for m in json.loads(MODELS_FILE.read_text())["models"]] if MODELS_FILE.exists() else []
     names = breaking_models()
     for name in [n for n in before if n in names] + [n for n in names if n not in before]:  # the sample kept
-        row = _python(PROBE.format(here=str(HERE), name=name, train=False), timeout)
+        row = _python(PROBE.format(here=str(HERE), builder=BUILDER, name=name, train=False), timeout)
         print(name, json.dumps(row), flush=True)
         if row.get("splits", 0) >= 1:
-            train = _python(PROBE.format(here=str(HERE), name=name, train=True), timeout)
+            train = _python(PROBE.format(here=str(HERE), builder=BUILDER, name=name, train=True), timeout)
             kept.append({"name": name, "splits": row["splits"], "counter_breaks": row["counter_breaks"],
                          "trace_s": row["trace_s"], "build_s": row["build_s"],
                          "train_splits": train.get("splits"), "train_error": train.get("error")})
@@ -136,7 +139,7 @@ def discover(limit: int, timeout: float) -> None:
 
 def cell_of(name: str, train: bool) -> tuple[str, str, str]:
     """(the cell that builds the model, its --entry, its --run) as a user writes them."""
-    cell = (f"import torch\nfrom corpus_build import build, first_tensor\n"
+    cell = (f"import torch\nfrom {BUILDER} import build, first_tensor\n"
             f"model, inputs = build({name!r}, train={train!r})\n")
     if not train:
         return cell, "model", "model(**inputs)"
@@ -193,7 +196,7 @@ VERIFY = r"""
 import copy, json, re, sys
 sys.path.insert(0, {here!r})
 import torch
-from corpus_build import first_tensor
+from {builder} import first_tensor
 train = {train!r}
 torch.set_grad_enabled(train)
 graphs = []
@@ -223,8 +226,8 @@ def verify(name: str, train: bool, snippet: str, timeout: float) -> dict[str, An
     """The chosen configuration as the user pastes it (``Session.export``), in a fresh process: a plain
     ``torch.compile`` with a counting backend (graphs - 1), and its output against eager on the same weights."""
     cell, entry, run = cell_of(name, train)
-    return _python(VERIFY.format(here=str(HERE), train=train, cell=cell, run=run, entry=entry, snippet=snippet),
-                   timeout)
+    return _python(VERIFY.format(here=str(HERE), builder=BUILDER, train=train, cell=cell, run=run, entry=entry,
+                                 snippet=snippet), timeout)
 
 
 def _one_in_process(name: str, train: bool, budget: float, backend: str) -> dict[str, Any]:

@@ -226,3 +226,64 @@ def test_a_toggle_on_the_library_function_that_holds_the_breaks_on_vilt(ip):
     assert modeling_vilt.ViltEmbeddings.__dict__["visual_embed"] is not original
     session.reset()
     assert modeling_vilt.ViltEmbeddings.__dict__["visual_embed"] is original
+
+
+#: A logger method between the model and the rest of the function (``log.warning``: Dynamo cannot reorder a
+#: ``logging.Logger`` method as it does ``print``; torch's hint names ``ignore_logging_functions``).
+LOGGER_METHOD = textwrap.dedent("""\
+    import logging
+    log = logging.getLogger("nbcompile-test-encode")
+    def encode(ids):
+        h = model(ids).last_hidden_state
+        log.warning("encoded %d tokens", ids.shape[1])
+        return h.relu() * 2
+    """)
+
+#: The same with a once-only logger method, attached to ``logging.Logger`` as transformers attaches its
+#: ``warning_once`` (an ``lru_cache``d function): after the first call it logs nothing, compiled or not.
+LOGGER_ONCE = textwrap.dedent("""\
+    import functools, logging
+    @functools.lru_cache(None)
+    def warn_once(self, *args):
+        self.warning(*args)
+    logging.Logger.nbtest_warn_once = warn_once
+    log = logging.getLogger("nbcompile-test-encode-once")
+    def encode(ids):
+        h = model(ids).last_hidden_state
+        log.nbtest_warn_once("a deprecated path")
+        return h.relu() * 2
+    """)
+
+
+def test_a_logger_method_in_your_code_is_deferred_not_ignored_on_bert(ip):
+    """Skipping the user's own log line inside compiled code changes what the cell logs: the check rejects
+    ``ignore_logging_functions`` there, and the rewrite that logs after the graph is what the search offers."""
+    import torch
+
+    was = set(torch._dynamo.config.ignore_logging_functions)
+    session, before, found = _fix(ip, LOGGER_METHOD)
+    assert before.splits >= 1 and any("Logger method" in b.gb_type for b in before.breaks), before.__str__()
+    ignored = [t for t in found.trials if "ignore_logging_functions" in t.label]
+    assert ignored and all(t.rejected and "changes what your code logs" in t.rejected for t in ignored), \
+        [(t.label, t.rejected) for t in found.trials]
+    assert found.best is not None and "rewrite defer" in found.best.label and found.best.splits == 0, found.plan
+    assert set(torch._dynamo.config.ignore_logging_functions) == was
+
+
+def test_ignore_logging_functions_for_a_once_only_logger_method_on_bert(ip):
+    import torch
+
+    was = set(torch._dynamo.config.ignore_logging_functions)
+    session, before, found = _fix(ip, LOGGER_ONCE)
+    assert before.splits >= 1 and any("Logger method" in b.gb_type for b in before.breaks), before.__str__()
+    assert found.best is not None and found.applied, (found.summary(), found.plan)
+    config = _config(found.best)
+    ignored = config.get("ignore_logging_functions", ())
+    assert any(getattr(f, "__name__", "") == "warn_once" for f in ignored), (config, found.plan)
+    after = session.report
+    assert after.splits == 0 and after.break_count == 0, after.__str__()
+    assert after.check is not None and after.check.ok and after.check.compared, after.check
+    snippet = session.export()
+    assert "ignore_logging_functions |= {warn_once}" in snippet, snippet
+    # the session's config is its own: torch's global set is what it was
+    assert set(torch._dynamo.config.ignore_logging_functions) == was

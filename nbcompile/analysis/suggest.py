@@ -31,7 +31,6 @@ import linecache
 import os
 import re
 import sys
-import sysconfig
 import textwrap
 import types
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Any
 
 from ..capture.compilation import BREAK_FRAMES
 from ..core import torch_compat
+from ..core.paths import installed_file
 from ..core.text import code_text, user_function
 from ..model.report import Fix, FixAction, GraphBreak, LintWarning
 from .lint import lint_allow_in_graph
@@ -53,16 +53,6 @@ _SIDE_EFFECT_WORDS = ("print", "logging", "logger", "warn")
 #: Library methods that change their object by name alone (the lint cannot always read them).
 _MUTATOR_NAMES = frozenset({"zero_grad", "step", "backward", "register_buffer", "load_state_dict", "train", "eval",
                             "to", "cuda", "cpu", "apply", "requires_grad_", "update", "append", "extend"})
-
-
-def _install_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths.get(k) for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(os.__file__))}
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
-
-
-_INSTALL_ROOTS = _install_roots()
 
 
 #: A hint that asks to change the line itself.
@@ -82,12 +72,7 @@ def disabled_by_you(name: str, command: str) -> str:
 def is_installed(filename: str) -> bool:
     """Code the user did not write and must not edit: under site-packages, the interpreter's prefix or its
     standard library. A notebook cell (``<ipython-input-...>``, ``/tmp/ipykernel_1/2.py``) never is."""
-    if not filename or filename.startswith("<"):
-        return False
-    parts = filename.replace("\\", "/").split("/")
-    if "site-packages" in parts or "dist-packages" in parts:
-        return True
-    return os.path.realpath(filename).startswith(_INSTALL_ROOTS)
+    return installed_file(filename)
 
 
 def installed_path(filename: str) -> str:

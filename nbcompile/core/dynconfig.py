@@ -35,9 +35,14 @@ else:  # loaded at their first use: `%load_ext nbcompile` and reading logs load 
 #: that call instead of splitting every frame around it (experimental in torch 2.13: on some models it
 #: adds splits, and a configuration with more splits than the start is never chosen; on others it halves
 #: them: BERT with output_attentions 6 -> 4, Longformer 18 -> 8 with ``capture_scalar_outputs``);
-#: ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``, boolean masks stay in the graph.
+#: ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``, boolean masks stay in the graph;
+#: ``ignore_logging_functions``: a ``logging.Logger`` method (``logger.warning_once``, which Dynamo cannot
+#: reorder) is skipped inside compiled code (torch's own hint for the break "logging.Logger method not supported");
+#: tried only for the methods a break names, and said as skipped in the configuration's label.
 BREAK_CONFIGS = ("reorderable_logging_functions", "capture_scalar_outputs", "nested_graph_breaks",
-                 "capture_dynamic_output_shape_ops")
+                 "capture_dynamic_output_shape_ops", "ignore_logging_functions")
+#: A break at a ``logging.Logger`` method's call: its text names the logger and the method.
+_LOGGER_METHOD = re.compile(r"method: <\w*logger [^>]*>\.(\w+)|\blog(?:ger)?\.(\w+)\(", re.I)
 #: What ``reorderable_logging_functions`` gets from the search: the functions Dynamo can reorder
 #: (plain functions and builtins; a bound ``logger.info`` is neither, and is not reordered by torch).
 LOGGING_FUNCTIONS = ("builtins.print", "warnings.warn", "logging.debug", "logging.info", "logging.warning",
@@ -243,7 +248,10 @@ def code(changes: Mapping[str, Any]) -> list[str]:
     for name, value in sorted(changes.items()):
         if isinstance(value, frozenset):
             names = sorted(callable_name(v) for v in value)
-            imports += [f"import {n.split('.')[0]}" for n in names if "." in n]
+            # the module each is reached by (``import transformers.utils.logging``, not only its package)
+            modules = sorted({m if isinstance(m := getattr(v, "__module__", None), str) and n.startswith(m + ".")
+                              else n.split(".")[0] for v in value if "." in (n := callable_name(v))})
+            imports += [f"import {m}" for m in modules if m != "builtins"]
             lines.append(f"torch._dynamo.config.{name} |= {{{', '.join(names)}}}")
         else:
             lines.append(f"torch._dynamo.config.{name} = {value!r}")
@@ -264,6 +272,25 @@ def names_logging(dotted: str, text: str) -> bool:
     return _named_in(dotted, text.lower())
 
 
+def logger_methods(reasons: list[str]) -> list[Any]:
+    """The ``logging.Logger`` methods (``Logger.warning_once`` as a library attaches it) that breaks at a logger
+    method's call name (torch's "logging.Logger method not supported"), as the functions
+    ``ignore_logging_functions`` takes; none for other breaks."""
+    import logging
+
+    found: list[Any] = []
+    for reason in reasons:
+        low = reason.lower()
+        if "logging.logger method" not in low:
+            continue
+        for match in _LOGGER_METHOD.finditer(reason):
+            method = getattr(logging.Logger, match[1] or match[2] or "", None)
+            function = getattr(method, "__func__", method)
+            if callable(function) and function not in found:
+                found.append(function)
+    return found
+
+
 def search_candidates(reasons: list[str], withheld: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
     """The config changes the fix search tries, one at a time, for breaks whose reasons are ``reasons``
     (all of them when a reason may need it; each is a trial, so one that does not help is just rejected).
@@ -276,6 +303,10 @@ def search_candidates(reasons: list[str], withheld: Callable[[str], str] | None 
             wanted = [d for d in LOGGING_FUNCTIONS if _named_in(d, text) and not (withheld and withheld(d))]
             if wanted:
                 out.append({name: frozenset(resolve(d) for d in wanted)})
+        elif name == "ignore_logging_functions":
+            methods = logger_methods(reasons)
+            if methods:
+                out.append({name: frozenset(methods)})
         elif name == "capture_scalar_outputs":
             if any(w in text for w in ("item", "scalar", "data-dependent", "data dependent", "tolist", "unbacked")):
                 out.append({name: True})

@@ -305,12 +305,13 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], raw_cols: tupl
 
 
 def callable_name(fn: Any) -> str:
-    """``print``, ``warnings.warn``, ``logging.Logger.info``: how code names ``fn``."""
+    """``print``, ``warnings.warn``, ``logging.Logger.info``: how code names ``fn`` (a notebook's own function
+    by its name in the notebook)."""
     module = getattr(fn, "__module__", None) or ""
     qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
     if module.startswith("_") and getattr(sys.modules.get(module[1:]), str(qualname), None) is fn:
         module = module[1:]  # warnings.warn is _warnings.warn
-    return str(qualname) if module in ("builtins", "") else f"{module}.{qualname}"
+    return str(qualname) if module in ("builtins", "", "__main__") else f"{module}.{qualname}"
 
 
 def config_value_text(value: Any) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..core import torch_compat
+from ..core.paths import installed_file
 from . import fingerprint
 from .replay import Replay
 from .usercode import torch_owned, user_modules
@@ -501,4 +502,4 @@ _GONE = object()
 
 def _user_file(module: types.ModuleType) -> bool:
     path = str(getattr(module, "__file__", "") or "")
-    return bool(path) and not path.startswith(tuple({sys.prefix, sys.base_prefix, sys.exec_prefix}))
+    return bool(path) and not installed_file(path)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..core import torch_compat
+from ..core.paths import installed_file
 
 #: The most objects the audit walks in one module the run reaches (a global, an import in its code).
 MAX_NODES = 200_000
@@ -206,7 +207,6 @@ def _cell(cell: Any) -> Any:
         return None
 
 
-_SYSTEM = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 _OWN_PACKAGE = __name__.split(".", 1)[0]
 
 
@@ -221,7 +221,7 @@ def _own_class(cls: type) -> bool:
         return False
     home = sys.modules.get(cls.__module__)
     path = str(getattr(home, "__file__", None) or "")
-    return home is not None and (not path or not path.startswith(_SYSTEM))
+    return home is not None and (not path or not installed_file(path))
 
 
 def _slots(cls: type) -> list[str]:

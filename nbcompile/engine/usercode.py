@@ -23,9 +23,7 @@ from typing import Any
 import torch
 
 from ..core import torch_compat
-
-_SYSTEM_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
-
+from ..core.paths import installed_file
 
 _OWN_PACKAGE = __name__.split(".", 1)[0]
 
@@ -38,7 +36,7 @@ def _user_module(module: types.ModuleType) -> bool:
         return False
     path = getattr(module, "__file__", None)
     if path:
-        return not str(path).startswith(_SYSTEM_PREFIXES)
+        return not installed_file(str(path))
     return made_at_run_time(module)
 
 
@@ -54,8 +52,8 @@ _NOT_USERS = ("<frozen ", "<eval_with_key>")
 
 def user_file(filename: str) -> bool:
     """A file of the user's (a cell's, a module of theirs), not the standard library's or an installed package's."""
-    return not filename.startswith(_SYSTEM_PREFIXES) and not filename.startswith(os.path.dirname(torch.__file__)) \
-        and not filename.startswith(_NOT_USERS)
+    return not filename.startswith(os.path.dirname(torch.__file__)) and not filename.startswith(_NOT_USERS) \
+        and not installed_file(filename)
 
 
 def made_at_run_time(module: types.ModuleType) -> bool:
