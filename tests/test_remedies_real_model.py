@@ -287,3 +287,45 @@ def test_ignore_logging_functions_for_a_once_only_logger_method_on_bert(ip):
     assert "ignore_logging_functions |= {warn_once}" in snippet, snippet
     # the session's config is its own: torch's global set is what it was
     assert set(torch._dynamo.config.ignore_logging_functions) == was
+
+
+#: A library's warning with its category (``FutureWarning``: an argument Dynamo cannot hold, so it skips the call
+#: rather than reorder it, as in transformers 4's ``get_extended_attention_mask``); Python shows it once per line.
+#: The library is installed (a ``--target`` directory with its RECORD): its source is not the user's to rewrite.
+OLD_LIB = textwrap.dedent("""\
+    import warnings
+
+    def postprocess(h, device=None):
+        warnings.warn("postprocess: the device argument is deprecated", FutureWarning)
+        return h.relu() * 2
+    """)
+WARN_CATEGORY = textwrap.dedent("""\
+    import nbtest_oldlib
+    def encode(ids):
+        h = model(ids).last_hidden_state
+        return nbtest_oldlib.postprocess(h, device="cpu")
+    """)
+
+
+def test_ignoring_a_library_warning_torch_will_not_reorder_is_refused_by_the_check_on_bert(ip, tmp_path, monkeypatch):
+    import warnings
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "nbtest_oldlib.py").write_text(OLD_LIB)
+    (site / "nbtest_oldlib-1.0.dist-info").mkdir()
+    (site / "nbtest_oldlib-1.0.dist-info" / "RECORD").write_text("nbtest_oldlib.py,sha256=x,1\n")
+    monkeypatch.syspath_prepend(str(site))
+    try:
+        session, before, found = _fix(ip, WARN_CATEGORY)
+        assert before.splits >= 1 and any("skipped" in b.gb_type for b in before.breaks), before.__str__()
+        # derived from the break (torch skipped the call: it is not offered for reordering, which cannot help)...
+        ignored = [t for t in found.trials if "ignore_logging_functions={warnings.warn}" in t.label]
+        assert ignored, [t.label for t in found.trials]
+        assert not any("reorderable_logging_functions" in t.label for t in found.trials), found.plan
+        # ...and refused by the check: the user would no longer see the library's warning
+        assert any(t.rejected and "changes what your code warns" in t.rejected for t in ignored), \
+            [(t.label, t.rejected) for t in ignored]
+        assert warnings.warn not in _config(found.best).get("ignore_logging_functions", ()), found.plan
+    finally:
+        sys.modules.pop("nbtest_oldlib", None)

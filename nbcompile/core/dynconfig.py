@@ -37,8 +37,9 @@ else:  # loaded at their first use: `%load_ext nbcompile` and reading logs load 
 #: them: BERT with output_attentions 6 -> 4, Longformer 18 -> 8 with ``capture_scalar_outputs``);
 #: ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``, boolean masks stay in the graph;
 #: ``ignore_logging_functions``: a ``logging.Logger`` method (``logger.warning_once``, which Dynamo cannot
-#: reorder) is skipped inside compiled code (torch's own hint for the break "logging.Logger method not supported");
-#: tried only for the methods a break names, and said as skipped in the configuration's label.
+#: reorder), or a ``warnings.warn`` it would not reorder, is skipped inside compiled code (torch's own hint for
+#: "logging.Logger method not supported"); tried only for the functions a break names; a trial whose logs differ
+#: from eager's fails its check, so it is chosen only where nothing the user would read is lost.
 BREAK_CONFIGS = ("reorderable_logging_functions", "capture_scalar_outputs", "nested_graph_breaks",
                  "capture_dynamic_output_shape_ops", "ignore_logging_functions")
 #: A break at a ``logging.Logger`` method's call: its text names the logger and the method.
@@ -252,6 +253,8 @@ def code(changes: Mapping[str, Any]) -> list[str]:
             modules = sorted({m if isinstance(m := getattr(v, "__module__", None), str) and n.startswith(m + ".")
                               else n.split(".")[0] for v in value if "." in (n := callable_name(v))})
             imports += [f"import {m}" for m in modules if m != "builtins"]
+            if name == "ignore_logging_functions":
+                lines.append("# these logging calls are skipped inside compiled code (torch cannot trace them)")
             lines.append(f"torch._dynamo.config.{name} |= {{{', '.join(names)}}}")
         else:
             lines.append(f"torch._dynamo.config.{name} = {value!r}")
@@ -273,14 +276,22 @@ def names_logging(dotted: str, text: str) -> bool:
 
 
 def logger_methods(reasons: list[str]) -> list[Any]:
-    """The ``logging.Logger`` methods (``Logger.warning_once`` as a library attaches it) that breaks at a logger
-    method's call name (torch's "logging.Logger method not supported"), as the functions
-    ``ignore_logging_functions`` takes; none for other breaks."""
+    """The logging functions ``ignore_logging_functions`` may take for ``reasons``: the ``logging.Logger`` methods
+    (``Logger.warning_once`` as a library attaches it) that breaks at a logger method's call name (torch's
+    "logging.Logger method not supported"), and ``warnings.warn`` or logging's module functions where torch
+    skipped the call rather than reorder it (an argument it cannot hold, as a warning's category); none for
+    other breaks. ``print`` never: what a cell prints is what its user reads."""
     import logging
 
     found: list[Any] = []
     for reason in reasons:
         low = reason.lower()
+        if "marked as skipped" in low:  # a logging function torch would not reorder (an argument it cannot hold)
+            for dotted in LOGGING_FUNCTIONS:
+                if _named_in(dotted, low) and dotted != "builtins.print":
+                    function = resolve(dotted)
+                    if function not in found:
+                        found.append(function)
         if "logging.logger method" not in low:
             continue
         for match in _LOGGER_METHOD.finditer(reason):
@@ -300,7 +311,10 @@ def search_candidates(reasons: list[str], withheld: Callable[[str], str] | None 
     out: list[dict[str, Any]] = []
     for name in break_configs():
         if name == "reorderable_logging_functions":
-            wanted = [d for d in LOGGING_FUNCTIONS if _named_in(d, text) and not (withheld and withheld(d))]
+            # one torch skipped rather than reorder (``logger_methods``) is not offered for reordering: it is ignored
+            skipped = logger_methods(reasons)
+            wanted = [d for d in LOGGING_FUNCTIONS if _named_in(d, text) and not (withheld and withheld(d))
+                      and not any(resolve(d) is f for f in skipped)]
             if wanted:
                 out.append({name: frozenset(resolve(d) for d in wanted)})
         elif name == "ignore_logging_functions":
