@@ -178,10 +178,14 @@ def cache_entries(code: types.CodeType) -> list[Any]:
 
 
 def resume_codes(code: types.CodeType) -> list[types.CodeType]:
-    """Resume functions Dynamo generated for ``code`` (its graph-break continuations)."""
+    """Resume functions Dynamo generated for ``code`` (its graph-break continuations), each once. Dynamo
+    shares a resume function between the paths that reach the same break (a loop's breaks resume into the
+    same code from every iteration's path): walked without a visited set, those paths multiply (a
+    VitsModel search spent 10 minutes and 5 GB here)."""
     from torch._dynamo.resume_execution import ContinueExecutionCache
 
     found: list[types.CodeType] = []
+    seen = {id(code)}
     stack = [code]
     while stack:
         current = stack.pop()
@@ -190,8 +194,10 @@ def resume_codes(code: types.CodeType) -> list[types.CodeType]:
         except KeyError:
             continue
         for resumed in generated.values():
-            found.append(resumed)
-            stack.append(resumed)
+            if id(resumed) not in seen:
+                seen.add(id(resumed))
+                found.append(resumed)
+                stack.append(resumed)
     return found
 
 
