@@ -90,7 +90,7 @@ class LibraryBinding(Binding):
     def problem(self) -> str | None:
         return slot_problem(self.name, self.holder, self._read(), self.slot.current)
 
-    def write(self, value: Any) -> None:
+    def write_now(self, value: Any) -> None:
         with _LOCK:
             problem = self.problem()
             if problem is not None:

@@ -268,10 +268,16 @@ class Binding:
         return slot_problem(self.name, self.holder, self._read(), self.expected)
 
     def write(self, value: Any) -> None:
+        with no_compile_elsewhere():
+            self.write_now(value)
+
+    def write_now(self, value: Any) -> None:
+        """``write`` inside a ``no_compile_elsewhere`` the caller holds (one for many bindings); a slot that
+        holds ``value`` already is left as it is."""
         problem = self.problem()
         if problem is not None:
             raise StaleError(problem)
-        with no_compile_elsewhere():
+        if self._read() is not value:
             if isinstance(self.owner, dict):
                 self.owner[self.attr] = value
             else:
@@ -414,8 +420,13 @@ class Toggles:
     def rebind(self, names: Iterable[str] | None = None) -> None:
         """Bind names (default: all) again under their modes: ``wrap`` is asked anew (new options, a
         fresh compiled wrapper)."""
-        for name in self.bindings if names is None else names:
-            self.bindings[name].write(self.wrap(name, self.toggled(name)))
+        # what each name runs as, made first; then every write in one wait for other threads' compiles (a wait
+        # per name walked every thread's stack once per function of the cell)
+        values = [(self.bindings[name], self.wrap(name, self.toggled(name)))
+                  for name in (self.bindings if names is None else names)]
+        with no_compile_elsewhere():
+            for binding, value in values:
+                binding.write_now(value)
 
     def _hold(self, name: str, mode: str, original: Any) -> Any:
         """The object ``name`` runs as under ``mode``, made (and registered) now; ``_release`` undoes it."""
