@@ -81,8 +81,10 @@ def test_the_counts_are_a_plain_compiles_and_a_difference_is_said(ip, name):
     splits, counted = _plain(cell)
     assert report.splits == splits, (report.splits, splits)
     assert report.torch_breaks == counted, (report.torch_breaks, counted)
-    said = report.counts_said
+    said = report.breaks_said
     assert bool(said) == (counted != report.break_count), said
+    assert not report.splits_said, report.splits_said  # one call: no recompile's graphs among the splits
+    said = report.counts_said
     if said:  # every view says it in one line
         assert "\n" not in said and f"{counted} in torch's counters['graph_break']" in said
         assert said in str(report)
@@ -100,3 +102,24 @@ def test_the_branch_in_the_compiled_frame_is_the_case_that_differs(ip):
     report = nbcompile.last().report
     assert report.break_count == 1 and report.torch_breaks == 0
     assert "data-dependent jump" in report.counts_said
+
+
+def test_splits_that_are_recompiles_graphs_are_said(ip):
+    """A run that calls twice with another Python number: the resumed part after the break compiles again, and
+    its graph counts as a split of the session's report, which one call of a plain torch.compile never makes:
+    each view says how many of the splits are such graphs."""
+    cell = textwrap.dedent("""\
+        import torch
+        def f(x, n):
+            y = x.sin()
+            torch._dynamo.graph_break()
+            return y * n
+        x = torch.randn(8)
+        """)
+    run_compile_cell(ip, '--backend eager --no-panel --entry f --run "f(x, 2) + f(x, 3)"', cell)
+    report = nbcompile.last().report
+    assert report.recompile_count >= 1, str(report)
+    said = report.splits_said
+    assert said.startswith("1 of the ") and "compiled again during the run" in said, (said, str(report))
+    assert said in report.counts_said and report.to_json()["counts_said"] == report.counts_said
+    assert any(line.kind == "counts" and line.text == report.counts_said for line in status_lines(report))

@@ -530,6 +530,29 @@ class Report:
 
     @property
     def counts_said(self) -> str:
+        """Why this report's counts are not what a plain ``torch.compile`` of one call or torch's own counter
+        give, in one line (``breaks_said``, then ``splits_said``); "" when nothing differs."""
+        return "; ".join(said for said in (self.breaks_said, self.splits_said) if said)
+
+    @property
+    def splits_said(self) -> str:
+        """How many of the splits are graphs of frames the run compiled again (recompiles: a later call of the
+        run, the check's run), which one call of a plain ``torch.compile`` never makes; "" when none are."""
+        again = {r.compile_id for r in self.recompiles}
+        if not self.splits or not again:
+            return ""
+        ids = [_frame_id(f.compile_id) for f in self.frames if not entry_of(f.function)[1]]
+        first = next((i for i in ids if i is not None), None)
+        graphs = sum(f.graph_count for f in self.frames
+                     if f.compile_id in again and _frame_id(f.compile_id) != first)
+        if not graphs:
+            return ""
+        return (f"{min(graphs, self.splits)} of the {plural(self.splits, 'split')} are graphs of frames compiled "
+                f"again during the run ({plural(len(again), 'recompile')}); one call of a plain torch.compile "
+                "makes none of those")
+
+    @property
+    def breaks_said(self) -> str:
         """Why this report's break count is not torch's own (``counters["graph_break"]``), in one line; "" when
         they agree or torch's was not counted."""
         theirs, ours = self.torch_breaks, self.break_count
