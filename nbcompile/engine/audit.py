@@ -155,7 +155,7 @@ def no_outside_effects(compiler_may: bool = False, watch: Replay | None = None) 
             raise OutsideEffect(effect, outside=False)
 
 
-def _file_positions() -> dict[int, tuple[str, int]]:
+def file_positions() -> dict[int, tuple[str, int]]:
     """The process's open regular files past stdin, stdout and stderr (Linux's /proc/self/fd): fd -> (path,
     position). torch's own cache files are left out (a compile may write them). Empty where /proc is not."""
     out: dict[int, tuple[str, int]] = {}
@@ -415,7 +415,7 @@ class _ModuleAudit:
         self.reals = replay._real_fingerprint()  # noqa: SLF001  # the marks reals_moved takes back
         self.imports = {name for name in replay.imports if name not in sys.modules}
         self.environ = dict(os.environ)  # the process's environment: no copy of it is made either
-        self.files = _file_positions()  # open files: a run that reads or writes one moves its position
+        self.files = file_positions()  # open files: a run that reads or writes one moves its position
         self.sizes = {fd: _size(fd) for fd in self.files}  # an append moves a file's end with its position
         # the user's names no copy holds (a list a forward hook appends to, a class attribute, a bound method's
         # object): each one's shallow contents, put back and named if a run on the copies changes them

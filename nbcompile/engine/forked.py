@@ -11,13 +11,15 @@ trial than on copies.
 No fork where it is not sound: outside Linux, once CUDA is initialised in the process (a forked child cannot
 use it), under torch.distributed, or when ``NBCOMPILE_TRIAL_PROCESSES=1``. A child sets torch's intra-op
 threads to one before anything else (GNU OpenMP's thread pool does not survive a fork: a child's first
-parallel op would wait for it forever). A child that does not answer by its time limit is killed, and its
-trial counts as not finished; nothing it did is kept.
+parallel op would wait for it forever), and gives each open file a description of its own (``own_offsets``: a
+trial that reads a batch file moves no position of the notebook's). A child that does not answer by its time
+limit is killed, and its trial counts as not finished; nothing it did is kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import pickle
 import select
@@ -135,11 +137,37 @@ def start(work: Callable[[], Any], limit: float) -> Child | None:
     return Child(pid, read_fd, limit)
 
 
+def own_offsets() -> None:
+    """In a forked child: each regular file the process has open gets a file description of its own, at the same
+    position and with the same flags (an append still appends), so what the child reads or seeks moves no
+    offset of the parent's. A child shares its parent's descriptions: two trials side by side that read one batch
+    file and put their positions back left the parent's at the next batch. A file that cannot be opened again
+    (deleted, its permissions changed) stays shared."""
+    from .audit import file_positions
+
+    for fd, (path, position) in file_positions().items():
+        if path.endswith(" (deleted)"):
+            continue
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL) & ~(os.O_CREAT | os.O_TRUNC | os.O_EXCL)
+            new = os.open(path, flags)
+        except OSError:
+            continue
+        try:
+            os.lseek(new, position, os.SEEK_SET)
+            os.dup2(new, fd, inheritable=os.get_inheritable(fd))
+        except OSError:
+            pass
+        finally:
+            os.close(new)
+
+
 def _child(work: Callable[[], Any], read_fd: int, write_fd: int) -> None:
     status = 0
     try:
         os.close(read_fd)
         torch.set_num_threads(1)  # before any parallel op: the parent's OpenMP pool did not come along
+        own_offsets()  # the parent's open files keep their positions whatever the trial reads
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)  # what C code prints goes nowhere, not into the notebook's terminal
         os.dup2(devnull, 2)
