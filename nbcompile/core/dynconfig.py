@@ -309,18 +309,16 @@ def search_candidates(reasons: list[str], withheld: Callable[[str], str] | None 
     may); one withheld is left out of ``reorderable_logging_functions``."""
     text = " ".join(reasons).lower()
     out: list[dict[str, Any]] = []
+    skipped = logger_methods(reasons)  # what torch skipped rather than reorder: ignored, never offered for reordering
     for name in break_configs():
         if name == "reorderable_logging_functions":
-            # one torch skipped rather than reorder (``logger_methods``) is not offered for reordering: it is ignored
-            skipped = logger_methods(reasons)
             wanted = [d for d in LOGGING_FUNCTIONS if _named_in(d, text) and not (withheld and withheld(d))
                       and not any(resolve(d) is f for f in skipped)]
             if wanted:
                 out.append({name: frozenset(resolve(d) for d in wanted)})
         elif name == "ignore_logging_functions":
-            methods = logger_methods(reasons)
-            if methods:
-                out.append({name: frozenset(methods)})
+            if skipped:
+                out.append({name: frozenset(skipped)})
         elif name == "capture_scalar_outputs":
             if any(w in text for w in ("item", "scalar", "data-dependent", "data dependent", "tolist", "unbacked")):
                 out.append({name: True})
