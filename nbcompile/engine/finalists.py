@@ -82,12 +82,47 @@ def time_finalists(result: FixSearch, workload: Workload, budget: Budget,
                     budget_cut(result, f"{plural(len(untimed), 'finalist')} not timed: the budget ran out")
                 else:
                     result.noisy = untimed[0]
+        _time_again(result, _suspects(finalists, start), start, workload, budget, run_options)
         if reject_slower(result, finalists, start):
             continue  # the next best, timed in the next round
         rank_by_time(result, finalists)
         return
     if _over(result, budget) and not result.stopped:
         budget_cut(result, "the budget ran out while finalists were timed")
+
+
+def _suspects(finalists: list[Trial], start: Trial | None) -> list[Trial]:
+    """The finalists timed slower than the start beyond the spread: their fastest call over ``SLOWER_LIMIT``
+    times the start's slowest."""
+    if start is None or not start.median_s:
+        return []
+    return [t for t in finalists if t is not start and t.median_s and _low(t) > SLOWER_LIMIT * _high(start)]
+
+
+def _time_again(result: FixSearch, suspects: list[Trial], start: Trial | None, workload: Workload,
+                budget: Budget, run_options: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Before a finalist is rejected as slower, it and the start are timed again, in the other order (the
+    finalist first): on a shared machine a burst of load can fall on one block of samples, and one block is
+    not a verdict. The two rounds are merged (each range widened; the finalist keeps its better median), so
+    a rejection stands only when both rounds say so. Without the budget for it, the first round stands."""
+    if not suspects or start is None or _over(result, budget):
+        return
+    again = [*suspects, start]
+    try:
+        rows = timing.time_search(workload, [(t.describe(), t.toggles, run_options(t.options)) for t in again],
+                                  deadline=budget.deadline(Phase.CHOICE), min_run_time=0.2,
+                                  also_track=tuple(result.tracked))
+    except Exception:  # the first round stands
+        return
+    by_name = {row.config: row for row in rows}
+    for t in again:
+        row = by_name.get(t.describe())
+        if row is None or not row.timed or t.median_s is None:
+            continue
+        t.min_s = min(_low(t), row.min_s if row.min_s is not None else _low(t))
+        t.max_s = max(_high(t), row.max_s if row.max_s is not None else _high(t))
+        if t is not start and row.median_s is not None and row.median_s < t.median_s:
+            t.median_s, t.iqr_s = row.median_s, row.iqr_s
 
 
 def budget_cut(result: FixSearch, why: str) -> None:
