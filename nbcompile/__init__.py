@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .engine.timing import BenchConfig, BenchResult, BenchRow, bench
     from .engine.toggles import available_function_modes
     from .facades.api import inspect, torch_support
+    from .facades.rewrites import rewrite_library
     from .facades.session import Session, last, sessions
     from .facades.traces import Traces, follow, load
     from .magics import load_ipython_extension, unload_ipython_extension
@@ -77,6 +78,7 @@ __all__ = [
     "inspect",
     "last",
     "torch_support",
+    "rewrite_library",
     "load_ipython_extension",
     "sessions",
     "unload_ipython_extension",
@@ -95,6 +97,7 @@ _EXPORTS = {
     "available_function_modes": ".engine.toggles",
     "inspect": ".facades.api",
     "torch_support": ".facades.api",
+    "rewrite_library": ".facades.rewrites",
     "Session": ".facades.session",
     "last": ".facades.session",
     "sessions": ".facades.session",

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
 from ..model.fixsearch import FixSearch
-from ..model.report import Report
+from ..model.report import Report, Rewrite
 from . import library
 
 
@@ -26,7 +26,9 @@ class ConfigTarget(Protocol):
     def untrack(self, name: str) -> None: ...
 
     def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, said: str = "",
-                     **options: Any) -> Report: ...
+                     everything: bool = False, **options: Any) -> Report: ...
+
+    def set_library_rewrites(self, rewrites: list[Rewrite]) -> library.RewriteSwap: ...
 
 
 def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | None = None) -> None:
@@ -41,9 +43,20 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
         result.applied_note = (f"not applied: {best.describe()} was not proven on the session's backend (the search "
                                "stopped first)")
         return
-    if best.rewrites:  # proven with its rewrites, which only the user applies (Session.accept): as a whole
+    if best.cell_rewrites:  # proven with rewrites of the cell, which only the user applies (Session.accept)
         result.applied_note = (f"not applied: {best.describe()} needs its source rewrites; accept them "
                                "(Session.accept), and run the cell they make")
+        return
+    rewritten = [r for r in best.rewrites if r.in_library]
+    clash = sorted({r.function for r in rewritten if best.toggles.get(r.function, "compile") != "compile"})
+    if clash:
+        result.applied_note = (f"not applied: {best.describe()} toggles {clash[0]}, which it also rewrites; a "
+                               "session binds a library function's rewrite or its toggle, not both")
+        return
+    try:  # the library rewrites first (a layer of the function's slot each), undone below if applying fails
+        swap = target.set_library_rewrites(rewritten)
+    except ValueError as exc:
+        result.applied_note = f"not applied: {exc}"
         return
     added = [n for n, m in best.toggles.items() if m != "compile" and n not in target.functions
              and library.is_library_name(n)]
@@ -54,10 +67,12 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
         options["dynamo_config"] = {**target.options.dynamo_config, **best.options["_config"]}
     try:
         target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
-                            prove_by=prove_by, said="the fix search applied its best configuration", **options)
+                            prove_by=prove_by, said="the fix search applied its best configuration",
+                            everything=swap.changed, **options)
         result.applied = True
     finally:
         if not result.applied:
+            swap.undo()
             for name in added:
                 if name in target.functions:
                     target.untrack(name)

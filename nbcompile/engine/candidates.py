@@ -63,6 +63,10 @@ class SearchSpace:
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.tracked: list[str] = self._holders()
+        for proposal in self.proposals():  # a library rewrite is bound where its function lives: tracked
+            if proposal.in_library and proposal.function not in self.tracked and \
+                    proposal.function not in workload.tracked:
+                self.tracked.append(proposal.function)
 
     def _holders(self) -> list[str]:
         """The library functions that hold the report's breaks (most breaks first), which the search
@@ -122,7 +126,7 @@ class SearchSpace:
         for config in self.configs():  # one config change reaches every break of its kind at once
             out.append(({}, {"_config": config}, f"config {dynconfig.describe(config)}"))
         for proposal in self.proposals():
-            out.append(({}, {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at cell line {proposal.cell_line}"))
+            out.append(({}, {"_rewrites": (proposal,)}, f"rewrite {proposal.rule} at {proposal.place()}"))
         start = self.workload.toggles
         for fix in (f for b in self.report.breaks for f in b.fixes if f.verified is not False):
             if fix.action is not None and fix.action.kind == "toggle" and fix.action.toggles:
@@ -180,7 +184,7 @@ class SearchSpace:
         for proposal in self.proposals():
             if proposal not in done:
                 yield dict(base.toggles), {**base.options, "_rewrites": (*done, proposal)}, \
-                    f"rewrite {proposal.rule} at cell line {proposal.cell_line}"
+                    f"rewrite {proposal.rule} at {proposal.place()}"
         have = base.options.get("_config", {})
         for config in self.configs():
             if not set(config) & set(have):
@@ -192,7 +196,7 @@ class SearchSpace:
             rest = tuple(r for r in done if r is not proposal)
             options = {k: v for k, v in base.options.items() if k != "_rewrites"}
             yield dict(base.toggles), {**options, **({"_rewrites": rest} if rest else {})}, \
-                f"no rewrite {proposal.rule} at cell line {proposal.cell_line}"
+                f"no rewrite {proposal.rule} at {proposal.place()}"
         for name in have:
             rest_config = {k: v for k, v in have.items() if k != name}
             options = {k: v for k, v in base.options.items() if k != "_config"}

@@ -15,10 +15,12 @@ attribute shows the next layer down, or the original once the last holder is gon
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
 from ..core import torch_compat
@@ -141,6 +143,31 @@ def resolve(name: str) -> tuple[Binding, types.FunctionType]:
         raise NbcompileError(f"{name!r} is {what}, not a Python function defined there; nbcompile toggles plain "
                              "functions and methods")
     return binding, fn
+
+
+class LibraryRewrite:
+    """A library function's rewritten copy (a fix search's proven rewrite of library lines) bound where the
+    function lives, as one layer of its shared slot: toggles of other holders still layer on it, and ``undo``
+    takes only this layer away (the file is never written)."""
+
+    def __init__(self, name: str, fn: types.FunctionType) -> None:
+        self.name = name
+        self.fn = fn
+        self.binding, _ = resolve(name)
+        self.binding.write(fn)
+
+    def undo(self) -> bool:
+        """The layer taken away; False (nothing written) when the attribute no longer holds it."""
+        return self.binding.restore()
+
+
+@dataclasses.dataclass
+class RewriteSwap:
+    """What setting a session's library rewrites did: ``changed`` (a function now binds another copy: its
+    callers' compiled code must be compiled anew), and ``undo`` (the rewrites bound before, bound again)."""
+
+    changed: bool
+    undo: Callable[[], None]
 
 
 def holder_of(filename: str, lineno: int) -> str | None:

@@ -26,7 +26,7 @@ from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import copy_function, is_torch_name
 from ..core.options import CellOptions
-from ..model.report import LintWarning, Report
+from ..model.report import LintWarning, Report, Rewrite
 from . import check as check_ops
 from . import custom_ops, library
 from .compiler import compiled_copy, drop_compiled, own_forward
@@ -103,6 +103,8 @@ class Workload:
         self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
         #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
         self.op_specs: dict[str, Any] = {}
+        #: The rewrites of library lines the session binds (the fix search applied them): a search starts from them.
+        self.library_rewrites: list[Rewrite] = []
         #: (name, code) -> the spec of another code of the function (a trial's source rewrite of it).
         self._rewritten_op_specs: dict[tuple[str, Any], Any] = {}
         bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)

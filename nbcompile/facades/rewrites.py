@@ -8,7 +8,9 @@ reaches the cell only through ``accept`` (``Session.accept``), which puts the re
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
+import re
 import types
 from typing import Any
 
@@ -16,6 +18,7 @@ from ..analysis import rewrite as rewrite_ops
 from ..core.errors import NbcompileError
 from ..core.options import CellOptions
 from ..core.text import callable_name
+from ..engine import library
 from ..engine.snippet import commented
 from ..engine.workload import Workload
 from ..model.fixsearch import Trial
@@ -33,12 +36,41 @@ class CellRewrites:
         names = set(workload.tracked)  # top-level defs and Class.method, as Rewrite.function names them
         self.proposals: list[Rewrite] = [r for r in rewrite_ops.propose(self.source, lines) if r.function in names] \
             if self.source and lines else []
+        self.proposals += self._in_library(report)
+
+    def _in_library(self, report: Report) -> list[Rewrite]:
+        """The rewrites of the library lines where the report's breaks are, in the library functions that hold
+        them (``library.holder_of``: a function or method nbcompile can rebind, not torch's own): each tried as
+        a rewritten copy of that function bound in its class or module on the trial's scratch run only, the
+        file never written. GroundingDino's ``if (shapes).sum() != length: raise ValueError`` in its deformable
+        attention is 8 of its 16 breaks; the ``check`` rule keeps it in the graph."""
+        sites: dict[str, set[int]] = {}
+        for brk in report.breaks:
+            if brk.filename and brk.filename != self.workload.filename and brk.lineno:
+                sites.setdefault(brk.filename, set()).add(brk.lineno)
+        found: list[Rewrite] = []
+        for filename, lines in sites.items():
+            source = "".join(linecache.getlines(filename))
+            if not source:
+                continue
+            for proposal in rewrite_ops.propose(source, lines):
+                holder = library.holder_of(filename, proposal.cell_line)
+                if holder is None or library.short(holder) != proposal.function:
+                    continue  # a nested function, or one nbcompile cannot rebind
+                try:
+                    library.resolve(holder)
+                except NbcompileError:
+                    continue
+                found.append(dataclasses.replace(proposal, function=holder, file=filename))
+        return found
 
     def functions(self, rewrites: list[Rewrite]) -> dict[str, Any]:
         """name -> the cell's function with ``rewrites`` applied (ValueError when one cannot be built)."""
         out: dict[str, Any] = {}
+        for name in dict.fromkeys(r.function for r in rewrites if r.in_library):
+            out[name] = library_function([r for r in rewrites if r.function == name])
         for name, fn in self.workload.tracked.items():
-            mine = [r for r in rewrites if r.function == name]
+            mine = [r for r in rewrites if r.function == name and not r.in_library]
             if not mine:
                 continue
             target = getattr(fn, "__func__", fn)
@@ -57,6 +89,79 @@ class CellRewrites:
         source = "".join(linecache.getlines(filename))
         found = rewrite_ops.propose(source, {lineno}) if source else []
         return found[0] if found else None
+
+
+def library_function(rewrites: list[Rewrite]) -> types.FunctionType:
+    """The library function ``rewrites`` (all of one function, ``module:Class.method``) name, rewritten: a copy
+    of the function as its module defined it, compiled at the file's own lines (a trace's break lines read as
+    the library's), bound nowhere. A ValueError says what does not hold: the installed library's lines no
+    longer read as the rewrite expects (another version of it), or the function is not one nbcompile can
+    rebind."""
+    names = {r.function for r in rewrites}
+    if len(names) != 1 or not all(r.in_library for r in rewrites):
+        raise ValueError("the rewrites of one library function at a time, each with its file")
+    name = names.pop()
+    try:
+        _, fn = library.resolve(name)
+    except NbcompileError as exc:
+        raise ValueError(str(exc)) from None
+    filename = fn.__code__.co_filename
+    if any(r.file != filename for r in rewrites):
+        raise ValueError(f"{name} is defined in {filename}, not in {rewrites[0].file}")
+    source = "".join(linecache.getlines(filename))
+    try:
+        return rewrite_ops.rewritten_function(fn, source, rewrites, filename)
+    except ValueError as exc:
+        text = re.sub(r"as the \w+ rewrite expects", "as the rewrite expects", str(exc))
+        text = text.replace("the cell changed since it was proposed", "the installed library is not the one "
+                            "it was proposed for").replace("cell line", "line")
+        raise ValueError(f"{library.short(name)}: {text}") from None
+
+
+def library_lines(rewrites: list[Rewrite]) -> str:
+    """The lines that bind ``rewrites`` (library rewrites the fix search applied) in the user's code, one
+    ``nbcompile.rewrite_library`` call per function, before the export's toggles: "" when there are none."""
+    if not rewrites:
+        return ""
+    out = ["import nbcompile",
+           "# graph breaks in library code, removed by rewrites of its lines the fix search proved (results checked "
+           "against eager); each binds a rewritten copy of the function in its class or module, the file untouched"]
+    for name in dict.fromkeys(r.function for r in rewrites):
+        edits = ", ".join(f"({r.cell_line}, {r.before!r}, {r.after!r})" for r in rewrites if r.function == name)
+        out.append(f"nbcompile.rewrite_library({name!r}, [{edits}])")
+    return "\n".join(out) + "\n"
+
+
+#: Bound by ``rewrite_library`` in this process: library function -> its layer (a call again replaces it).
+_BOUND: dict[str, library.LibraryRewrite] = {}
+
+
+def rewrite_library(function: str, edits: list[tuple[int, str, str]]) -> library.LibraryRewrite:
+    """Bind a rewritten copy of a library function (``module:Class.method`` or ``module:function``) where it
+    lives: ``edits`` are (line of its file, the lines as they read, as they are to read), as
+    ``Session.export`` writes the fix search's proven library rewrites. The file is not written; a second call
+    for the function replaces the first; ``.undo()`` on the result puts the original back. Refused in one line
+    when the installed library's lines do not read as an edit expects."""
+    if not isinstance(function, str) or not library.is_library_name(function):
+        raise NbcompileError(f"rewrite_library: give the function as module:Class.method or module:function, not "
+                             f"{function!r}")
+    try:
+        _, fn = library.resolve(function)
+        made = [Rewrite(int(line), str(before), str(after), "check", function=function,
+                        file=fn.__code__.co_filename) for line, before, after in edits]
+    except (TypeError, ValueError):
+        raise NbcompileError("rewrite_library: give edits as a list of (line, before, after)") from None
+    if not made:
+        raise NbcompileError("rewrite_library: no edits given; give a list of (line, before, after)")
+    try:
+        copy = library_function(made)
+    except ValueError as exc:
+        raise NbcompileError(f"rewrite_library: {exc}") from None
+    earlier = _BOUND.pop(function, None)
+    if earlier is not None:
+        earlier.undo()
+    _BOUND[function] = handle = library.LibraryRewrite(function, copy)
+    return handle
 
 
 #: The toggles a ``%%compile`` flag says.

@@ -107,6 +107,8 @@ class Session:
                                  recording=self.recording, label=label, lint=self.lint)
         #: name -> (the tracked function, where its report items are): ``_function_spans``, once per function.
         self._spans: dict[str, tuple[Any, Any]] = {}
+        #: The library rewrites the fix search applied: library function -> (its rewrites, the bound copy).
+        self._library_rewrites: dict[str, tuple[list[Rewrite], library.LibraryRewrite]] = {}
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
         self.recording.advise = lambda brk: self._advisor()(brk)
@@ -305,12 +307,13 @@ class Session:
                                  said=said)
 
     def apply_config(self, toggles: dict[str, str], *, prove_by: float | None = None, said: str = "",
-                     **options: Any) -> Report:
+                     everything: bool = False, **options: Any) -> Report:
         """Set many toggles (others back to compile) and options at once, with one re-run; on failure every
         toggle and option is put back (and the report kept) and the error says why in one line. The new
         report's fixes are proven after (``verify_soon``), by ``prove_by`` when given (the fix search's end).
         ``said``: the change in the words the check's run is named by ("the fix search applied its best
-        configuration"); by default the toggles and options set."""
+        configuration"); by default the toggles and options set. ``everything``: every entry compiled anew (a
+        library function they call binds another copy now)."""
         self._check_idle()
         for name, mode in toggles.items():
             self.engine.validate(name, mode)
@@ -330,6 +333,9 @@ class Session:
                 self.options = updated
                 self._trials.clear()
                 changed = None
+            if everything:
+                self._trials.clear()
+                changed = None
             self.after_toggle()
             self._runner.restart(changed)
 
@@ -342,6 +348,42 @@ class Session:
                                   *(f"{k}={v!r}" for k, v in options.items())]) or "the same configuration"
         return self._transaction(change, undo, lambda cause: f"applying {wanted} failed ({cause}); kept the "
                                  "previous configuration", prove_by=prove_by, said=said)
+
+    def set_library_rewrites(self, wanted: list[Rewrite]) -> library.RewriteSwap:
+        """Bind exactly ``wanted`` (the fix search's proven rewrites of library lines) as rewritten copies of their
+        library functions, each a layer of the function's slot (the file is never written); those bound before
+        and not wanted are undone. Each copy is built before anything is bound: a ValueError (the installed
+        library no longer reads as a rewrite expects) binds nothing. Returns what changed and its undo. Nothing
+        compiles here: the caller restarts (``apply_config(everything=True)``)."""
+        names = dict.fromkeys(r.function for r in wanted)
+        by_name = {name: [r for r in wanted if r.function == name] for name in names}
+        previous = dict(self._library_rewrites)
+        built = {name: rewrites.library_function(mine) for name, mine in by_name.items()
+                 if name not in previous or previous[name][0] != mine}
+        gone = [name for name in previous if name not in by_name or name in built]
+        if not built and not gone:
+            return library.RewriteSwap(False, lambda: None)
+        for name in gone:
+            self._library_rewrites.pop(name)[1].undo()
+        for name, fn in built.items():
+            self._library_rewrites[name] = (by_name[name], library.LibraryRewrite(name, fn))
+        self.workload.library_rewrites = [r for mine, _ in self._library_rewrites.values() for r in mine]
+
+        def undo() -> None:
+            for name in list(self._library_rewrites):
+                if previous.get(name) is not self._library_rewrites[name]:
+                    self._library_rewrites.pop(name)[1].undo()
+            for name, (mine, handle) in previous.items():
+                if name not in self._library_rewrites:
+                    self._library_rewrites[name] = (mine, library.LibraryRewrite(name, handle.fn))
+            self.workload.library_rewrites = [r for mine, _ in self._library_rewrites.values() for r in mine]
+
+        return library.RewriteSwap(True, undo)
+
+    @property
+    def library_rewrites(self) -> list[Rewrite]:
+        """The rewrites of library lines the fix search applied (bound while the session holds them)."""
+        return [r for mine, _ in self._library_rewrites.values() for r in mine]
 
     def _options_with(self, changes: dict[str, Any]) -> CellOptions:
         """The options with ``changes``, checked: an unknown option or a bad value is refused before anything
@@ -520,7 +562,7 @@ class Session:
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
         toggles = {name: mode for name, mode in self.toggles.items() if mode != "compile"}
-        return export_ops.export(
+        return rewrites.library_lines(self.library_rewrites) + export_ops.export(
             toggles,
             source=self.source[1:],  # the body as the user wrote it (the magic line was a blank line)
             entries=self.entries,
@@ -638,6 +680,10 @@ class Session:
         self._closed = True
         try:
             self.engine.undo_all()
+            for _, handle in self._library_rewrites.values():
+                handle.undo()
+            self._library_rewrites.clear()
+            self.workload.library_rewrites = []
             self.workload.drop_compiled_code()
             self.workload.forget_dynamism()
         finally:

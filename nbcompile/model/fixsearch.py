@@ -68,6 +68,12 @@ class Trial:
         return list(self.options.get("_rewrites", ()))
 
     @property
+    def cell_rewrites(self) -> list[Rewrite]:
+        """Its rewrites of the cell's own lines (only the user applies those); a library rewrite is applied
+        with the configuration, as a rewritten copy of the library function bound where it lives."""
+        return [r for r in self.rewrites if not r.in_library]
+
+    @property
     def tried(self) -> bool:
         """Whether it ran to the end (False: it could not be tried or it failed, and its counts are None)."""
         return self.breaks is not None and self.error is None
@@ -94,7 +100,7 @@ class Trial:
         parts = [f"{n} -> {m}" for n, m in sorted(self.toggles.items()) if m != "compile"]
         parts += [f"{k}={v!r}" for k, v in sorted(self.options.items()) if not k.startswith("_")]
         parts += [f"{n}={config_value_text(v)}" for n, v in sorted(self.options.get("_config", {}).items())]
-        parts += [f"rewrite {r.rule} at cell line {r.cell_line}" for r in self.rewrites]
+        parts += [f"rewrite {r.rule} at {r.place()}" for r in self.rewrites]
         return ", ".join(parts) or "all compile"
 
     def outcome(self) -> str:
@@ -208,10 +214,16 @@ class FixSearch:
             out.append(f"  chosen: {self.best.describe()}: {self.best.outcome()}"
                        + (" (applied to the session)" if self.applied else
                           f" ({self.applied_note})" if self.applied_note else ""))
-        if self.best is not None and self.best.rewrites:
-            out.append(f"  to accept ({plural(len(self.best.rewrites), 'source rewrite')}, not applied: "
+        if self.best is not None and self.best.cell_rewrites:
+            out.append(f"  to accept ({plural(len(self.best.cell_rewrites), 'source rewrite')}, not applied: "
                        "Session.accept(rewrite) puts the rewritten cell in the next input):")
-            out.extend("    " + line for r in self.best.rewrites for line in r.diff().splitlines())
+            out.extend("    " + line for r in self.best.cell_rewrites for line in r.diff().splitlines())
+        library = [r for r in self.best.rewrites if r.in_library] if self.best is not None else []
+        if library:
+            out.append(f"  {plural(len(library), 'rewrite')} of library code (a rewritten copy of the function bound "
+                       "in its class or module while the session holds it, the file untouched; Session.export() "
+                       "gives the line that does the same in your code):")
+            out.extend("    " + line for r in library for line in r.diff().splitlines())
         out.extend(f"  plan: {line.strip()}" for line in self.plan)
         if self.noisy:
             out.append(f"  times: {self.noisy}")

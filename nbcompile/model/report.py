@@ -353,16 +353,30 @@ class Rewrite:
     before: str
     after: str
     rule: RewriteRule
-    #: The function of the cell it changes (its name in the cell), or "".
+    #: The function of the cell it changes (its name in the cell), or "". For a library rewrite, the library
+    #: function (``module:Class.method``).
     function: str = ""
+    #: A library rewrite: the library file whose lines (``cell_line`` is then a line of that file) it rewrites,
+    #: in a rewritten copy of ``function`` bound in the library's class or module, never in the file; "" for the
+    #: cell's own lines.
+    file: str = ""
+
+    @property
+    def in_library(self) -> bool:
+        return bool(self.file)
+
+    def place(self) -> str:
+        """``cell line 7``, or ``modeling_grounding_dino.py:608`` for a library rewrite."""
+        if self.file:
+            return f"{self.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.cell_line}"
+        return f"cell line {self.cell_line}"
 
     def diff(self) -> str:
         """The rewrite as a unified diff of the lines it changes."""
         import difflib
 
         old, new = self.before.splitlines(keepends=True), self.after.splitlines(keepends=True)
-        lines = difflib.unified_diff(old, new, f"cell line {self.cell_line}", f"cell line {self.cell_line}",
-                                     lineterm="", n=0)
+        lines = difflib.unified_diff(old, new, self.place(), self.place(), lineterm="", n=0)
         return "\n".join(line.rstrip("\n") for line in lines)
 
 

@@ -525,7 +525,7 @@ class Panel(widgets.VBox):
         self.fix_again.layout.display = "" if advice is not None else "none"
         if advice is not None:
             self.fix_again.description = f"Search again with {min(advice, float(self.fix_budget.max)):.0f} s"
-        rewrites = best.rewrites if best is not None and result.status is not SearchStop.SEARCHING else []
+        rewrites = best.cell_rewrites if best is not None and result.status is not SearchStop.SEARCHING else []
         self.rewrites_box.children = tuple(self._rewrite_row(r) for r in rewrites)
 
     def _rewrite_row(self, rewrite: Rewrite) -> widgets.VBox:
