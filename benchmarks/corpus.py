@@ -318,11 +318,15 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "corpus.json")
     parser.add_argument("--merge", type=pathlib.Path, nargs="+",
-                        help="write --out from the rows of these earlier runs' files (runs per budget, or cut short)")
+                        help="write --out from the rows of these earlier runs' files (runs per budget, or cut short; a row "
+                             "of a later file replaces the same model, mode and budget of an earlier one)")
     args = parser.parse_args()
     if args.merge:
         runs = [json.loads(path.read_text()) for path in args.merge]
-        rows = [row for run in runs for row in run["models"]]
+        kept: dict[tuple[Any, ...], dict[str, Any]] = {}  # a row run again (a later file) replaces the earlier one
+        for row in (row for run in runs for row in run["models"]):
+            kept[(row["name"], row["mode"], row["budget_s"])] = row
+        rows = list(kept.values())
         budgets = sorted({row["budget_s"] for row in rows})
         write_results(rows, budgets, runs[0]["backend"], args.out)
         return

@@ -207,6 +207,33 @@ def test_check_shape_condition_becomes_torch_check():
         new(x, 3)
 
 
+SIZED_CHECK_CELL = '''\
+import torch
+
+def pooled(x, lengths):
+    if lengths.sum() != x.shape[1]:
+        raise ValueError("the lengths must add up to the width")
+    return x.sum(dim=1)
+
+def mixed(x, lengths):
+    if lengths.sum() > 0 and x.shape[0] > 1:
+        raise ValueError("no")
+    return x
+'''
+
+
+def test_check_a_tensor_against_a_size_is_one_tensor_condition():
+    """``if lengths.sum() != x.shape[1]: raise``: one comparison with a tensor side is a tensor, whatever
+    size the other side reads (GroundingDino's deformable attention reads its width so); an ``and`` of a
+    tensor and a Python test has no single form and is left alone."""
+    [rewrite] = proven(SIZED_CHECK_CELL, "pooled", "check", torch.randn(2, 8), torch.tensor([3, 5]))
+    assert rewrite.after.startswith("    torch._assert_async(\n        torch.logical_not(lengths.sum() != x.shape[1])")
+    new = rewritten_function(run_cell(SIZED_CHECK_CELL)["pooled"], SIZED_CHECK_CELL, [rewrite], FILENAME)
+    with pytest.raises(RuntimeError, match="add up"):  # still refuses what the original refused
+        new(torch.randn(2, 8), torch.tensor([3, 4]))
+    assert not [r for r in propose(SIZED_CHECK_CELL) if r.function == "mixed"]
+
+
 def test_check_assert_with_fstring_message():
     [rewrite] = proven(CHECK_CELL, "safe_log", "check", torch.rand(5) + 0.1)
     assert rewrite.after == ("    torch._assert_async((p > 0).all(), "

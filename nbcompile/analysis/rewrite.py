@@ -421,7 +421,7 @@ def _check(site: _Site, src: _Source) -> _Edit | None:
     first, last = _span(stmt, raise_)
     indent, count = src.indent(stmt), last - first + 1
     if tensor_calls(test) or mentions(test, calls={"item"}):
-        if has_meta(test) or mentions(test, calls=BOOL_TORCH):
+        if mentions(test, calls=BOOL_TORCH) or (has_meta(test) and not _one_comparison(test)):
             return None  # mixed Python and tensor parts: no single form takes both
         ok = _negated_tensor(src, test)
         args = [ok, repr(_plain_message(message, raise_.exc))]
@@ -432,6 +432,14 @@ def _check(site: _Site, src: _Source) -> _Edit | None:
             args.append(f"lambda: {src.text(message)}")
         return _Edit(first, last, _call_lines(indent, "torch._check", args, count))
     return None
+
+
+def _one_comparison(test: ast.expr) -> bool:
+    """``t.sum() != x.shape[1]``: one comparison, no ``and``/``or``/``not``: a tensor side makes the whole a
+    tensor, whatever Python number (a size) the other side is."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+        not any(isinstance(node, ast.BoolOp) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
+                for node in ast.walk(test))
 
 
 def _check_assert(stmt: ast.Assert, src: _Source) -> _Edit | None:

@@ -7,9 +7,9 @@ remove), that goes with the others and that the lint does not rule out, runs in 
 start (beside it, where a second core is free). A set that fails (its check, a failed run, more breaks or
 splits, nothing gained, or a run cut at ``CUT_FACTOR`` times what a trial takes: the median trial on its
 backend) is split in two and each half tried: a delta-debugging search, so k independent remedies with one
-bad among them cost about 2 log2(k) trials, not k. The sets that helped are tried together at the end, then
-less each remedy (``minimize``). The search (``search.Searcher``) runs the trials; this module decides which,
-and says why in ``FixSearch.plan``.
+bad among them cost about 2 log2(k) trials, not k. The sets that helped are tried together as soon as two
+have (before the sets left, the slow tail), and again at the end, then less each remedy (``minimize``). The
+search (``search.Searcher``) runs the trials; this module decides which, and says why in ``FixSearch.plan``.
 """
 
 from __future__ import annotations
@@ -85,6 +85,22 @@ class Repair:
                     f"({cut('; '.join(label for _, _, label in group), 160)})")
         pending: list[list[Candidate]] = [group]
         helped: list[list[Candidate]] = []
+        unions: set[Any] = set()  # the unions of the sets that helped, tried (each once)
+
+        def union() -> Candidate | None:
+            """The sets that helped so far, together, when that union is new."""
+            together = combine(start.toggles, [r for s in helped for r in s])
+            if together is None or key(together[0], together[1]) in unions:
+                return None
+            memo = key(together[0], together[1])
+            unions.add(memo)
+            cut_short = seen(memo)
+            if cut_short is not None and cut_short.kind is TrialOutcome.NOT_FINISHED:
+                # a set cut as slow whose halves each helped: slow only as their sum, run whole now, uncut
+                self._sets.discard(memo)
+                self.forget(memo)
+            return together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}"
+
         while pending:
             sets, pending = pending[:width], pending[width:]
             made = [(s, combine(start.toggles, s)) for s in sets]  # a part of a set that goes together goes too
@@ -111,18 +127,21 @@ class Repair:
                                 f"({cut(t.rejected or t.outcome(), 100)}): bisected")
                 else:
                     plan.append(f"  {remedies_[0][2]} alone did not help ({cut(t.rejected or t.outcome(), 100)})")
+            if len(helped) > 1 and pending:
+                # what already helped, together, before the sets left: those are the slow tail the bisection
+                # reaches last (GroundingDino's --dynamic ran 46 s and the union of its two sets that helped,
+                # 16 -> 7 breaks and 16 -> 11, never ran in its 180 s)
+                joined = union()
+                if joined is not None:
+                    plan.append(f"  the {len(helped)} sets that helped so far, together (before the "
+                                f"{plural(len(pending), 'set')} left)")
+                    yield None, [joined]
         found = [r for s in helped for r in s]
         if len(helped) > 1:
-            together = combine(start.toggles, found)
-            if together is not None:
-                memo = key(together[0], together[1])
-                cut_short = seen(memo)
-                if cut_short is not None and cut_short.kind is TrialOutcome.NOT_FINISHED:
-                    # a set cut as slow whose halves each helped: slow only as their sum, run whole now, uncut
-                    self._sets.discard(memo)
-                    self.forget(memo)
+            joined = union()
+            if joined is not None:
                 plan.append(f"  the {len(helped)} sets that helped, together")
-                yield None, [(together[0], together[1], f"remedies that helped, together: {cut(together[2], 120)}")]
+                yield None, [joined]
         yield from self.minimize(start, found, width)
 
     def minimize(self, start: Trial, found: list[Candidate], width: int) -> Iterator[Batch]:
