@@ -104,6 +104,12 @@ def test_breaks_in_library_code_are_removed_by_proven_rewrites_bound_while_the_s
     # the user's own call sees the same values as before
     assert ip.run_cell("torch.testing.assert_close(f(x, lengths), model(x, lengths) + 1)").success
 
+    # a search again starts from what the session binds: the rewrites kept, nothing left to remove
+    bound = layers.Block.__dict__["forward"]
+    again = session.fix(budget_s=600)
+    assert again.start is not None and again.start.breaks == 0 and again.start.rewrites, again.summary()
+    assert layers.Block.__dict__["forward"] is bound and len(session.library_rewrites) == 2
+
     # what the user pastes, in a fresh process: the same rewrites bound by rewrite_library, one graph
     snippet = session.export()
     assert snippet.count("nbcompile.rewrite_library(") == 2, snippet

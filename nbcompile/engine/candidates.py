@@ -63,7 +63,9 @@ class SearchSpace:
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.tracked: list[str] = self._holders()
-        for proposal in self.proposals():  # a library rewrite is bound where its function lives: tracked
+        # a library rewrite (proposed, or one the session binds since an earlier search) is bound where its function
+        # lives: tracked, so that a trial binds the copy it says, or the original
+        for proposal in [*self.proposals(), *workload.library_rewrites]:
             if proposal.in_library and proposal.function not in self.tracked and \
                     proposal.function not in workload.tracked:
                 self.tracked.append(proposal.function)
