@@ -159,3 +159,43 @@ def test_rewrite_library_refuses_what_it_cannot_bind_in_one_line(rwlib):
     assert again is not handle
     again.undo()
     assert layers.gate is gate
+
+
+FLAUBERT = textwrap.dedent("""\
+    import torch
+    from transformers import FlaubertConfig, FlaubertModel
+    torch.manual_seed(0)
+    model = FlaubertModel(FlaubertConfig(vocab_size=100, emb_dim=32, n_layers=2, n_heads=2)).eval()
+    ids = torch.randint(5, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+    def encode(ids):
+        return model(ids).last_hidden_state
+    """)
+
+
+def test_the_guard_in_flauberts_forward_is_rewritten_in_the_library_and_checked(ip):
+    """On a real model: FlaubertModel.forward asserts ``lengths.max().item() <= slen``, a break (a Python number
+    from a tensor) in transformers' own code that no toggle of the cell reaches. The ``check`` rewrite of that
+    library line keeps the guard in the graph as ``torch._assert_async``; the check against eager decides."""
+    pytest.importorskip("transformers")
+    from real_models_oracle import import_torchvision
+
+    import_torchvision()
+    result = run_compile_cell(ip, '--backend eager --no-panel --entry encode --run "encode(ids)"', FLAUBERT)
+    assert result.success, result.error_in_exec
+    session = nbcompile.last()
+    before = session.report
+    module = sys.modules["transformers.models.flaubert.modeling_flaubert"]
+    forward = module.FlaubertModel.__dict__["forward"]
+    assert any("modeling_flaubert.py" in b.filename for b in before.breaks), before.__str__()
+    found = session.fix(budget_s=600)
+    best = found.best
+    assert best is not None and found.applied, (found.summary(), found.plan)
+    guard = [r for r in best.rewrites if r.in_library and r.function.endswith(":FlaubertModel.forward")]
+    assert guard and guard[0].rule == "check" and "lengths.max()" in guard[0].before, (best.describe(), found.plan)
+    after = session.report
+    assert after.splits < before.splits and not any(b.lineno == guard[0].cell_line for b in after.breaks), \
+        after.__str__()
+    assert after.check is not None and after.check.ok and after.check.compared, after.check
+    assert module.FlaubertModel.__dict__["forward"] is not forward
+    session.reset()
+    assert module.FlaubertModel.__dict__["forward"] is forward
