@@ -104,10 +104,17 @@ def test_breaks_in_library_code_are_removed_by_proven_rewrites_bound_while_the_s
     # the user's own call sees the same values as before
     assert ip.run_cell("torch.testing.assert_close(f(x, lengths), model(x, lengths) + 1)").success
 
+    # a library rewrite is not the cell's to accept, and a rewritten function is not toggled too: one line each
+    for act in (lambda: session.accept(best.rewrites[0]), lambda: session.track("rwlib.layers:gate")):
+        with pytest.raises(NbcompileError) as info:
+            act()
+        assert "\n" not in str(info.value) and "library" in str(info.value)
+    assert layers.gate is not gate and "rwlib.layers:gate" not in session.functions
+
     # a search again starts from what the session binds: the rewrites kept, nothing left to remove
     bound = layers.Block.__dict__["forward"]
     again = session.fix(budget_s=600)
-    assert again.start is not None and again.start.breaks == 0 and again.start.rewrites, again.summary()
+    assert again.start is not None and again.start.breaks == 0, again.summary()
     assert layers.Block.__dict__["forward"] is bound and len(session.library_rewrites) == 2
 
     # what the user pastes, in a fresh process: the same rewrites bound by rewrite_library, one graph

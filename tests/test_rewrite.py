@@ -232,6 +232,11 @@ def test_check_a_tensor_against_a_size_is_one_tensor_condition():
     with pytest.raises(RuntimeError, match="add up"):  # still refuses what the original refused
         new(torch.randn(2, 8), torch.tensor([3, 4]))
     assert not [r for r in propose(SIZED_CHECK_CELL) if r.function == "mixed"]
+    # a side made a Python number, or a size on both sides: no tensor condition, nothing proposed
+    for test in ("int(t.sum()) != x.size(0)", "x.detach().shape[0] != n", "np.prod(x.shape) != n"):
+        cell = f"import torch\nimport numpy as np\ndef g(x, t, n):\n    if {test}:\n        raise ValueError('no')\n" \
+               "    return x\n"
+        assert not [r for r in propose(cell) if r.rule == "check"], test
 
 
 def test_check_assert_with_fstring_message():

@@ -435,11 +435,22 @@ def _check(site: _Site, src: _Source) -> _Edit | None:
 
 
 def _one_comparison(test: ast.expr) -> bool:
-    """``t.sum() != x.shape[1]``: one comparison, no ``and``/``or``/``not``: a tensor side makes the whole a
-    tensor, whatever Python number (a size) the other side is."""
-    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
-        not any(isinstance(node, ast.BoolOp) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
-                for node in ast.walk(test))
+    """``t.sum() != x.shape[1]``: one comparison, no ``and``/``or``/``not``, one side a tensor computation with no
+    size in it and the other a Python number (a size) with no tensor call: the tensor side makes the whole a
+    tensor. Not when the tensor side is made a Python number (``int(t.sum())``, ``math.``, ``np.``)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if any(isinstance(node, ast.BoolOp) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
+           for node in ast.walk(test)):
+        return False
+    if any(isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Name) and node.func.id in ("int", "float", "bool", "len", "round"))
+            or (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("math", "np", "numpy"))) for node in ast.walk(test)):
+        return False
+    left, right = test.left, test.comparators[0]
+    return any(bool(tensor_calls(a)) and not has_meta(a) and has_meta(b) and not tensor_calls(b)
+               for a, b in ((left, right), (right, left)))
 
 
 def _check_assert(stmt: ast.Assert, src: _Source) -> _Edit | None:

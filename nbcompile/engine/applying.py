@@ -30,6 +30,9 @@ class ConfigTarget(Protocol):
 
     def set_library_rewrites(self, rewrites: list[Rewrite]) -> library.RewriteSwap: ...
 
+    @property
+    def library_rewrites(self) -> list[Rewrite]: ...
+
 
 def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | None = None) -> None:
     """Put the chosen configuration on ``target`` (one restart); the search's record says so. The
@@ -47,11 +50,14 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
         result.applied_note = (f"not applied: {best.describe()} needs its source rewrites; accept them "
                                "(Session.accept), and run the cell they make")
         return
-    rewritten = [r for r in best.rewrites if r.in_library]
-    clash = sorted({r.function for r in rewritten if best.toggles.get(r.function, "compile") != "compile"})
+    # the search's trials ran on the rewrites the session binds already (their base): the choice adds its own
+    rewritten = [*target.library_rewrites, *(r for r in best.rewrites if r.in_library
+                                             and r not in target.library_rewrites)]
+    clash = sorted({r.function for r in rewritten
+                    if best.toggles.get(r.function, "compile") != "compile" or r.function in target.functions})
     if clash:
-        result.applied_note = (f"not applied: {best.describe()} toggles {clash[0]}, which it also rewrites; a "
-                               "session binds a library function's rewrite or its toggle, not both")
+        result.applied_note = (f"not applied: {best.describe()} rewrites {clash[0]}, which it or the session also "
+                               "toggles; a session binds a library function's rewrite or its toggle, not both")
         return
     try:  # the library rewrites first (a layer of the function's slot each), undone below if applying fails
         swap = target.set_library_rewrites(rewritten)
@@ -60,19 +66,19 @@ def apply_best(target: ConfigTarget, result: FixSearch, *, prove_by: float | Non
         return
     added = [n for n, m in best.toggles.items() if m != "compile" and n not in target.functions
              and library.is_library_name(n)]
-    for name in added:
-        target.track(name)
     options = {k: v for k, v in best.options.items() if not k.startswith("_")}
     if best.options.get("_config"):
         options["dynamo_config"] = {**target.options.dynamo_config, **best.options["_config"]}
     try:
+        for name in added:
+            target.track(name)
         target.apply_config({n: m for n, m in best.toggles.items() if n in target.functions or is_torch_name(n)},
                             prove_by=prove_by, said="the fix search applied its best configuration",
                             everything=swap.changed, **options)
         result.applied = True
     finally:
         if not result.applied:
-            swap.undo()
             for name in added:
                 if name in target.functions:
                     target.untrack(name)
+            swap.undo()

@@ -63,9 +63,9 @@ class SearchSpace:
         #: Library functions the search toggles besides the workload's own (the holders of breaks in
         #: library code), on its scratch engines only; ``apply_best`` tracks those the choice sets.
         self.tracked: list[str] = self._holders()
-        # a library rewrite (proposed, or one the session binds since an earlier search) is bound where its function
-        # lives: tracked, so that a trial binds the copy it says, or the original
-        for proposal in [*self.proposals(), *workload.library_rewrites]:
+        # a library rewrite is bound where its function lives: tracked, so that a trial binds the copy it says (a
+        # rewrite the session binds since an earlier search is the base every trial starts from: ``scratch``)
+        for proposal in self.proposals():
             if proposal.in_library and proposal.function not in self.tracked and \
                     proposal.function not in workload.tracked:
                 self.tracked.append(proposal.function)
@@ -109,7 +109,8 @@ class SearchSpace:
         """name -> the modes the search tries on it (the entries are compiled as they are, never toggled)."""
         modes = available_function_modes()
         return {name: tuple(m for m in modes if not (":" in name and m == "custom_op"))
-                for name in self.functions if name not in self.workload.entries}
+                for name in self.functions if name not in self.workload.entries
+                and name not in self.workload.library_copies}  # a function the session binds rewritten: not toggled
 
     def torch_names(self) -> list[str]:
         names = [n for n in self.workload.toggles if is_torch_name(n)]
@@ -311,7 +312,7 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return frozenset(value)
     if isinstance(value, Rewrite):
-        return (value.cell_line, value.rule, value.after)
+        return (value.file, value.function, value.cell_line, value.rule, value.before, value.after)
     if isinstance(value, tuple):
         return tuple(sorted((_frozen(v) for v in value), key=repr))
     return value

@@ -480,12 +480,6 @@ class Searcher:
                            SearchStop.BUDGET if self.result.budget_bound else SearchStop.DONE)
         explain_left(self.result, self.space)
 
-    @property
-    def start_options(self) -> dict[str, Any]:
-        """The session's own options as a trial's: the library rewrites it binds (the last search applied them)."""
-        rewritten = tuple(self.workload.library_rewrites)
-        return {"_rewrites": rewritten} if rewritten else {}
-
     def _start(self) -> Trial | None:
         """The session's own configuration, tried first (None: the budget ran out before it was)."""
         effect = check_ops.effect_seen(self.report.check)
@@ -498,12 +492,11 @@ class Searcher:
             # the repair's first set (every remedy together) needs nothing the start measures: where a second
             # core runs it, it runs beside the start, so a model traced in 20 s has its first answer in one trace
             # rather than two
-            self._start_key = key(toggles, self.start_options)
+            self._start_key = key(toggles, {})
             taken = self._seen.get(self._start_key)  # the last search's start, when it failed: it stops here again
             beside = self.repair.first_set(toggles) if forked.at_once() > 1 and (
                 taken is None or taken.error is None or taken.kind is TrialOutcome.FAILS_TO_COMPILE) else None
-            start = self._try_many([(toggles, self.start_options, "start"),
-                                    *([beside] if beside is not None else [])])[0]
+            start = self._try_many([(toggles, {}, "start"), *([beside] if beside is not None else [])])[0]
             if beside is not None and (start is None or (start.error is not None and
                                                          start.kind is not TrialOutcome.FAILS_TO_COMPILE)):
                 self._forget_beside(start)  # the search stops at its start: what ran beside it is not said
@@ -529,7 +522,7 @@ class Searcher:
         earlier = self._earlier
         if earlier is None:
             return
-        start_key = key(dict(self.workload.toggles), self.start_options)
+        start_key = key(dict(self.workload.toggles), {})
         for t in earlier.trials:
             # a run its budget cut, one never tried, or one nbcompile's own machinery failed (a forked child
             # killed): run again

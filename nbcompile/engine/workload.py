@@ -103,8 +103,11 @@ class Workload:
         self._compiled_run: tuple[str | None, types.CodeType | None] = (None, None)
         #: custom_op mode: the operator spec of each function (from one sample call), or why it cannot be one.
         self.op_specs: dict[str, Any] = {}
-        #: The rewrites of library lines the session binds (the fix search applied them): a search starts from them.
+        #: The rewrites of library lines the session binds (the fix search applied them), and the copies bound:
+        #: library function -> its rewritten copy, what every scratch run binds for it in place of the original
+        #: (a later search starts from them, and its own rewrites of the function add to them).
         self.library_rewrites: list[Rewrite] = []
+        self.library_copies: dict[str, Any] = {}
         #: (name, code) -> the spec of another code of the function (a trial's source rewrite of it).
         self._rewritten_op_specs: dict[tuple[str, Any], Any] = {}
         bindings = {name: library.resolve(name)[0] if library.is_library_name(name) else binding_for(name, namespace)
@@ -330,7 +333,8 @@ class Workload:
         """What identifies the current configuration: every toggle, every option, and the torch config values
         compiled code depends on without a guard (``torch_compat.compile_config_fingerprint``: the user sets
         ``fallback_random`` or ``capture_scalar_outputs``, and a toggle back compiles anew)."""
-        return (tuple(sorted(self.toggles.items())), repr(self.options), torch_compat.compile_config_fingerprint())
+        return (tuple(sorted(self.toggles.items())), repr(self.options), torch_compat.compile_config_fingerprint(),
+                tuple(sorted((r.file, r.function, r.cell_line, r.before, r.after) for r in self.library_rewrites)))
 
     def toggle_copies(self, code: types.CodeType, *, for_run: bool = True) -> Replay:
         """The copies a toggle's run of ``code`` runs on: the kept ones refreshed in place to equal the user's
@@ -720,6 +724,7 @@ class Workload:
             if name not in bindings:
                 bindings[name] = library.resolve(name)[0]
         scratch = {name: b.original for name, b in bindings.items()}
+        scratch.update({n: fn for n, fn in self.library_copies.items() if n in scratch})
         scratch.update({n: fn for n, fn in (replace or {}).items() if n in scratch})
         functions = [*self.functions, *(n for n in also_track if n not in self.tracked)]
         engine = Toggles({n: Binding(n, scratch, n) for n in scratch}, wrap=compile_entry, functions=functions,

@@ -17,6 +17,7 @@ from typing import Any
 from ..analysis import rewrite as rewrite_ops
 from ..core.errors import NbcompileError
 from ..core.options import CellOptions
+from ..core.paths import installed_file
 from ..core.text import callable_name
 from ..engine import library
 from ..engine.snippet import commented
@@ -49,9 +50,10 @@ class CellRewrites:
             if brk.filename and brk.filename != self.workload.filename and brk.lineno:
                 sites.setdefault(brk.filename, set()).add(brk.lineno)
         found: list[Rewrite] = []
+        bound = self.workload.library_rewrites
         for filename, lines in sites.items():
             source = "".join(linecache.getlines(filename))
-            if not source:
+            if not source or not installed_file(filename):  # the user's own module: theirs to edit, not to patch
                 continue
             for proposal in rewrite_ops.propose(source, lines):
                 holder = library.holder_of(filename, proposal.cell_line)
@@ -61,14 +63,23 @@ class CellRewrites:
                     library.resolve(holder)
                 except NbcompileError:
                     continue
-                found.append(dataclasses.replace(proposal, function=holder, file=filename))
+                # as many lines as it replaces (blank ones added): the copy's later lines keep the file's numbers,
+                # so its breaks and the next search's proposals name the installed file's own lines
+                short = proposal.before.count("\n") - proposal.after.count("\n")
+                made = dataclasses.replace(proposal, function=holder, file=filename,
+                                           after=proposal.after + "\n" * max(short, 0))
+                if made not in bound:
+                    found.append(made)
         return found
 
     def functions(self, rewrites: list[Rewrite]) -> dict[str, Any]:
         """name -> the cell's function with ``rewrites`` applied (ValueError when one cannot be built)."""
         out: dict[str, Any] = {}
+        bound = self.workload.library_rewrites
         for name in dict.fromkeys(r.function for r in rewrites if r.in_library):
-            out[name] = library_function([r for r in rewrites if r.function == name])
+            # on top of what the session binds for the function already (the base every trial starts from)
+            mine = [r for r in bound if r.function == name]
+            out[name] = library_function([*mine, *(r for r in rewrites if r.function == name and r not in mine)])
         for name, fn in self.workload.tracked.items():
             mine = [r for r in rewrites if r.function == name and not r.in_library]
             if not mine:
@@ -109,6 +120,13 @@ def library_function(rewrites: list[Rewrite]) -> types.FunctionType:
     if any(r.file != filename for r in rewrites):
         raise ValueError(f"{name} is defined in {filename}, not in {rewrites[0].file}")
     source = "".join(linecache.getlines(filename))
+    code = fn.__code__
+    lines = [line for _, _, line in code.co_lines() if line]
+    first, last = min(code.co_firstlineno, *lines), max(lines, default=code.co_firstlineno)
+    outside = [r for r in rewrites if not first <= r.cell_line <= last]
+    if outside:
+        raise ValueError(f"{library.short(name)}: line {outside[0].cell_line} is not in it (lines {first}-{last} of "
+                         f"{filename})")
     try:
         return rewrite_ops.rewritten_function(fn, source, rewrites, filename)
     except ValueError as exc:
@@ -147,6 +165,9 @@ def rewrite_library(function: str, edits: list[tuple[int, str, str]]) -> library
                              f"{function!r}")
     try:
         _, fn = library.resolve(function)
+    except NbcompileError as exc:
+        raise NbcompileError(f"rewrite_library: {exc}") from None
+    try:
         made = [Rewrite(int(line), str(before), str(after), "check", function=function,
                         file=fn.__code__.co_filename) for line, before, after in edits]
     except (TypeError, ValueError):
@@ -157,10 +178,11 @@ def rewrite_library(function: str, edits: list[tuple[int, str, str]]) -> library
         copy = library_function(made)
     except ValueError as exc:
         raise NbcompileError(f"rewrite_library: {exc}") from None
+    handle = library.LibraryRewrite(function, copy)  # bound first: the earlier one goes only once this one holds
     earlier = _BOUND.pop(function, None)
     if earlier is not None:
         earlier.undo()
-    _BOUND[function] = handle = library.LibraryRewrite(function, copy)
+    _BOUND[function] = handle
     return handle
 
 
@@ -188,11 +210,17 @@ def accept(rewrite: Rewrite, *, cell: str, accepted: list[Rewrite], line: str, b
     if not isinstance(rewrite, Rewrite):
         raise NbcompileError(f"accept takes a Rewrite (from session.last_fix.best.rewrites), not "
                              f"{type(rewrite).__name__}")
+    if rewrite.in_library:
+        raise NbcompileError(f"the rewrite at {rewrite.place()} is of library code: the fix search binds it with the "
+                             "configuration (Session.export gives the line that does the same); accept takes the "
+                             "cell's own rewrites")
     chosen = [r for r in accepted if r != rewrite] + [rewrite]
     try:
         body = accepted_cell(cell, chosen)
     except ValueError as exc:
         raise NbcompileError(f"cannot accept the rewrite at cell line {rewrite.cell_line}: {exc}") from None
+    if best is not None and rewrite in best.rewrites:  # the configuration proven with it binds its library rewrites
+        body = library_lines([r for r in best.rewrites if r.in_library]) + body
     text = accepted_line(rewrite, line, best, options) + "\n" + body
     unsaid = unflagged(rewrite, best)
     if unsaid:  # a configuration the line cannot say whole is said in the cell, never left out unsaid

@@ -352,33 +352,54 @@ class Session:
     def set_library_rewrites(self, wanted: list[Rewrite]) -> library.RewriteSwap:
         """Bind exactly ``wanted`` (the fix search's proven rewrites of library lines) as rewritten copies of their
         library functions, each a layer of the function's slot (the file is never written); those bound before
-        and not wanted are undone. Each copy is built before anything is bound: a ValueError (the installed
-        library no longer reads as a rewrite expects) binds nothing. Returns what changed and its undo. Nothing
-        compiles here: the caller restarts (``apply_config(everything=True)``)."""
+        and not wanted are undone. Every copy is built before anything is bound: a ValueError (the installed
+        library no longer reads as a rewrite expects) binds nothing, and a failure while binding puts back what
+        was bound before. Returns what changed and its undo. Nothing compiles here: the caller restarts
+        (``apply_config(everything=True)``)."""
+        self.check_open()
         names = dict.fromkeys(r.function for r in wanted)
         by_name = {name: [r for r in wanted if r.function == name] for name in names}
         previous = dict(self._library_rewrites)
+
+        def same(a: list[Rewrite], b: list[Rewrite]) -> bool:  # the same rewrites, in any order
+            return len(a) == len(b) and all(r in b for r in a)
+
         built = {name: rewrites.library_function(mine) for name, mine in by_name.items()
-                 if name not in previous or previous[name][0] != mine}
+                 if name not in previous or not same(previous[name][0], mine)}
         gone = [name for name in previous if name not in by_name or name in built]
         if not built and not gone:
             return library.RewriteSwap(False, lambda: None)
-        for name in gone:
-            self._library_rewrites.pop(name)[1].undo()
-        for name, fn in built.items():
-            self._library_rewrites[name] = (by_name[name], library.LibraryRewrite(name, fn))
-        self.workload.library_rewrites = [r for mine, _ in self._library_rewrites.values() for r in mine]
 
-        def undo() -> None:
+        def put(layers: dict[str, tuple[list[Rewrite], Any]]) -> None:
+            """Bind ``layers`` (name -> (rewrites, a copy)) in place of what is bound now, each step apart: one
+            that fails does not keep the others from being undone or bound."""
+            problems: list[BaseException] = []
             for name in list(self._library_rewrites):
-                if previous.get(name) is not self._library_rewrites[name]:
-                    self._library_rewrites.pop(name)[1].undo()
-            for name, (mine, handle) in previous.items():
+                if self._library_rewrites[name][1].fn is not layers.get(name, (None, None))[1]:
+                    try:
+                        self._library_rewrites.pop(name)[1].undo()
+                    except BaseException as exc:  # noqa: BLE001  (the rest are undone all the same)
+                        problems.append(exc)
+            for name, (mine, fn) in layers.items():
                 if name not in self._library_rewrites:
-                    self._library_rewrites[name] = (mine, library.LibraryRewrite(name, handle.fn))
+                    try:
+                        self._library_rewrites[name] = (mine, library.LibraryRewrite(name, fn))
+                    except BaseException as exc:  # noqa: BLE001
+                        problems.append(exc)
             self.workload.library_rewrites = [r for mine, _ in self._library_rewrites.values() for r in mine]
+            self.workload.library_copies = {n: handle.fn for n, (_, handle) in self._library_rewrites.items()}
+            if problems:
+                raise problems[0]
 
-        return library.RewriteSwap(True, undo)
+        before = {name: (mine, handle.fn) for name, (mine, handle) in previous.items()}
+        after = {**{n: v for n, v in before.items() if n not in gone},
+                 **{n: (by_name[n], fn) for n, fn in built.items()}}
+        try:
+            put(after)
+        except BaseException:
+            put(before)
+            raise
+        return library.RewriteSwap(True, lambda: put(before))
 
     @property
     def library_rewrites(self) -> list[Rewrite]:
@@ -578,6 +599,9 @@ class Session:
         """Track a library function (``module:function`` or ``module:Class.method``): it takes the function
         modes like the cell's own functions, and ``reset`` puts the original back."""
         self.check_open()
+        if name in self._library_rewrites:
+            raise NbcompileError(f"{name} runs a rewritten copy the fix search bound (Session.library_rewrites); a "
+                                 "session binds a library function's rewrite or its toggle, not both: reset first")
         self.workload.track(name)
 
     def untrack(self, name: str) -> None:
@@ -679,11 +703,15 @@ class Session:
             return
         self._closed = True
         try:
-            self.engine.undo_all()
-            for _, handle in self._library_rewrites.values():
-                handle.undo()
-            self._library_rewrites.clear()
-            self.workload.library_rewrites = []
+            try:
+                self.engine.undo_all()
+            finally:
+                for _, handle in self._library_rewrites.values():
+                    with contextlib.suppress(Exception):  # each undone apart: one that fails keeps no other bound
+                        handle.undo()
+                self._library_rewrites.clear()
+                self.workload.library_rewrites = []
+                self.workload.library_copies = {}
             self.workload.drop_compiled_code()
             self.workload.forget_dynamism()
         finally:
