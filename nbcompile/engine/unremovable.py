@@ -108,7 +108,11 @@ def explain_left(result: FixSearch, space: SearchSpace) -> None:
                    "ruled out)")
         if not in_cell and space.rewrites is not None:
             needed = space.rewrites.elsewhere(brk.filename, brk.lineno)
-            if needed is not None:
+            tried = needed is not None and any(r.in_library and r.file == brk.filename
+                                               and r.cell_line == needed.cell_line for r in space.proposals())
+            if tried and needed is not None:
+                why += f"; the rewrite of its line ({needed.rule}) was tried and did not remove it with the check ok"
+            elif needed is not None:
                 why += (f"; the library's code would need a rewrite ({needed.rule}): "
                         f"{cut(' '.join(needed.before.split()), 80)} -> {cut(' '.join(needed.after.split()), 100)}")
         withheld = space.withheld.get((brk.filename, brk.lineno))
@@ -142,7 +146,7 @@ def _first_run_only(result: FixSearch, space: SearchSpace, best: Trial) -> None:
 def _moved(result: FixSearch, space: SearchSpace, best: Trial, seen: set[tuple[str, int]]) -> None:
     """The breaks the best configuration has where the start had none: the call of a function it runs
     eagerly (``disable``), where the breaks inside that function moved to; with the rewrite the
-    function's own breaks would need to compile (information: nbcompile never edits a library)."""
+    function's own breaks would need to compile (information: the library's file is never edited)."""
     disabled = [n for n, m in best.toggles.items() if m == "disable"]
     for filename, lineno, gb_type in best.sites:
         if (filename, lineno) in seen or len(seen) >= 20:

@@ -95,8 +95,8 @@ class CellRewrites:
 
 
     def elsewhere(self, filename: str, lineno: int) -> Rewrite | None:
-        """The rewrite a break in a library file would need (information only: nbcompile never edits a
-        library), or None."""
+        """The rewrite a break in a library file would need, or None (information: the file is never edited; the
+        search tries the rewrites of installed code as copies of its functions, ``_in_library``)."""
         source = "".join(linecache.getlines(filename))
         found = rewrite_ops.propose(source, {lineno}) if source else []
         return found[0] if found else None

@@ -220,9 +220,11 @@ class FixSearch:
             out.extend("    " + line for r in self.best.cell_rewrites for line in r.diff().splitlines())
         library = [r for r in self.best.rewrites if r.in_library] if self.best is not None else []
         if library:
-            out.append(f"  {plural(len(library), 'rewrite')} of library code (a rewritten copy of the function bound "
-                       "in its class or module while the session holds it, the file untouched; Session.export() "
-                       "gives the line that does the same in your code):")
+            out.append(f"  {plural(len(library), 'rewrite')} of library code ("
+                       + ("bound with the configuration: " if self.applied else "not bound: the choice was not "
+                          "applied; when applied, ")
+                       + "a rewritten copy of the function in its class or module, the file untouched; "
+                       "Session.export() gives the line that does the same in your code):")
             out.extend("    " + line for r in library for line in r.diff().splitlines())
         out.extend(f"  plan: {line.strip()}" for line in self.plan)
         if self.noisy:
