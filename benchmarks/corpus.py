@@ -318,8 +318,8 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "corpus.json")
     parser.add_argument("--merge", type=pathlib.Path, nargs="+",
-                        help="write --out from the rows of these earlier runs' files (runs per budget, or cut short; a row "
-                             "of a later file replaces the same model, mode and budget of an earlier one)")
+                        help="write --out from the rows of these earlier runs' files (runs per budget, or cut "
+                             "short; a row of a later file replaces the same model, mode and budget of an earlier one)")
     args = parser.parse_args()
     if args.merge:
         runs = [json.loads(path.read_text()) for path in args.merge]
