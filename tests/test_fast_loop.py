@@ -82,8 +82,6 @@ def test_toggle_back_compiles_nothing_and_restores_the_report(ip):
     assert _compiled_frames() == before
     assert _shape(session.report) == start and session.report.check.ok
 
-
-@needs_regions
 def test_a_toggle_recompiles_only_the_entries_that_reach_the_function(ip):
     ip.user_ns["x"] = torch.randn(8)
     session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
@@ -99,8 +97,6 @@ def test_a_toggle_recompiles_only_the_entries_that_reach_the_function(ip):
     assert _shape(fresh.report) == _shape(report)
     assert [fr.function for fr in fresh.report.frames] == [fr.function for fr in report.frames]
 
-
-@needs_regions
 def test_the_500_function_cell_recompiles_one_function(ip):
     defs = "".join(f"def f{i}(x):\n    return torch.sin(x) * {i}\n" for i in range(60))
     ip.user_ns["x"] = torch.randn(4)
@@ -196,8 +192,77 @@ def test_configurations_kept_are_bounded_and_freed_on_reset(ip, monkeypatch):
     assert session.workload.kept_count == 0
     assert not torch_compat.cache_entries(code), "reset left compiled code of a kept configuration behind"
 
+@pytest.mark.skipif(torch_compat.CACHE_REGIONS, reason="configurations are kept on copies of the cell's functions "
+                    "only where torch has no cache regions (2.11, 2.12, NBCOMPILE_NO_CACHE_REGIONS=1)")
+def test_without_regions_configurations_kept_are_bounded_and_their_copies_freed(ip, monkeypatch):
+    import gc
+    import weakref
 
-@needs_regions
+    monkeypatch.setattr(configs_ops, "KEEP_CONFIGS", 1)
+    ip.user_ns["x"] = torch.randn(8)
+    session = _run(ip, '--backend eager --run "(f(x), g(x))" --no-panel', CELL)
+    w = session.workload
+    cells = {name: weakref.ref(copy) for name, (_, copy) in w._copies_of.items()}
+    assert set(cells) == {"helper"}
+    f_wrapper = weakref.ref(next(c for k, (_, c) in w._wrappers.items() if k[0] == "f"))
+    session.set("helper", "disable")  # the cell's configuration forgotten: its copy of helper and f's code freed
+    assert w.kept_count == 1 and w.configs.orphans == 0
+    gc.collect()
+    assert cells["helper"]() is None and f_wrapper() is None, "a forgotten configuration's copies were kept"
+    before, seen = _compiled_frames(), {fr.compile_id for fr in session.report.frames}
+    report = session.set("helper", "compile")  # not kept any more: f compiles anew, g keeps its code
+    assert _compiled_frames() > before and report.check.ok
+    assert {session.recording.entry_of[fr.compile_id] for fr in report.frames if fr.compile_id not in seen} == {"f"}
+    codes = w.copy_codes()
+    assert any(torch_compat.cache_entries(code) for code in codes)
+    session.reset()
+    assert w.kept_count == 0
+    assert not any(torch_compat.cache_entries(code) for code in codes), "reset left a copy's compiled code behind"
+
+
+SHARED_CELL = """
+import torch
+def shared(x):
+    print("shared saw", tuple(x.shape))
+    return torch.sin(x) * 2
+def helper(x):
+    return torch.cos(x) + 1
+def f(x):
+    return helper(shared(x)) * 2
+def g(x):
+    return shared(x).tanh()
+def h(x):
+    return f(x) + torch.exp(x)
+def lone(x):
+    return x.relu() * 5
+"""
+
+
+def test_a_toggle_keeps_only_the_entries_that_share_nothing_with_what_it_alters(ip):
+    """f and g share ``shared``; h calls f; ``lone`` reaches nothing. Disabling ``helper`` alters h through f;
+    without regions g shares the copy of ``shared`` with h and compiles too. Whatever compiles, the report
+    equals a fresh session's with ``helper`` disabled from the start, and ``lone`` never compiles."""
+    ip.user_ns["x"] = torch.randn(8)
+    run = '--backend eager --run "(f(x), g(x), h(x), lone(x))" --no-panel'
+    session = _run(ip, run, SHARED_CELL)
+    assert sorted(session.entries) == ["g", "h", "lone"]  # f is called by h: a function of the cell, no entry
+    lone_frames = [fr.compile_id for fr in session.report.frames if fr.function == "lone"]
+    seen = {fr.compile_id for fr in session.report.frames}
+    report = session.set("helper", "disable")
+    entry_of = session.recording.entry_of
+    compiled = {entry_of[fr.compile_id] for fr in report.frames if fr.compile_id not in seen}
+    assert compiled == ({"h"} if torch_compat.CACHE_REGIONS else {"g", "h"})
+    assert [fr.compile_id for fr in report.frames if fr.function == "lone"] == lone_frames
+    assert report.check.ok
+    shape, functions = _shape(report), sorted(fr.function for fr in report.frames)
+    before = _compiled_frames()
+    back = session.set("helper", "compile")
+    assert _compiled_frames() == before and back.check.ok
+    fresh = _run(ip, run + " --disable helper", SHARED_CELL)  # (resets the first session)
+    assert _shape(fresh.report) == shape
+    assert sorted(fr.function for fr in fresh.report.frames) == functions
+
+
 def test_two_stages_in_order_with_inductor_and_one_redraw_per_click(ip):
     ip.user_ns["x"] = torch.randn(16)
     session = _run(ip, '--run "(f(x), g(x))"', CELL)

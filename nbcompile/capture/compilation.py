@@ -71,6 +71,9 @@ class Pending:
     collectives: list[str] = field(default_factory=list)
     #: Its graphs' inputs and their sizes, as a log lists them.
     inputs: dict[str, str] = field(default_factory=dict)
+    #: Where torch has no cache regions: (file, code name, first line) of the Python frames below the compile,
+    #: innermost first.
+    callers: tuple[tuple[str, str, int], ...] = ()
 
 
 #: The most collective kernels (and cache lookups) a frame keeps.

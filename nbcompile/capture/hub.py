@@ -38,17 +38,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import threading
 import time
+import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..core.lazy import lazy_module
 from ..core.names import torch_name
-from ..model.report import Fix, Graph, GraphBreak, GuardChange, Report
+from ..model.report import Fix, Graph, GraphBreak, GuardChange, Report, entry_of
 from . import guards as guard_ops
 from .cache_keys import KeyBook
 from .cell import cell_line_of
@@ -112,6 +114,9 @@ class Recording:
         #: none): every compile of the session is there, and what a
         #: toggle that recompiles some entries only carries over from the previous report (``carried``).
         self.entry_of: dict[str, str] = {}
+        #: Where torch has no cache regions: (file, code name) of each entry's function -> (its first and last
+        #: line, the entry; "" when two entries share it); a compile belongs to the innermost entry on the stack.
+        self.entry_codes: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
         #: Called with the report after each frame compiled for it (a view's progress line); never raises.
         self.progress: Callable[[Report], None] | None = None
 
@@ -168,6 +173,25 @@ class Recording:
 
     def own_span(self, filename: str, first: int, last: int) -> None:
         self.spans.append((filename, first, last))
+
+    def entry_code(self, code: types.CodeType, entry: str) -> None:
+        """Where torch has no cache regions: ``code`` (an entry's function) compiles for ``entry``."""
+        last = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
+        spans = self.entry_codes.setdefault((code.co_filename, code.co_name), [])
+        for i, (first, end, known) in enumerate(spans):
+            if first <= last and code.co_firstlineno <= end:  # one code, or two that overlap: "" if two entries
+                spans[i] = (min(first, code.co_firstlineno), max(end, last), known if known == entry else "")
+                return
+        spans.append((code.co_firstlineno, last, entry))
+
+    def entry_on_stack(self, frames: Iterable[tuple[str, str, int]]) -> str:
+        """The entry whose function (or one of its resume functions) is innermost among ``frames`` ((file, code
+        name, first line), innermost first), or "" (none, or one two entries share)."""
+        for filename, name, first in frames:
+            for start, end, entry in self.entry_codes.get((filename, entry_of(name)[0]), ()):
+                if start <= first <= end:
+                    return entry
+        return ""
 
     def owns(self, filename: str, lineno: int) -> bool:
         if filename in self.cell_files:
@@ -484,6 +508,8 @@ class Hub:
             pending.active = weakref.ref(active[-1])
         if not self.offline:
             pending.state = GlobalState.now()
+            if torch_compat.CONFIG_COPIES:  # which entry it compiles for is read from the stack (no regions)
+                pending.callers = _callers()
 
     def _owner_for(self, pending: Pending, metrics: CompilationMetrics) -> Recording | None:
         for ref in (pending.backend_owner, pending.active):
@@ -512,11 +538,35 @@ class Hub:
         # every compile counted (a kept configuration whose code did not serve is told by it); the entry it
         # compiled for is known where torch has cache regions
         region = torch_compat.current_region() if owner.regions else None
-        owner.entry_of[compile_id] = owner.regions.get(region, "") if region is not None else ""
+        if region is not None:
+            owner.entry_of[compile_id] = owner.regions.get(region, "")
+        elif owner.entry_codes:  # no regions: the innermost entry on the stack that compiled it
+            frames = ((metrics.co_filename or "", metrics.co_name or "", metrics.co_firstlineno or 0),
+                      *pending.callers)
+            owner.entry_of[compile_id] = owner.entry_on_stack(frames)
+        else:
+            owner.entry_of[compile_id] = ""
         apply_compilation(owner, pending, metrics)
         owner.notify()
         owner.compiled()
 
+
+def _callers() -> tuple[tuple[str, str, int], ...]:
+    """(file, code name, first line) of the Python frames below a compile starting now, innermost first (torch's
+    own left out): the frames of the entry whose call compiles are among them."""
+    out: list[tuple[str, str, int]] = []
+    frame = inspect.currentframe()
+    while frame is not None and len(out) < MAX_CALLERS:
+        code = frame.f_code
+        if _TORCH_DIR not in code.co_filename:
+            out.append((code.co_filename, code.co_name, code.co_firstlineno))
+        frame = frame.f_back
+    return tuple(out)
+
+
+#: The most frames ``_callers`` keeps; where torch lives.
+MAX_CALLERS = 200
+_TORCH_DIR = f"{os.sep}torch{os.sep}"
 
 #: The most compiles whose global state is remembered.
 MAX_STATES = 4096

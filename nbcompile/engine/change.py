@@ -368,9 +368,12 @@ class ChangeRunner:
                      "what it was compiled for changed since)")
         else:
             again = w.compiled_again(key)
-        # without regions an entry's helpers are bound by name, one copy for every entry: all compile anew
-        affected = w.affected(changed) if changed is not None and valid and torch_compat.CACHE_REGIONS and \
-            w.room_for(key) else None
+        # without regions the entries that share a copy of a function with an altered one compile anew too
+        affected = w.affected_copies(changed) if changed is not None and valid and w.room_for(key) else None
+        if affected is None and changed is not None and valid and w.room_for(key):
+            # every entry compiles anew (one nbcompile cannot read through: a module), the kept configurations
+            # keep theirs: a toggle back recalls them
+            affected = set(w.entries)
         if self.first_view_wanted():
             w.restart(affected, rebind=False)
             if self._view_pass(old, affected) or not w.copies_still_valid():
@@ -437,7 +440,7 @@ class ChangeRunner:
         first.stage = "dynamo"
         self.recording.report = first
         try:
-            with self.workload.first_view():
+            with self.workload.first_view(affected=affected):
                 self._run_noted(on_copies=True, view_only=True)
         except Exception:  # noqa: BLE001  the backend's run, next, fails the same way and is reported
             return False

@@ -254,6 +254,10 @@ class Workload:
         region = torch_compat.region_of(compiled)
         if region is not None:
             self.recording.regions[region] = name
+        elif name:  # no regions: which entry a compile is for is read from the stack, by the entry's code
+            code = code_of(obj)
+            if code is not None:
+                self.recording.entry_code(code, name)
         if self._view_backend is None and name:
             self._wrappers[key] = (obj, compiled)
         return compiled
@@ -431,8 +435,17 @@ class Workload:
                 f"{', '.join(guarded) or 'some of them'} by identity; going back to it from now on compiles nothing")
 
     def room_for(self, key: Any) -> bool:
-        """Whether a new configuration ``key`` may compile beside the code kept (else: drop it all first)."""
-        return self.configs.room_for(key, len(self.entries))
+        """Whether a new configuration ``key`` may compile beside the code kept (else: drop it all first). Where
+        torch has no cache regions, also room on the code objects every configuration shares (a module entry's
+        forward and its resume functions): at most half of Dynamo's recompile limit used, so that a configuration
+        never runs eagerly for the others' entries."""
+        if not self.configs.room_for(key, len(self.entries)):
+            return False
+        if not torch_compat.CONFIG_COPIES:
+            return True
+        limit = torch_compat.recompile_limit()
+        return all(len(torch_compat.cache_entries(c)) * 2 < limit
+                   for code in self.owned_codes() for c in (code, *torch_compat.resume_codes(code)))
 
     @property
     def kept_count(self) -> int:
@@ -450,11 +463,30 @@ class Workload:
             original = torch_compat.unwrap_compiled(self.bindings[entry].original)
             if entry in targets:
                 out.add(entry)
+            elif isinstance(original, torch.nn.Module):
+                if self._module_reaches(original, targets):
+                    out.add(entry)
             elif not isinstance(unwrap(original), types.FunctionType):
                 return None
             elif self._reaches(unwrap(original).__code__, targets, set()):
                 out.add(entry)
         return out
+
+    def _module_reaches(self, module: torch.nn.Module, targets: dict[str, Any]) -> bool:
+        """Whether a module entry may call one of ``targets``: a method the user wrote (in the MRO of it or of a
+        submodule) reaches one, or an attribute of one of them (a hook, a function kept on it) may call one."""
+        seen: set[int] = set()
+        for sub in module.modules():
+            for klass in type(sub).__mro__:
+                for fn in vars(klass).values():
+                    fn = getattr(fn, "__func__", fn)  # staticmethod, classmethod
+                    if isinstance(fn, types.FunctionType) and user_code(fn.__code__) and \
+                            self._reaches(fn.__code__, targets, seen):
+                        return True
+            for attr, value in vars(sub).items():
+                if attr not in ("_parameters", "_buffers", "_modules") and self._may_call(value, targets, seen):
+                    return True
+        return False
 
     def _reaches(self, code: types.CodeType, targets: dict[str, Any], seen: set[int]) -> bool:
         if id(code) in seen:
@@ -492,16 +524,50 @@ class Workload:
         return any(isinstance(f, types.FunctionType) and user_code(f.__code__)
                    for klass in cls.__mro__ if klass.__module__ != "builtins" for f in vars(klass).values())
 
+    def affected_copies(self, changed: Collection[str]) -> set[str] | None:
+        """``affected``, where torch has no cache regions: the cell's functions are bound by name to one copy
+        for every entry, so the entries a change alters take new copies of every function they reach, and every
+        entry that reaches one of those compiles anew too (what stays is an entry that shares no copy with them).
+        None: every entry (also when two entries share a function's code: the stack cannot tell them apart)."""
+        affected = self.affected(changed)
+        if not torch_compat.CONFIG_COPIES or affected is None:
+            return affected
+        if any(entry == "" for spans in self.recording.entry_codes.values() for _, _, entry in spans):
+            return None
+        while True:
+            more = self.affected({*changed, *self.reached_copies(affected)})
+            if more is None or more <= affected:
+                return more
+            affected = more
+
+    def reached_copies(self, entries: Collection[str]) -> set[str]:
+        """Where torch has no cache regions: the cell's functions bound to copies (``copied_names``) that the
+        ``entries`` reach (every one, when an entry cannot be read through)."""
+        names = self.copied_names()
+        if not torch_compat.CONFIG_COPIES or not entries:
+            return set()
+        codes = []
+        for entry in entries:
+            fn = unwrap(torch_compat.unwrap_compiled(self.bindings[entry].original)) if entry in self.bindings else None
+            if not isinstance(fn, types.FunctionType):
+                return set(names)
+            codes.append(fn.__code__)
+        return {n for n in names if n in entries or any(self._reaches(c, {n: self.tracked.get(n)}, set())
+                                                          for c in codes)}
+
     @contextlib.contextmanager
-    def first_view(self, backend: str = "eager") -> Iterator[None]:
+    def first_view(self, backend: str = "eager", affected: Collection[str] | None = None) -> Iterator[None]:
         """For the duration, the entries bound to wrappers of their own that compile with ``backend``
-        (Dynamo only, by default): the first view's pass. The current wrappers are bound back after."""
+        (Dynamo only, by default): the first view's pass. The current wrappers are bound back after.
+        ``affected``: the entries that compile in the pass (None: all)."""
         self._view_backend = backend
         # without cache regions the pass's compiles need code objects of their own, or the backend's stage would
-        # find them: copies of the cell's functions for the pass only
+        # find them: copies of the cell's functions for the pass only (not of those only kept entries reach,
+        # whose compiled code guards the copies it was compiled with)
         kept = self._copies_of
         if torch_compat.CONFIG_COPIES:
-            self._copies_of = {}
+            fresh = self.reached_copies(affected) if affected is not None else set(kept)
+            self._copies_of = {n: c for n, c in kept.items() if n not in fresh}
         try:
             self.rebind()
             yield
@@ -577,6 +643,9 @@ class Workload:
             self.drop_compiled_code(keep_configs=torch_compat.CONFIG_COPIES)
         else:
             self._wrappers = {k: v for k, v in self._wrappers.items() if k[0] not in affected}
+            if torch_compat.CONFIG_COPIES:  # new copies of what they reach (the kept configurations keep theirs)
+                fresh, bound = self.reached_copies(affected), set(self.copied_names())
+                self._copies_of = {n: c for n, c in self._copies_of.items() if n in bound and n not in fresh}
         self._wrappers_generation = self.generation if self.copies is not None else -1
         self.forget_dynamism()
         if torch_compat.CONFIG_COPIES:
