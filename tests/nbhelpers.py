@@ -185,3 +185,17 @@ ITEM_PRINT_CELL = textwrap.dedent("""\
         return helper(y).cos()
     x = torch.randn(8, generator=torch.Generator().manual_seed(0))
     """)
+
+
+def splits_in_fresh_process(code: str, why: str = "") -> int:
+    """Run ``code`` (a script that prints ``RESULT {"splits": n}``) in a fresh Python process: the graph splits
+    it counted. Fails with the process's error when it printed none."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, f"{why}\n{done.stderr[-2000:]}"
+    return int(json.loads(line[0][7:])["splits"])
+

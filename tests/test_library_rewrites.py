@@ -11,9 +11,7 @@ it), so nbcompile treats it as it treats transformers."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -22,7 +20,7 @@ import pytest
 import nbcompile
 from nbcompile.core.errors import NbcompileError
 
-from nbhelpers import run_compile_cell
+from nbhelpers import run_compile_cell, splits_in_fresh_process
 
 LAYERS = textwrap.dedent("""\
     import torch
@@ -136,10 +134,7 @@ def test_breaks_in_library_code_are_removed_by_proven_rewrites_bound_while_the_s
         torch.testing.assert_close(got, expected)
         print("RESULT " + json.dumps({"splits": len(graphs) - 1}))
         """).replace("SNIPPET", repr(snippet))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert line, done.stderr[-2000:]
-    assert json.loads(line[0][7:])["splits"] == 0, snippet
+    assert splits_in_fresh_process(code, snippet) == 0, snippet
 
     # reset gives the library its own functions back, exactly
     session.reset()

@@ -7,10 +7,8 @@ check against eager. Real IPython shell, real Dynamo (backend eager)."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -18,7 +16,7 @@ import pytest
 
 import nbcompile
 
-from nbhelpers import run_compile_cell
+from nbhelpers import run_compile_cell, splits_in_fresh_process
 from real_models_oracle import import_torchvision
 
 pytest.importorskip("transformers")
@@ -99,10 +97,7 @@ def test_config_remedies_on_bert_a_number_a_print_and_a_dynamic_shape(ip):
         torch.testing.assert_close(got, expected)
         print("RESULT " + json.dumps({"splits": len(graphs) - 1}))
         """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert line, done.stderr[-2000:]
-    assert json.loads(line[0][7:])["splits"] == 0, snippet
+    assert splits_in_fresh_process(code, snippet) == 0, snippet
 
 
 def test_a_toggle_for_a_helper_that_leaves_torch_on_bert(ip):

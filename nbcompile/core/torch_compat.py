@@ -92,8 +92,10 @@ if _CURRENT_REGION is None:
     MISSING["cache regions"] = (
         "torch has no readable cache region: nbcompile keeps each configuration's compiled code on copies of the "
         "cell's functions instead (a code object of their own per configuration), so toggling back compiles "
-        "nothing; but a toggle compiles every entry of the cell anew (the cell's functions are bound by name, one "
-        "copy for every entry), and a module entry's forward compiles again on a toggle back")
+        "nothing and a toggle compiles the entries that reach what it changes; but the cell's functions are bound "
+        "by name, one copy for all entries, so an entry that shares a function with those compiles anew too, and "
+        "a module entry's forward keeps the configurations' code on its class's own code object until half of "
+        "Dynamo's recompile limit, then every entry compiles anew")
 #: Whether a toggle can keep the compiled code of entries it does not reach, and of configurations seen before.
 CACHE_REGIONS = _CURRENT_REGION is not None
 #: Without cache regions, each configuration compiles copies of the cell's functions (fresh code objects, whose

@@ -20,8 +20,9 @@ from ..core.names import is_torch_name
 from ..model.fixsearch import Trial
 from ..model.report import Report, Rewrite
 from . import library, trial
+from .codes import code_of
 from .toggles import available_function_modes
-from .workload import Workload, code_of
+from .workload import Workload
 
 #: One configuration to try: (toggles, options, the label that says what it changed).
 Candidate = tuple[dict[str, str], dict[str, Any], str]

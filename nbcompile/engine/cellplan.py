@@ -14,8 +14,8 @@ from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.options import CellOptions
 from . import library
+from .codes import code_of
 from .toggles import validate_flags
-from .workload import code_of
 
 
 def _tracked_objects(namespace: dict[str, Any], cell: CellFunctions, filename: str) -> dict[str, Any]:

@@ -30,9 +30,10 @@ from ..core.names import torch_name
 from ..model.report import Check, CompileError, Report
 from . import check as check_ops
 from . import trial
+from .codes import unwrap
 from .replay import Replay
 from .usercode import user_file
-from .workload import Workload, unwrap
+from .workload import Workload
 
 
 class ChangeHost(Protocol):

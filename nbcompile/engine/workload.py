@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import inspect as _inspect
 import io
 import linecache
@@ -29,53 +28,15 @@ from ..core.options import CellOptions
 from ..model.report import LintWarning, Report, Rewrite
 from . import check as check_ops
 from . import custom_ops, library
+from .codes import code_of
 from .compiler import compiled_copy, drop_compiled, own_forward
 from .configs import Kept, KeptConfigs
+from .entry_reach import EntryReach
 from .replay import SWAPPED, Replay
 from .stance import Stances
 from .state import Reached, ReadOnly, Slot, reach
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
-from .usercode import user_code
-
-
-def unwrap(obj: Any) -> Any:
-    """The function a decorator (``@torch.no_grad()``, ``functools.wraps``) wrapped."""
-    obj = torch_compat.unwrap_compiled(obj)
-    try:
-        return _inspect.unwrap(obj) if callable(obj) else obj
-    except ValueError:  # a __wrapped__ cycle
-        return obj
-
-
-def code_of(obj: Any) -> types.CodeType | None:
-    """The code object behind a function, a method, a decorated function or a module's ``forward``."""
-    obj = torch_compat.unwrap_compiled(obj)
-    if isinstance(obj, torch.nn.Module):
-        obj = type(obj).forward
-    obj = unwrap(obj)
-    obj = getattr(obj, "__func__", obj)
-    code = getattr(obj, "__code__", None)
-    return code if isinstance(code, types.CodeType) else None
-
-
-@functools.lru_cache(maxsize=4096)
-def _names_of(code: types.CodeType) -> frozenset[str]:
-    """The global, attribute and free names ``code`` (nested code included) uses (read once per code)."""
-    return frozenset(n for c in torch_compat.iter_code_objects(code) for n in (*c.co_names, *c.co_freevars))
-
-
-def code_span(code: types.CodeType) -> tuple[str, int, int]:
-    """(filename, first line, last line) of ``code``: where a report's items of its function are."""
-    return code.co_filename, code.co_firstlineno, _last_line(code, code.co_filename)
-
-
-@functools.lru_cache(maxsize=4096)
-def _last_line(code: types.CodeType, filename: str) -> int:
-    # keyed by the filename too: code objects compare equal across files (two cells with the same function
-    # at the same line), and only the filename tells them apart
-    lines = [line for _, _, line in code.co_lines() if line]
-    return max(lines, default=code.co_firstlineno)
 
 
 def _no_lint(_name: str) -> list[LintWarning]:
@@ -95,6 +56,8 @@ class Workload:
         self.label = label
         #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
         self.tracked = tracked
+        #: What the entries reach (``affected``): read from the namespace and the tracked functions, live.
+        self.reach = EntryReach(namespace, tracked)
         self.entries = entries
         #: The session's recording: its compiles report there.
         self.recording = recording
@@ -403,8 +366,8 @@ class Workload:
         """Whether configuration ``left``, just left by a change of ``changed``, should be compiled on the current
         toggle copies (``Session``'s warm-up, in idle time): it was kept, but compiled on other objects (the cell's
         own run compiles on the user's) which torch guards by identity, so a toggle back would compile again;
-        the current configuration is kept on these copies (the warm-up's way back recalls it) and the change
-        reaches only some entries (so the warm-up drops no other configuration's code)."""
+        the current configuration is kept on these copies (the warm-up's way back recalls it) and there is room
+        for it (so the warm-up drops no other configuration's code)."""
         copies = self.copies
         if copies is None or copies.refused is not None or _identity_free(copies):
             return False
@@ -415,10 +378,9 @@ class Workload:
             stale = kept.generation != self.generation
         # room for it beside what is kept, none forgotten (a stale one is forgotten first, when recalled)
         room = self.configs.room_for_another(len(self.entries), replacing=kept is not None)
-        # with regions, a change that reaches every entry drops every configuration's code; copies of the cell's
-        # code per configuration (no regions) keep theirs whatever the change reaches
-        return (stale and room and now is not None and now.generation == self.generation
-                and (torch_compat.CONFIG_COPIES or self.affected(changed) is not None))
+        # a change that reaches every entry compiles them all anew beside the kept code, while there is room for it
+        # (``room_for``: without regions, also on the code objects all configurations share)
+        return stale and room and now is not None and now.generation == self.generation and self.room_for(left)
 
     def compiled_again(self, key: Any) -> str:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
@@ -452,77 +414,9 @@ class Workload:
         return len(self.configs)
 
     def affected(self, changed: Collection[str]) -> set[str] | None:
-        """The entries whose compiled code a change of the names ``changed`` can alter: each entry that is one
-        of them or reaches one (through the functions, globals and containers its code names). None: every
-        entry (a torch callable, a library function, a method, or an entry nbcompile cannot read through)."""
-        if any(is_torch_name(n) or library.is_library_name(n) or "." in n for n in changed):
-            return None
-        targets = {n: self.tracked.get(n) for n in changed}
-        out: set[str] = set()
-        for entry in self.entries:
-            original = torch_compat.unwrap_compiled(self.bindings[entry].original)
-            if entry in targets:
-                out.add(entry)
-            elif isinstance(original, torch.nn.Module):
-                if self._module_reaches(original, targets):
-                    out.add(entry)
-            elif not isinstance(unwrap(original), types.FunctionType):
-                return None
-            elif self._reaches(unwrap(original).__code__, targets, set()):
-                out.add(entry)
-        return out
-
-    def _module_reaches(self, module: torch.nn.Module, targets: dict[str, Any]) -> bool:
-        """Whether a module entry may call one of ``targets``: a method the user wrote (in the MRO of it or of a
-        submodule) reaches one, or an attribute of one of them (a hook, a function kept on it) may call one."""
-        seen: set[int] = set()
-        for sub in module.modules():
-            for klass in type(sub).__mro__:
-                for fn in vars(klass).values():
-                    fn = getattr(fn, "__func__", fn)  # staticmethod, classmethod
-                    if isinstance(fn, types.FunctionType) and user_code(fn.__code__) and \
-                            self._reaches(fn.__code__, targets, seen):
-                        return True
-            for attr, value in vars(sub).items():
-                if attr not in ("_parameters", "_buffers", "_modules") and self._may_call(value, targets, seen):
-                    return True
-        return False
-
-    def _reaches(self, code: types.CodeType, targets: dict[str, Any], seen: set[int]) -> bool:
-        if id(code) in seen:
-            return False
-        seen.add(id(code))
-        names = _names_of(code)
-        if not names.isdisjoint(targets):
-            return True
-        return any(self._may_call(self.namespace.get(n, _MISSING), targets, seen) for n in names)
-
-    def _may_call(self, value: Any, targets: dict[str, Any], seen: set[int], depth: int = 0) -> bool:
-        """Whether ``value`` (a global the code names) may call one of ``targets``: a function of the cell
-        that reaches one, a container holding one, or an object of a class the user wrote."""
-        if value is _MISSING or isinstance(value, (types.ModuleType, torch.Tensor, str, bytes, int, float, bool,
-                                                   type(None))):
-            return False
-        plain = torch_compat.unwrap_compiled(value)
-        if any(plain is t or unwrap(plain) is t for t in targets.values() if t is not None):
-            return True
-        if isinstance(plain, (list, tuple, set, frozenset, dict)) and depth < 3:
-            items = list(plain.values()) if isinstance(plain, dict) else list(plain)
-            return any(self._may_call(v, targets, seen, depth + 1) for v in items[:1000])
-        fn = unwrap(plain)
-        if isinstance(fn, types.FunctionType):
-            if not user_code(fn.__code__):
-                return False  # a library function: it cannot call the cell's functions by name
-            return self._reaches(fn.__code__, targets, seen)
-        if isinstance(plain, torch.nn.Module):  # a library container (nn.Sequential) of the user's modules
-            return any(self._user_class(type(m)) for m in plain.modules())
-        return self._user_class(plain if isinstance(plain, type) else type(plain))
-
-    @staticmethod
-    def _user_class(cls: type) -> bool:
-        """A class with a method the user wrote (in its MRO): its instances may call the cell's functions."""
-        return any(isinstance(f, types.FunctionType) and user_code(f.__code__)
-                   for klass in cls.__mro__ if klass.__module__ != "builtins" for f in vars(klass).values())
+        """The entries whose compiled code a change of the names ``changed`` can alter (``EntryReach.affected``):
+        each entry that is one of them or reaches one. None: every entry."""
+        return self.reach.affected(changed, {e: self.bindings[e].original for e in self.entries})
 
     def affected_copies(self, changed: Collection[str]) -> set[str] | None:
         """``affected``, where torch has no cache regions: the cell's functions are bound by name to one copy
@@ -543,17 +437,10 @@ class Workload:
     def reached_copies(self, entries: Collection[str]) -> set[str]:
         """Where torch has no cache regions: the cell's functions bound to copies (``copied_names``) that the
         ``entries`` reach (every one, when an entry cannot be read through)."""
-        names = self.copied_names()
         if not torch_compat.CONFIG_COPIES or not entries:
             return set()
-        codes = []
-        for entry in entries:
-            fn = unwrap(torch_compat.unwrap_compiled(self.bindings[entry].original)) if entry in self.bindings else None
-            if not isinstance(fn, types.FunctionType):
-                return set(names)
-            codes.append(fn.__code__)
-        return {n for n in names if n in entries or any(self._reaches(c, {n: self.tracked.get(n)}, set())
-                                                          for c in codes)}
+        return self.reach.reached([self.bindings[e].original for e in entries if e in self.bindings],
+                                  self.copied_names())
 
     @contextlib.contextmanager
     def first_view(self, backend: str = "eager", affected: Collection[str] | None = None) -> Iterator[None]:
@@ -866,8 +753,6 @@ class Workload:
         """Share no more tensors with runs on copies (one wrote a tensor the user's run only read)."""
         self.read_only = None
 
-
-_MISSING = object()
 
 
 def _identity_free_value(value: Any) -> bool:

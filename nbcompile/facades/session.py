@@ -38,15 +38,17 @@ from ..engine import library, trial
 from ..engine import snippet as export_ops
 from ..engine import timing as bench_ops
 from ..engine.change import ChangeRunner, toggle_name
+from ..engine.codes import WHOLE, report_spans, unwrap
 from ..engine.custom_ops import export_code
 from ..engine.replay import swapping
 from ..engine.search import Searcher
 from ..engine.toggles import StaleError, Toggles
-from ..engine.workload import Workload, code_of, code_span, unwrap
+from ..engine.workload import Workload
 from ..model.fixsearch import FixSearch
 from ..model.render import MIME_TYPE
 from ..model.report import LintWarning, PartCounts, Report, Rewrite
 from . import rewrites
+from .bound_rewrites import BoundRewrites
 from .fixrun import FixRun
 from .rewrites import CellRewrites
 
@@ -55,10 +57,6 @@ __all__ = ["FixRun", "Session", "last", "session_of_cell", "sessions"]
 _SESSIONS: list[Session] = []
 #: The live session of each cell, by cell identity.
 _BY_CELL: dict[Hashable, Session] = {}
-
-
-#: ``Session._function_spans`` of an entry that is not a function of the cell: the whole report is its part.
-_WHOLE = object()
 
 
 def sessions() -> list[Session]:
@@ -107,8 +105,8 @@ class Session:
                                  recording=self.recording, label=label, lint=self.lint)
         #: name -> (the tracked function, where its report items are): ``_function_spans``, once per function.
         self._spans: dict[str, tuple[Any, Any]] = {}
-        #: The library rewrites the fix search applied: library function -> (its rewrites, the bound copy).
-        self._library_rewrites: dict[str, tuple[list[Rewrite], library.LibraryRewrite]] = {}
+        #: The library rewrites the fix search applied, bound while the session holds them.
+        self._library_rewrites = BoundRewrites(self.workload)
         self.report.warnings = self._current_warnings()
         self.report.snippet = self._snippet()
         self.recording.advise = lambda brk: self._advisor()(brk)
@@ -351,60 +349,16 @@ class Session:
 
     def set_library_rewrites(self, wanted: list[Rewrite]) -> library.RewriteSwap:
         """Bind exactly ``wanted`` (the fix search's proven rewrites of library lines) as rewritten copies of their
-        library functions, each a layer of the function's slot (the file is never written); those bound before
-        and not wanted are undone. Every copy is built before anything is bound: a ValueError (the installed
-        library no longer reads as a rewrite expects) binds nothing, and a failure while binding puts back what
-        was bound before. Returns what changed and its undo. Nothing compiles here: the caller restarts
-        (``apply_config(everything=True)``)."""
+        library functions, each a layer of the function's slot (``BoundRewrites.swap``: all built before any is
+        bound, a failure puts back what was bound). Returns what changed and its undo. Nothing compiles here: the
+        caller restarts (``apply_config(everything=True)``)."""
         self.check_open()
-        names = dict.fromkeys(r.function for r in wanted)
-        by_name = {name: [r for r in wanted if r.function == name] for name in names}
-        previous = dict(self._library_rewrites)
-
-        def same(a: list[Rewrite], b: list[Rewrite]) -> bool:  # the same rewrites, in any order
-            return len(a) == len(b) and all(r in b for r in a)
-
-        built = {name: rewrites.library_function(mine) for name, mine in by_name.items()
-                 if name not in previous or not same(previous[name][0], mine)}
-        gone = [name for name in previous if name not in by_name or name in built]
-        if not built and not gone:
-            return library.RewriteSwap(False, lambda: None)
-
-        def put(layers: dict[str, tuple[list[Rewrite], Any]]) -> None:
-            """Bind ``layers`` (name -> (rewrites, a copy)) in place of what is bound now, each step apart: one
-            that fails does not keep the others from being undone or bound."""
-            problems: list[BaseException] = []
-            for name in list(self._library_rewrites):
-                if self._library_rewrites[name][1].fn is not layers.get(name, (None, None))[1]:
-                    try:
-                        self._library_rewrites.pop(name)[1].undo()
-                    except BaseException as exc:  # noqa: BLE001  (the rest are undone all the same)
-                        problems.append(exc)
-            for name, (mine, fn) in layers.items():
-                if name not in self._library_rewrites:
-                    try:
-                        self._library_rewrites[name] = (mine, library.LibraryRewrite(name, fn))
-                    except BaseException as exc:  # noqa: BLE001
-                        problems.append(exc)
-            self.workload.library_rewrites = [r for mine, _ in self._library_rewrites.values() for r in mine]
-            self.workload.library_copies = {n: handle.fn for n, (_, handle) in self._library_rewrites.items()}
-            if problems:
-                raise problems[0]
-
-        before = {name: (mine, handle.fn) for name, (mine, handle) in previous.items()}
-        after = {**{n: v for n, v in before.items() if n not in gone},
-                 **{n: (by_name[n], fn) for n, fn in built.items()}}
-        try:
-            put(after)
-        except BaseException:
-            put(before)
-            raise
-        return library.RewriteSwap(True, lambda: put(before))
+        return self._library_rewrites.swap(wanted)
 
     @property
     def library_rewrites(self) -> list[Rewrite]:
         """The rewrites of library lines the fix search applied (bound while the session holds them)."""
-        return [r for mine, _ in self._library_rewrites.values() for r in mine]
+        return self._library_rewrites.rewrites
 
     def _options_with(self, changes: dict[str, Any]) -> CellOptions:
         """The options with ``changes``, checked: an unknown option or a bad value is refused before anything
@@ -659,30 +613,21 @@ class Session:
         """The part of the report about one tracked function, joined by its code (not its short name);
         for an entry that is not a function of the cell (an nn.Module instance), the whole report."""
         spans = self._function_spans(name)
-        return self.report if spans is _WHOLE else self.report.for_function(name, spans)
+        return self.report if spans is WHOLE else self.report.for_function(name, spans)
 
     def function_counts(self, name: str) -> PartCounts:
         """``function_report(name)``'s frames, breaks, causes and recompiles, counted without making it."""
         spans = self._function_spans(name)
-        return PartCounts.of(self.report) if spans is _WHOLE else self.report.part_counts(name, spans)
+        return PartCounts.of(self.report) if spans is WHOLE else self.report.part_counts(name, spans)
 
     def _function_spans(self, name: str) -> Any:
-        """Where ``name``'s items are: its code's span (and torch's wrapper frame for a decorated entry), None
-        to join by its short name (no code), ``_WHOLE`` for an entry that is not a function of the cell."""
+        """Where ``name``'s items are (``codes.report_spans``), once per function object (a panel row asks at
+        every redraw)."""
         original = self.workload.tracked.get(name)
         known = self._spans.get(name)
-        if known is not None and known[0] is original:  # a panel row asks at every redraw
-            return known[1]
-        if original is None and name in self.entries:
-            return _WHOLE
-        code = code_of(original)
-        spans = None if code is None else [code_span(code)]
-        if spans is not None and name in self.entries and unwrap(original) is not original:
-            # torch.compile of a decorated entry (@torch.no_grad()) compiles a frame torch adds around it
-            spans.append(torch_compat.WRAPPER_FRAME_SPAN)
-        if original is not None:
-            self._spans[name] = (original, spans)
-        return spans
+        if known is None or known[0] is not original:
+            known = self._spans[name] = (original, report_spans(original, entry=name in self.entries))
+        return known[1]
 
     def stance(self, name: str | None = None) -> str:
         """``torch.compiler.set_stance(name)`` around the user's calls of this session's entries only (not
@@ -706,12 +651,7 @@ class Session:
             try:
                 self.engine.undo_all()
             finally:
-                for _, handle in self._library_rewrites.values():
-                    with contextlib.suppress(Exception):  # each undone apart: one that fails keeps no other bound
-                        handle.undo()
-                self._library_rewrites.clear()
-                self.workload.library_rewrites = []
-                self.workload.library_copies = {}
+                self._library_rewrites.undo_all()
             self.workload.drop_compiled_code()
             self.workload.forget_dynamism()
         finally:
