@@ -263,6 +263,43 @@ def test_a_toggle_keeps_only_the_entries_that_share_nothing_with_what_it_alters(
     assert sorted(fr.function for fr in fresh.report.frames) == functions
 
 
+MODULE_CELL = """
+import torch
+def helper(x):
+    print("helper saw", tuple(x.shape))
+    return x.sin()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        return helper(self.lin(x)).cos()
+model = Net()
+def g(x):
+    return torch.tanh(x) * 3
+"""
+
+
+def test_a_module_entry_is_read_through_and_its_configurations_kept(ip):
+    """A module entry: what its methods reach is read (a toggle of ``helper`` alters ``model`` only, ``g`` keeps
+    its code), and every configuration is kept (a toggle back compiles nothing), with regions or without."""
+    ip.user_ns["x"] = torch.randn(2, 8)
+    session = _run(ip, '--backend eager --run "(model(x), g(x))" --no-panel', MODULE_CELL)
+    assert sorted(session.entries) == ["g", "model"]
+    assert session.workload.affected({"helper"}) == {"model"}
+    session.set("helper", "disable")  # the first toggle: the cell's run compiled on your objects, all anew
+    seen = {fr.compile_id for fr in session.report.frames}
+    back = session.set("helper", "compile")
+    entry_of = session.recording.entry_of
+    new = {entry_of[fr.compile_id] for fr in back.frames if fr.compile_id not in seen}
+    assert new == {"model"}, "g never calls helper: its code was kept"
+    assert back.check.ok and back.check.compared
+    before = _compiled_frames()
+    assert session.set("helper", "disable").check.ok
+    assert session.set("helper", "compile").check.ok
+    assert _compiled_frames() == before, "a toggle back to a configuration kept compiled again"
+
+
 def test_two_stages_in_order_with_inductor_and_one_redraw_per_click(ip):
     ip.user_ns["x"] = torch.randn(16)
     session = _run(ip, '--run "(f(x), g(x))"', CELL)

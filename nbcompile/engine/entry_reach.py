@@ -51,20 +51,20 @@ class EntryReach:
                     out.add(entry)
             elif not isinstance(unwrap(original), types.FunctionType):
                 return None
-            elif self._reaches(unwrap(original).__code__, targets, set()):
+            elif self._function_reaches(unwrap(original), targets, set()):
                 out.add(entry)
         return out
 
     def reached(self, entries: Iterable[Any], names: Collection[str]) -> set[str]:
         """Which of the cell's functions ``names`` the ``entries`` (the objects compiled) reach; every one when an
         entry cannot be read through."""
-        codes = []
+        functions = []
         for obj in entries:
             fn = unwrap(torch_compat.unwrap_compiled(obj))
             if not isinstance(fn, types.FunctionType):
                 return set(names)
-            codes.append(fn.__code__)
-        return {n for n in names if any(self._reaches(c, {n: self.tracked.get(n)}, set()) for c in codes)}
+            functions.append(fn)
+        return {n for n in names if any(self._function_reaches(f, {n: self.tracked.get(n)}, set()) for f in functions)}
 
     def _module_reaches(self, module: torch.nn.Module, targets: dict[str, Any]) -> bool:
         """Whether a module entry may call one of ``targets``: a method the user wrote (in the MRO of it or of a
@@ -81,6 +81,15 @@ class EntryReach:
                 if attr not in ("_parameters", "_buffers", "_modules") and self._may_call(value, targets, seen):
                     return True
         return False
+
+    def _function_reaches(self, fn: types.FunctionType, targets: dict[str, Any], seen: set[int]) -> bool:
+        """Whether the function ``fn`` may call one of ``targets``: by a name its code uses, or through a value its
+        closure or its defaults hold (``make_step(helper)``, ``lambda o, f=helper: f(o)``)."""
+        if self._reaches(fn.__code__, targets, seen):
+            return True
+        held = [c.cell_contents for c in fn.__closure__ or () if _filled(c)] + list(fn.__defaults__ or ())
+        held += list((fn.__kwdefaults__ or {}).values())
+        return any(self._may_call(v, targets, seen) for v in held)
 
     def _reaches(self, code: types.CodeType, targets: dict[str, Any], seen: set[int]) -> bool:
         if id(code) in seen:
@@ -107,10 +116,18 @@ class EntryReach:
         if isinstance(fn, types.FunctionType):
             if not user_code(fn.__code__):
                 return False  # a library function: it cannot call the cell's functions by name
-            return self._reaches(fn.__code__, targets, seen)
+            return self._function_reaches(fn, targets, seen)
         if isinstance(plain, torch.nn.Module):  # a library container (nn.Sequential) of the user's modules
             return any(user_class(type(m)) for m in plain.modules())
         return user_class(plain if isinstance(plain, type) else type(plain))
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018  (an empty cell raises)
+    except ValueError:
+        return False
+    return True
 
 
 def user_class(cls: type) -> bool:
