@@ -210,6 +210,22 @@ def _wrapper_fell_back(report: Report) -> bool:
             and (last.filename, last.firstlineno) == torch_compat.WRAPPER_FRAME_SPAN[:2])
 
 
+class _Causes:
+    """The (function, cause) of the recompiles of the report read last: a trace's thousand recompiles are looked
+    up, not scanned one by one. Read again for another report, or when its recompiles changed otherwise."""
+
+    report: weakref.ref[Report] | None = None
+    seen: set[tuple[str, Any]] = set()
+    count = -1
+
+    @classmethod
+    def of(cls, report: Report) -> set[tuple[str, Any]]:
+        if cls.report is None or cls.report() is not report or cls.count != len(report.recompiles):
+            cls.report, cls.count = weakref.ref(report), len(report.recompiles)
+            cls.seen = {(r.function, _cause(r)) for r in report.recompiles}
+        return cls.seen
+
+
 def apply_compilation(owner: Recording, pending: Pending, metrics: CompilationMetrics) -> None:
     """Turn one closed compilation into report items."""
     report = owner.report
@@ -237,11 +253,15 @@ def apply_compilation(owner: Recording, pending: Pending, metrics: CompilationMe
             recompile.changes = guard_ops.changes(reasons.guards, no_values)
         recompile.changes = _plain_changes(recompile.changes, stack, where)
         recompile.cell_line = _origin(owner, filename, user_function(function), recompile)
-        cause = _cause(recompile)
-        if not any(r.function == function and _cause(r) == cause
-                   for r in report.recompiles):  # the first recompile of a cause carries its fixes, once
+        cause = (function, _cause(recompile))
+        if cause not in _Causes.of(report):  # the first recompile of a cause carries its fixes, once
             recompile.fixes = guard_ops.recompile_fixes(recompile.changes, reasons.global_names)
+        count = len(report.recompiles)
         report.add("recompiles", recompile)
+        known = _Causes.report() if _Causes.report is not None else None
+        if known is report and _Causes.count == count:  # nothing changed them since the look-up: it joins the set
+            _Causes.seen.add(cause)
+            _Causes.count = len(report.recompiles)
 
     for looked, why in pending.lookups:
         report.cache.hits += looked == "hit"

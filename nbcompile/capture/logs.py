@@ -41,7 +41,16 @@ from typing import Any
 from ..core.errors import NbcompileError
 from ..model.report import Report
 from .hub import Hub, Recording
-from .records import Record, RecordError, clean_text, kind_of, parse_record
+from .records import (
+    LONG_DIGITS,
+    Record,
+    RecordError,
+    clean_text,
+    kind_of,
+    loads,
+    parse_record,
+    read_by_nbcompile,
+)
 
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
 _STAMP = re.compile(rb"^[VIWEC](?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d+) ")
@@ -125,13 +134,35 @@ def bounded(problems: Iterable[Problems], limit: int) -> list[str]:
     return lines
 
 
-@dataclass
 class RawRecord:
-    """One record as the log has it: the envelope decoded, the payload lines joined, its first line."""
+    """One record as the log has it: the envelope decoded, its payload, its first line. The payload's lines are
+    joined when it is first read (``payload``): a record of a kind nbcompile does not read never pays it."""
 
-    metadata: dict[str, Any]
-    payload: str | None
-    line: int
+    __slots__ = ("_payload", "_pieces", "escapes", "line", "metadata")
+
+    def __init__(self, metadata: dict[str, Any], payload: str | None, line: int,
+                 pieces: list[str] | None = None, escapes: bool = True) -> None:
+        self.metadata = metadata
+        self.line = line
+        #: Whether its envelope's JSON may hold a surrogate's escape (``\\udXXX``): False only when it was read and
+        #: holds none (a log's text is decoded with errors replaced, so a lone surrogate can come only from one).
+        self.escapes = escapes
+        self._payload = payload
+        #: The payload as the log has it, not joined yet: runs of lines, each a tab, the text and a newline.
+        self._pieces = pieces
+
+    @property
+    def payload(self) -> str | None:
+        if self._pieces is not None:  # "\tA\n\tB\n" -> "A\nB": each line's tab dropped, the newlines between kept
+            self._payload, self._pieces = "".join(self._pieces).replace("\n\t", "\n")[1:-1], None
+        return self._payload
+
+    @payload.setter
+    def payload(self, value: str | None) -> None:
+        self._payload, self._pieces = value, None
+
+    def __repr__(self) -> str:
+        return f"RawRecord({self.metadata!r}, {self.payload!r}, {self.line})"
 
 
 @dataclass
@@ -143,6 +174,8 @@ class _Pending:
     line: int
     payload: list[str] = field(default_factory=list)
     chars: int = 0
+    #: Its envelope's JSON holds a surrogate's escape (``RawRecord.escapes``).
+    escapes: bool = True
     #: Its payload went over the bound: its lines are dropped, the record skipped.
     over: bool = False
 
@@ -255,13 +288,16 @@ class LogReader:
         if line.startswith("\t"):  # the last line of a log, without its newline
             self._add_payload(line + "\n", 0, len(line) + 1, 1)
             return
-        if not line.strip():
+        if not line or line.isspace():  # (no copy of a long line made to learn it is blank)
             return
         match = _ENVELOPE.match(line)
         metadata: Any = None
         if match is not None:
             try:
-                metadata = json.loads(match["json"])
+                text = match["json"]
+                metadata = loads(text, exact=False)  # what a record passed over holds is never read: only its kind
+                if isinstance(metadata, dict) and read_by_nbcompile(metadata) and LONG_DIGITS.search(text):
+                    metadata = loads(text)  # an integer past 64 bits: as json reads it, not a float
             except json.JSONDecodeError as exc:
                 kind = "truncated" if last else "corrupt"
                 self.problems.append(f"{self.path}:{self._line}: {kind} record ({exc.msg} at column "
@@ -281,7 +317,8 @@ class LogReader:
                                  f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
             return
         self._finish(out)
-        self._current = _Pending(metadata, self._line)
+        text = match["json"] if match is not None else line
+        self._current = _Pending(metadata, self._line, escapes="\\ud" in text or "\\uD" in text)
 
     def _finish(self, out: list[RawRecord]) -> None:
         """The record being read, if any, to ``out``; one whose payload went over the bound is named instead."""
@@ -294,9 +331,7 @@ class LogReader:
                                  f"({kind_of(current.metadata)[:60] or 'no kind'}): payload over "
                                  f"{self.max_payload / (1 << 20):g} MB, skipped; read the others")
             return
-        # "\tA\n\tB\n" -> "A\nB": each line's tab dropped, the newlines between lines kept
-        payload = "".join(current.payload).replace("\n\t", "\n")[1:-1] if current.payload else None
-        out.append(RawRecord(current.metadata, payload, current.line))
+        out.append(RawRecord(current.metadata, None, current.line, current.payload or None, current.escapes))
 
 
 #: Logs of one rank named in its title (and the panel's row): the first ones and the last, then a count.
@@ -445,9 +480,11 @@ class RankTrace:
         with hub.active(self.recording):
             for raw in records:
                 log.events += 1
+                if not read_by_nbcompile(raw.metadata):  # chromium events, tensor descriptions: nothing to type
+                    continue
                 where = f"{log.path}:{raw.line}"
                 try:
-                    typed = parse_record(raw.metadata, raw.payload)
+                    typed = parse_record(raw.metadata, raw.payload, escapes=raw.escapes)
                 except RecordError as exc:
                     problems.append(f"{where}: damaged record ({exc}); read the others")
                     continue

@@ -46,6 +46,28 @@ MAX_SECONDS = 365 * 24 * 3600.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def loads(text: str, *, exact: bool = True) -> Any:
+    """``json.loads(text)``, by ``orjson`` where it is installed (several times faster on a trace's records).
+    What orjson refuses (``NaN``, a lone surrogate's escape, nesting past 1,024) is decoded by ``json``
+    instead: the same values, the same errors, whichever is installed. orjson reads an integer past 64 bits
+    as a float: a text with a run of 19 digits is read by ``json`` (``exact``; ``exact=False``: the caller
+    needs only the keys, or checks ``LONG_DIGITS`` itself)."""
+    if _orjson is not None and not (exact and LONG_DIGITS.search(text)):
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+#: A number orjson may not read as json does (an integer past 64 bits).
+LONG_DIGITS = re.compile(r"\d{19}")
+_orjson: Any
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; a bare environment still reads traces
+    _orjson = None
+
 def clean_text(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD, so that it encodes as UTF-8 (what Jupyter's
     wire needs: ``json_packer`` raises ``UnicodeEncodeError`` on ``"\\ud800"``)."""
@@ -359,7 +381,7 @@ def _parse_recompile(kind: str, envelope: Envelope, body: Any, payload: str) -> 
     if not payload.lstrip().startswith(("[", "{", '"')):  # one reason: torch writes it as plain text ("0/0: ...")
         return RecompileReasons(envelope, Reasons((payload,)))
     try:
-        decoded = json.loads(payload)
+        decoded = loads(payload)
     except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON list of reasons", payload) from exc
     return RecompileReasons(envelope, _reasons(kind, "payload", decoded))
@@ -422,7 +444,7 @@ def _parse_metrics(kind: str, envelope: Envelope, body: Any, payload: str) -> Re
 def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
     cache, _, state = kind.removeprefix("artifact:").rpartition("_cache_")
     try:
-        decoded = json.loads(payload) if payload.strip() else {}
+        decoded = loads(payload) if payload.strip() else {}
     except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON object", payload) from exc
     info = _mapping(kind, "payload", decoded)
@@ -431,7 +453,7 @@ def _parse_cache(kind: str, envelope: Envelope, body: Any, payload: str) -> Reco
 
 def _parse_collectives(kind: str, envelope: Envelope, body: Any, payload: str) -> Record:
     try:
-        decoded = json.loads(payload)
+        decoded = loads(payload)
     except (ValueError, RecursionError) as exc:  # nested past the interpreter's depth: damage
         raise RecordError(kind, "payload", "a JSON list of kernel names", payload) from exc
     if not isinstance(decoded, list):
@@ -464,9 +486,32 @@ def kind_of(metadata: Mapping[str, Any]) -> str:
     return ""
 
 
-def parse_record(metadata: Mapping[str, Any], payload: object = None) -> Record | Ignored:
+#: The kinds whose payload is JSON (decoded by ``loads``: an escape in it can make a lone surrogate).
+JSON_PAYLOADS = frozenset(kind for kind, (_, parse, _) in REGISTRY.items()
+                          if parse in (_parse_recompile, _parse_cache, _parse_collectives))
+
+
+def read_by_nbcompile(metadata: Mapping[str, Any]) -> bool:
+    """Whether ``parse_record`` may make a ``Record`` of it: its kind is in ``REGISTRY`` (an artifact: one of the
+    artifacts there, or one whose name cannot be read, which ``parse_record`` names as damage). False: it comes
+    back ``Ignored`` whatever it holds, so a reader passes it over without typing it or joining its payload."""
+    for key in metadata:
+        if key in ENVELOPE_KEYS:
+            continue
+        if key != "artifact":
+            return key in REGISTRY
+        body = metadata[key]
+        name = body.get("name") if isinstance(body, Mapping) else body
+        return not isinstance(name, str) or f"artifact:{name}" in REGISTRY
+    return "" in REGISTRY
+
+
+def parse_record(metadata: Mapping[str, Any], payload: object = None, *, escapes: bool = True) -> Record | Ignored:
     """One trace record, typed: a ``Record`` of a kind in ``REGISTRY``, or ``Ignored``. A field of the
-    wrong type (or a payload that does not decode) raises ``RecordError``."""
+    wrong type (or a payload that does not decode) raises ``RecordError``. ``escapes=False``: a log reader
+    read the envelope's JSON and found no surrogate's escape in it, and the payload is text as the log had it
+    (decoded with errors replaced): no string can hold a lone surrogate unless the payload is JSON with such
+    an escape, so the record is not searched for one (``_without_surrogates``) otherwise."""
     kind = kind_of(metadata)
     body = metadata.get(kind)
     if kind == "artifact":
@@ -485,7 +530,10 @@ def parse_record(metadata: Mapping[str, Any], payload: object = None) -> Record 
     envelope = _envelope(kind, metadata)
     if record_class.in_frame and envelope.frame_id is None:
         return Ignored(kind, "outside a frame's compilation")
-    return _without_surrogates(kind, parse(kind, envelope, body, payload or ""))
+    record = parse(kind, envelope, body, payload or "")
+    if not escapes and (kind not in JSON_PAYLOADS or not payload or ("\\ud" not in payload and "\\uD" not in payload)):
+        return record
+    return _without_surrogates(kind, record)
 
 
 def _without_surrogates(kind: str, record: Record) -> Record:
