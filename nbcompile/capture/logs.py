@@ -42,12 +42,12 @@ from ..core.errors import NbcompileError
 from ..model.report import Report
 from .hub import Hub, Recording
 from .records import (
-    LONG_DIGITS,
     Record,
     RecordError,
     clean_text,
     kind_of,
     loads,
+    maybe_inexact,
     parse_record,
     read_by_nbcompile,
 )
@@ -138,12 +138,14 @@ class RawRecord:
     """One record as the log has it: the envelope decoded, its payload, its first line. The payload's lines are
     joined when it is first read (``payload``): a record of a kind nbcompile does not read never pays it."""
 
-    __slots__ = ("_payload", "_pieces", "escapes", "line", "metadata")
+    __slots__ = ("_payload", "_pieces", "escapes", "line", "metadata", "wanted")
 
     def __init__(self, metadata: dict[str, Any], payload: str | None, line: int,
-                 pieces: list[str] | None = None, escapes: bool = True) -> None:
+                 pieces: list[str] | None = None, escapes: bool = True, wanted: bool | None = None) -> None:
         self.metadata = metadata
         self.line = line
+        #: Of a kind nbcompile reads (``read_by_nbcompile``), as the reader found; None: not looked at yet.
+        self.wanted = wanted
         #: Whether its envelope's JSON may hold a surrogate's escape (``\\udXXX``): False only when it was read and
         #: holds none (a log's text is decoded with errors replaced, so a lone surrogate can come only from one).
         self.escapes = escapes
@@ -176,6 +178,8 @@ class _Pending:
     chars: int = 0
     #: Its envelope's JSON holds a surrogate's escape (``RawRecord.escapes``).
     escapes: bool = True
+    #: Of a kind nbcompile reads (``RawRecord.wanted``).
+    wanted: bool | None = None
     #: Its payload went over the bound: its lines are dropped, the record skipped.
     over: bool = False
 
@@ -292,12 +296,14 @@ class LogReader:
             return
         match = _ENVELOPE.match(line)
         metadata: Any = None
+        text, wanted = line, False
         if match is not None:
             try:
                 text = match["json"]
                 metadata = loads(text, exact=False)  # what a record passed over holds is never read: only its kind
-                if isinstance(metadata, dict) and read_by_nbcompile(metadata) and LONG_DIGITS.search(text):
-                    metadata = loads(text)  # an integer past 64 bits: as json reads it, not a float
+                wanted = isinstance(metadata, dict) and read_by_nbcompile(metadata)
+                if wanted and maybe_inexact(metadata):
+                    metadata = json.loads(text)  # an integer past 64 bits: as json reads it, not a float
             except json.JSONDecodeError as exc:
                 kind = "truncated" if last else "corrupt"
                 self.problems.append(f"{self.path}:{self._line}: {kind} record ({exc.msg} at column "
@@ -317,8 +323,8 @@ class LogReader:
                                  f"'V1123 04:36:34.203000 123 file.py:28] {{...}}'): {line[:80]!r}")
             return
         self._finish(out)
-        text = match["json"] if match is not None else line
-        self._current = _Pending(metadata, self._line, escapes="\\ud" in text or "\\uD" in text)
+        escapes = wanted and "\\u" in text and ("\\ud" in text or "\\uD" in text)  # (a record passed over: moot)
+        self._current = _Pending(metadata, self._line, escapes=escapes, wanted=wanted)
 
     def _finish(self, out: list[RawRecord]) -> None:
         """The record being read, if any, to ``out``; one whose payload went over the bound is named instead."""
@@ -331,7 +337,8 @@ class LogReader:
                                  f"({kind_of(current.metadata)[:60] or 'no kind'}): payload over "
                                  f"{self.max_payload / (1 << 20):g} MB, skipped; read the others")
             return
-        out.append(RawRecord(current.metadata, None, current.line, current.payload or None, current.escapes))
+        out.append(RawRecord(current.metadata, None, current.line, current.payload or None, current.escapes,
+                             current.wanted))
 
 
 #: Logs of one rank named in its title (and the panel's row): the first ones and the last, then a count.
@@ -480,7 +487,8 @@ class RankTrace:
         with hub.active(self.recording):
             for raw in records:
                 log.events += 1
-                if not read_by_nbcompile(raw.metadata):  # chromium events, tensor descriptions: nothing to type
+                wanted = raw.wanted if raw.wanted is not None else read_by_nbcompile(raw.metadata)
+                if not wanted:  # chromium events, tensor descriptions: nothing to type
                     continue
                 where = f"{log.path}:{raw.line}"
                 try:

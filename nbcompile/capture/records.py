@@ -50,18 +50,32 @@ def loads(text: str, *, exact: bool = True) -> Any:
     """``json.loads(text)``, by ``orjson`` where it is installed (several times faster on a trace's records).
     What orjson refuses (``NaN``, a lone surrogate's escape, nesting past 1,024) is decoded by ``json``
     instead: the same values, the same errors, whichever is installed. orjson reads an integer past 64 bits
-    as a float: a text with a run of 19 digits is read by ``json`` (``exact``; ``exact=False``: the caller
-    needs only the keys, or checks ``LONG_DIGITS`` itself)."""
-    if _orjson is not None and not (exact and LONG_DIGITS.search(text)):
+    as a float: a value that may have been one is decoded again by ``json`` (``exact``; ``exact=False``: the
+    caller needs only the keys, or checks ``maybe_inexact`` itself)."""
+    if _orjson is not None:
         try:
-            return _orjson.loads(text)
+            value = _orjson.loads(text)
         except _orjson.JSONDecodeError:
-            pass
+            return json.loads(text)
+        return json.loads(text) if exact and maybe_inexact(value) else value
     return json.loads(text)
 
 
-#: A number orjson may not read as json does (an integer past 64 bits).
-LONG_DIGITS = re.compile(r"\d{19}")
+def maybe_inexact(value: Any, depth: int = 0) -> bool:
+    """Whether orjson's ``value`` holds a float of 2**63 or more (an integer past 64 bits in the text, read as a
+    float), or nests past what is looked at (then decode again to be sure)."""
+    if isinstance(value, float):
+        return abs(value) >= _TWO_63
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, list):
+        return False
+    if depth > 8:
+        return True
+    return any(isinstance(v, (float, dict, list)) and maybe_inexact(v, depth + 1) for v in value)
+
+
+_TWO_63 = float(2**63)
 _orjson: Any
 try:
     import orjson as _orjson
