@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture import ranks as ranks_ops
 from ..capture.divergence import compile_seconds, divergences, time_breakdown
 from ..capture.logs import (
     LogSet,
@@ -35,6 +36,7 @@ from ..capture.logs import (
     log_names,
     rank_files,
 )
+from ..capture.ranks import RankResult
 from ..capture.records import clean_text
 from ..core.text import _e, plural
 from ..model.report import Report
@@ -65,7 +67,7 @@ class Traces:
     #: Seconds to read and parse, and the bytes read.
     seconds: float = 0.0
     bytes: int = 0
-    _rank_traces: dict[int, RankTrace] = field(default_factory=dict, repr=False)
+    _rank_traces: dict[int, RankTrace | RankResult] = field(default_factory=dict, repr=False)
     _follower: Follower | None = field(default=None, repr=False)
     _panel: TracesPanel | None = field(default=None, repr=False)
 
@@ -148,13 +150,13 @@ class Traces:
         if self._follower is not None:
             self._follower.stop()
 
-    def add(self, trace: RankTrace) -> None:
+    def add(self, trace: RankTrace | RankResult) -> None:
         """Take in one rank's log (its report shows at the next ``refresh``)."""
         self._rank_traces[trace.rank] = trace
         self.files[trace.rank] = trace.path
         self.logs[trace.rank] = trace.paths
 
-    def rank_trace(self, rank: int) -> RankTrace | None:
+    def rank_trace(self, rank: int) -> RankTrace | RankResult | None:
         return self._rank_traces.get(rank)
 
     def tally(self) -> None:
@@ -198,9 +200,13 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def load(path: str | os.PathLike[str], *, follow: bool = False) -> Traces:
+def load(path: str | os.PathLike[str], *, follow: bool = False, workers: int | None = None,
+         client: Any = None) -> Traces:
     """Read a ``TORCH_TRACE`` directory or log file into one report per rank. ``follow``: keep reading
-    what a running job appends (a background thread; ``Traces.stop()`` ends it)."""
+    what a running job appends (a background thread; ``Traces.stop()`` ends it). Several ranks are read in
+    parallel: by ``workers`` processes on this machine (None: the usable cores, once the logs are large enough
+    to be worth it; 1: in this process), or on an existing cluster: ``client``, a Dask ``distributed`` client
+    whose workers can read the logs' paths."""
     start = time.perf_counter()
     root = pathlib.Path(path).expanduser()
     found = rank_files(root) if root.exists() or not follow else LogSet()
@@ -209,13 +215,24 @@ def load(path: str | os.PathLike[str], *, follow: bool = False) -> Traces:
         raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log)"
                          f"{_logs_below(root)}{skipped}")
     traces = Traces(str(root), skipped=found.skipped)
-    for rank, paths in sorted(found.ranks.items()):
-        trace = RankTrace(rank, str(paths[0]))
-        for later in paths[1:]:
-            trace.add_file(str(later))
-        trace.read_more(final=not follow)
-        trace.finish_notice()
-        traces.add(trace)
+    jobs = [(rank, [str(p) for p in paths]) for rank, paths in sorted(found.ranks.items())]
+    if not follow and (client is not None or ranks_ops.parallel_wanted(jobs, workers)):
+        lost: list[str] = []
+        if client is not None:
+            results = ranks_ops.read_on_client(jobs, client)
+        else:
+            results, lost = ranks_ops.read_in_processes(jobs, workers)
+        for result in results:
+            traces.add(result)
+        traces.skipped += lost
+    else:
+        for rank, paths in jobs:
+            trace = RankTrace(rank, paths[0])
+            for later in paths[1:]:
+                trace.add_file(later)
+            trace.read_more(final=not follow)
+            trace.finish_notice()
+            traces.add(trace)
     traces.refresh()
     traces.tally()
     traces.seconds = time.perf_counter() - start
@@ -269,7 +286,8 @@ class Follower:
         if found.skipped != traces.skipped:
             traces.skipped, changed = found.skipped, True
         for rank, paths in found.ranks.items():
-            trace = traces.rank_trace(rank)
+            known = traces.rank_trace(rank)
+            trace = known if isinstance(known, RankTrace) else None  # (a followed load reads in process)
             for path in paths:  # a log that appears later (a restart) is read after those read before
                 if trace is None:
                     trace = RankTrace(rank, str(path))

@@ -1,0 +1,89 @@
+"""Ranks read in parallel (issue 37): by worker processes, or on a Dask cluster, a load gives what a load in
+process gives (the same reports, problems, divergences and bytes); a worker that fails loses no rank."""
+
+from __future__ import annotations
+
+import gzip
+import pathlib
+import shutil
+import warnings
+
+import pytest
+
+import nbcompile
+from nbcompile.capture import ranks as ranks_ops
+
+TRACES = pathlib.Path(__file__).parent / "data" / "traces"
+
+
+def _job(tmp_path: pathlib.Path, copies: int = 3) -> pathlib.Path:
+    """A job of ``2 * copies`` ranks from the recorded 2-rank run (rank 1 recompiles), one log damaged."""
+    out = tmp_path / "job"
+    out.mkdir()
+    for c in range(copies):
+        for rank in (0, 1):
+            text = gzip.decompress((TRACES / "torchrun2" / f"dedicated_log_torch_trace_rank_{rank}.log.gz")
+                                   .read_bytes())
+            (out / f"dedicated_log_torch_trace_rank_{2 * c + rank}_x.log").write_bytes(text)
+    damaged = out / f"dedicated_log_torch_trace_rank_{2 * copies - 1}_x.log"
+    damaged.write_bytes(damaged.read_bytes()[: len(damaged.read_bytes()) * 2 // 3])  # cut mid-record
+    return out
+
+
+def _load(path, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return nbcompile.load(path, **kwargs)
+
+
+def _same(a, b) -> None:
+    assert sorted(a.ranks) == sorted(b.ranks)
+    for rank in a.ranks:
+        assert a.ranks[rank] == b.ranks[rank], rank
+    assert a.errors == b.errors and a.divergences == b.divergences and a.bytes == b.bytes
+    assert a.files == b.files and a.logs == b.logs and a.summary() == b.summary()
+
+
+def test_worker_processes_give_what_a_load_in_process_gives(tmp_path):
+    job = _job(tmp_path)
+    here = _load(job, workers=1)
+    assert len(here.ranks) == 6 and any("rank_5_x.log:" in e for e in here.errors)  # the cut log is named
+    assert any("rank 1" in d for d in here.divergences)
+    apart = _load(job, workers=2)
+    _same(here, apart)
+    assert ranks_ops.parallel_wanted([(r, [p]) for r, p in here.files.items()], 2)
+    assert not ranks_ops.parallel_wanted([(r, [p]) for r, p in here.files.items()], 1)
+
+
+def test_a_worker_that_fails_loses_no_rank(tmp_path, monkeypatch):
+    job = _job(tmp_path, copies=1)
+    here = _load(job, workers=1)
+    monkeypatch.setattr(ranks_ops.sys, "executable", shutil.which("false"))  # every worker exits with 1
+    apart = _load(job, workers=2)
+    assert sorted(apart.ranks) == sorted(here.ranks)
+    assert all(apart.ranks[r] == here.ranks[r] for r in here.ranks)
+    assert any("a worker reading rank(s)" in s and "read in this process instead" in s for s in apart.errors)
+
+
+def test_shares_balance_bytes_and_keep_every_rank(tmp_path):
+    sizes = [50, 10, 10, 10, 10, 10, 1]
+    jobs = []
+    for rank, size in enumerate(sizes):
+        path = tmp_path / f"r{rank}.log"
+        path.write_bytes(b"x" * size)
+        jobs.append((rank, [str(path)]))
+    parts = ranks_ops.shares(jobs, 2)
+    assert sorted(job for part in parts for job in part) == jobs
+    loads = sorted(sum(sizes[rank] for rank, _ in part) for part in parts)
+    assert loads == [50, 51]
+    assert ranks_ops.shares(jobs[:1], 8) == [jobs[:1]]
+
+
+def test_a_dask_client_reads_the_ranks(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    job = _job(tmp_path, copies=1)
+    here = _load(job, workers=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as \
+            cluster, distributed.Client(cluster) as client:
+        apart = _load(job, client=client)
+    _same(here, apart)
