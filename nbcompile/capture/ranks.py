@@ -15,14 +15,16 @@ import pickle
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..model.report import Report
 from .logs import Problems, RankTrace
 
-#: Below this many bytes over all ranks a load stays in process (starting workers costs more than it saves).
-PARALLEL_BYTES = 32 << 20
+#: Below this many bytes over all ranks a load stays in process: a worker takes about 0.2 s to start, which reading
+#: under 100 MB on two cores does not win back.
+PARALLEL_BYTES = 96 << 20
 
 Job = tuple[int, list[str]]
 
@@ -94,42 +96,71 @@ def parallel_wanted(jobs: list[Job], workers: int | None) -> bool:
 
 def read_in_processes(jobs: list[Job], workers: int | None = None) -> tuple[list[RankResult], list[str]]:
     """Every rank read by worker processes (``workers``, default the usable cores); returns the results in rank
-    order and what went wrong with a worker (its ranks then read in this process)."""
+    order and what went wrong with a worker (its ranks then read in this process). Each worker writes its
+    results to a file of its own, one rank at a time: none waits on this process to read a pipe, and the
+    results are taken back one rank at a time."""
     parts = shares(jobs, workers or usable_cores())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    running = []
     with tempfile.TemporaryDirectory(prefix="nbcompile-ranks-") as tmp:
-        for i, part in enumerate(parts):  # each worker's ranks in a file of its own: all start at once
-            share = os.path.join(tmp, f"share{i}.pickle")
-            with open(share, "wb") as handle:
-                pickle.dump(part, handle)
-            running.append((part, subprocess.Popen([sys.executable, "-m", "nbcompile.capture.ranks", share],
-                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)))
-        return _gather(running)
-
-
-def _gather(running: list[tuple[list[Job], subprocess.Popen[bytes]]]) -> tuple[list[RankResult], list[str]]:
-    """The workers' results; a worker that failed has its ranks read here. Interrupted: every worker stopped."""
-    results: list[RankResult] = []
-    problems: list[str] = []
-    try:
-        for part, proc in running:
-            out, err = proc.communicate()
+        running = []
+        try:
+            for i, part in enumerate(parts):  # each worker's ranks in a file of its own: all start at once
+                share, out, err = (os.path.join(tmp, f"{what}{i}") for what in ("share", "out", "err"))
+                with open(share, "wb") as handle:
+                    pickle.dump(part, handle)
+                with open(err, "wb") as errors:
+                    proc = subprocess.Popen([sys.executable, "-m", "nbcompile.capture.ranks", share, out],
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
+                                            env=env)
+                running.append((part, proc, out, err))
+            for _, proc, _, _ in running:
+                proc.wait()
+        finally:  # interrupted: no worker left running
+            for _, proc, _, _ in running:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        results: list[RankResult] = []
+        problems: list[str] = []
+        seen: dict[str, str] = {}
+        for part, proc, out, err in running:
             try:
                 if proc.returncode != 0:
-                    raise RuntimeError((err.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:200])
-                results += pickle.loads(out)  # noqa: S301  (our own worker's output)
+                    with open(err, "rb") as handle:
+                        said = handle.read().decode(errors="replace").strip().splitlines() or ["no output"]
+                    raise RuntimeError(f"exit {proc.returncode}: {said[-1][:200]}")
+                got = list(_results_in(out))
+                if sorted(r.rank for r in got) != sorted(rank for rank, _ in part):
+                    raise RuntimeError("it returned other ranks than it was given")
+                results += got
             except Exception as exc:  # noqa: BLE001  a worker lost: its ranks read here
                 ranks = [rank for rank, _ in part]
                 named = ", ".join(map(str, ranks[:5])) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
                 problems.append(f"a worker reading rank(s) {named} failed ({exc}); read in this process instead")
                 results += read_ranks(part)
-    finally:
-        for _, proc in running:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            shared(results[-len(part):], seen)
     return sorted(results, key=lambda r: r.rank), problems
+
+
+def _results_in(path: str) -> Iterator[RankResult]:
+    """The results a worker wrote, one rank at a time."""
+    with open(path, "rb") as handle:
+        while True:
+            try:
+                yield pickle.load(handle)  # noqa: S301  (our own worker's output)
+            except EOFError:
+                return
+
+
+def shared(results: list[RankResult], seen: dict[str, str] | None = None) -> list[RankResult]:
+    """The results with the guard texts their frames repeat held once (``seen``: those met so far): ranks running
+    the same code guard on the same lines, and a thousand ranks' copies of them would be most of a load's
+    memory (strings are immutable: each frame keeps its own list)."""
+    seen = {} if seen is None else seen
+    for result in results:
+        for frame in result.report.frames:
+            frame.guards = [seen.setdefault(g, g) for g in frame.guards]
+    return results
 
 
 def read_on_client(jobs: list[Job], client: Any) -> list[RankResult]:
@@ -137,7 +168,7 @@ def read_on_client(jobs: list[Job], client: Any) -> list[RankResult]:
     readable there), the results gathered here in rank order."""
     parts = shares(jobs, max(1, _client_cores(client)))
     futures = client.map(read_ranks, parts, pure=False)
-    return sorted((r for part in client.gather(futures) for r in part), key=lambda r: r.rank)
+    return shared(sorted((r for part in client.gather(futures) for r in part), key=lambda r: r.rank))
 
 
 def _client_cores(client: Any) -> int:
@@ -148,13 +179,15 @@ def _client_cores(client: Any) -> int:
 
 
 def main() -> None:
-    """A worker: a pickled list of (rank, paths) in the file named, the pickled results on stdout."""
-    with open(sys.argv[1], "rb") as handle:
-        jobs = pickle.load(handle)  # noqa: S301  (written by the process that started this one)
+    """A worker: a pickled list of (rank, paths) in the first file named; the results, pickled one rank at a time,
+    written to the second."""
     from nbcompile.capture import ranks  # (run as __main__: the results must be this module's classes)
 
-    sys.stdout.buffer.write(pickle.dumps(ranks.read_ranks(jobs), protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
+    with open(sys.argv[1], "rb") as handle:
+        jobs = pickle.load(handle)  # noqa: S301  (written by the process that started this one)
+    with open(sys.argv[2], "wb") as out:
+        for rank, paths in jobs:
+            pickle.dump(ranks.read_rank(rank, paths), out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 if __name__ == "__main__":
