@@ -55,10 +55,11 @@ def test_worker_processes_give_what_a_load_in_process_gives(tmp_path):
     assert not ranks_ops.parallel_wanted([(r, [p]) for r, p in here.files.items()], 1)
 
 
-def test_a_worker_that_fails_loses_no_rank(tmp_path, monkeypatch):
+@pytest.mark.parametrize("python", ["false", "/nonexistent/python"])  # exits with 1; cannot start at all
+def test_a_worker_that_fails_loses_no_rank(tmp_path, monkeypatch, python):
     job = _job(tmp_path, copies=1)
     here = _load(job, workers=1)
-    monkeypatch.setattr(ranks_ops.sys, "executable", shutil.which("false"))  # every worker exits with 1
+    monkeypatch.setattr(ranks_ops.sys, "executable", shutil.which(python) or python)
     apart = _load(job, workers=2)
     assert sorted(apart.ranks) == sorted(here.ranks)
     assert all(apart.ranks[r] == here.ranks[r] for r in here.ranks)

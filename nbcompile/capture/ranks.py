@@ -100,24 +100,31 @@ def read_in_processes(jobs: list[Job], workers: int | None = None) -> tuple[list
     results to a file of its own, one rank at a time: none waits on this process to read a pipe, and the
     results are taken back one rank at a time."""
     parts = shares(jobs, workers or usable_cores())
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # the workers import this very nbcompile, wherever it was imported from (a checkout on sys.path too)
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)}
     with tempfile.TemporaryDirectory(prefix="nbcompile-ranks-") as tmp:
-        running = []
+        running: list[tuple[list[Job], subprocess.Popen[bytes] | OSError, str, str]] = []
         try:
             for i, part in enumerate(parts):  # each worker's ranks in a file of its own: all start at once
                 share, out, err = (os.path.join(tmp, f"{what}{i}") for what in ("share", "out", "err"))
                 with open(share, "wb") as handle:
                     pickle.dump(part, handle)
-                with open(err, "wb") as errors:
-                    proc = subprocess.Popen([sys.executable, "-m", "nbcompile.capture.ranks", share, out],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-                                            env=env)
+                try:
+                    with open(err, "wb") as errors:
+                        proc: subprocess.Popen[bytes] | OSError = subprocess.Popen(
+                            [sys.executable, "-m", "nbcompile.capture.ranks", share, out], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=errors, env=env)
+                except OSError as exc:  # no interpreter to start (an embedded Python): read here
+                    proc = exc
                 running.append((part, proc, out, err))
             for _, proc, _, _ in running:
-                proc.wait()
+                if not isinstance(proc, OSError):
+                    proc.wait()
         finally:  # interrupted: no worker left running
             for _, proc, _, _ in running:
-                if proc.poll() is None:
+                if not isinstance(proc, OSError) and proc.poll() is None:
                     proc.kill()
                     proc.wait()
         results: list[RankResult] = []
@@ -125,6 +132,8 @@ def read_in_processes(jobs: list[Job], workers: int | None = None) -> tuple[list
         seen: dict[str, str] = {}
         for part, proc, out, err in running:
             try:
+                if isinstance(proc, OSError):
+                    raise RuntimeError(f"it could not start: {proc}")
                 if proc.returncode != 0:
                     with open(err, "rb") as handle:
                         said = handle.read().decode(errors="replace").strip().splitlines() or ["no output"]
