@@ -14,6 +14,7 @@ import dataclasses
 import inspect as _inspect
 import io
 import linecache
+import os
 import types
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
@@ -379,8 +380,10 @@ class Workload:
         # room for it beside what is kept, none forgotten (a stale one is forgotten first, when recalled)
         room = self.configs.room_for_another(len(self.entries), replacing=kept is not None)
         # a change that reaches every entry compiles them all anew beside the kept code, while there is room for it
-        # (``room_for``: without regions, also on the code objects all configurations share)
-        return stale and room and now is not None and now.generation == self.generation and self.room_for(left)
+        # (``room_for``: without regions, also on the code objects all configurations share); not a warm-up about
+        # as long as the change's own run past ``WARM_MAX_S``: the kernel's next cell would wait for it
+        return (stale and room and now is not None and now.generation == self.generation and self.room_for(left)
+                and self.run_s <= WARM_MAX_S)
 
     def compiled_again(self, key: Any) -> str:
         """Why configuration ``key``, seen before, had to compile again (``Report.compiled_again``), or ``""``
@@ -753,6 +756,11 @@ class Workload:
         """Share no more tensors with runs on copies (one wrote a tensor the user's run only read)."""
         self.read_only = None
 
+
+
+#: The longest change's run (compile included) whose configuration left is compiled ahead in an idle turn (the
+#: warm-up takes about as long, and a cell run meanwhile waits for it); ``NBCOMPILE_WARM_MAX_S`` sets it.
+WARM_MAX_S = float(os.environ.get("NBCOMPILE_WARM_MAX_S", "30"))
 
 
 def _identity_free_value(value: Any) -> bool:
