@@ -46,11 +46,16 @@ def test_the_first_return_to_the_cells_configuration_compiles_nothing_and_the_wa
     assert differences(digest(ip.user_ns, cell.state), mine, exact=True) == []
 
 
-@pytest.mark.parametrize("warm", ["0", None])
+@pytest.mark.parametrize("warm", ["0", None, "too long"])
 def test_without_the_warm_up_the_first_return_says_why_it_compiles_and_the_next_compiles_nothing(ip, monkeypatch,
                                                                                                  warm):
     if warm is None:  # a plain shell has no idle turn: no warm-up unless asked for
         monkeypatch.delenv("NBCOMPILE_WARM", raising=False)
+    elif warm == "too long":  # asked for, but the change's run took longer than a warm-up may block the kernel
+        from nbcompile.engine import workload as workload_module
+
+        monkeypatch.setenv("NBCOMPILE_WARM", "1")
+        monkeypatch.setattr(workload_module, "WARM_MAX_S", 0.0)
     else:
         monkeypatch.setenv("NBCOMPILE_WARM", warm)
     cell = BY_NAME["adamw_cosine_bn"]
