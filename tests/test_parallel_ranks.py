@@ -88,3 +88,28 @@ def test_a_dask_client_reads_the_ranks(tmp_path):
             cluster, distributed.Client(cluster) as client:
         apart = _load(job, client=client)
     _same(here, apart)
+
+
+
+def test_ranks_with_the_same_compiles_do_not_diverge():
+    """A long job's recompile of ``f16`` made its resume function anew, under a frame id of its own: one code is
+    ``33/0``, then ``34/0`` and ``34/1`` (as a real 300-function trace has it). The ranks' compiles are matched by
+    their order per code, never by the compile id's second number, which once compared one rank's ``34/0``
+    with the other's ``33/0`` and said that identical ranks traced other sizes."""
+    import copy
+
+    from nbcompile.capture.divergence import divergences
+    from nbcompile.model.report import Frame, Report
+
+    report = Report(title="rank 0", backend="(from the trace)")
+    resume = "torch_dynamo_resume_in_f16_at_117"
+    for cid, function, line, size in [("32/0", "f16", 114, 4), ("33/0", resume, 117, 4), ("32/1", "f16", 114, 6),
+                                      ("34/0", resume, 117, 6), ("32/2", "f16", 114, 8), ("34/1", resume, 117, 8)]:
+        name = "x" if function == "f16" else "y"
+        report.frames.append(Frame(cid, function, [], 0, 0.1, "big_cell.py", line, 1, cache=["miss"],
+                                   collectives=["all_reduce"], inputs={name: f"[{size}, 16]"}))
+    other = copy.deepcopy(report)
+    assert divergences({0: report, 1: other}) == []
+    other.frames[3].inputs = {"y": "[7, 16]"}  # one rank really traced another size: said, with both sizes
+    said = divergences({0: report, 1: other})
+    assert len(said) == 1 and "compile 34/0" in said[0] and "[7, 16] against [6, 16]" in said[0], said

@@ -81,9 +81,17 @@ def _code_key(f: Any) -> tuple[str, str, int]:
     return f.function, os.path.basename(f.filename), f.firstlineno
 
 
-def _compile_key(f: Any) -> tuple[str, str, int, str]:
-    """A compile of a frame's code across ranks: its code and its index among that code's compiles."""
-    return (*_code_key(f), f.compile_id.split("/", 1)[-1])
+def _compiles(rep: Report) -> list[tuple[tuple[str, str, int, int], Any]]:
+    """Each frame of ``rep`` with its key across ranks: its code and its index among that code's compiles, in
+    the order compiled. Not the compile id's second number: torch gives a resume function made again (a
+    recompile of the function before it) a frame id of its own, so one code can be ``33/0`` and ``35/0``."""
+    seen: dict[tuple[str, str, int], int] = {}
+    out = []
+    for f in rep.frames:
+        code = _code_key(f)
+        out.append(((*code, seen.get(code, 0)), f))
+        seen[code] = seen.get(code, 0) + 1
+    return out
 
 
 def _frame_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
@@ -114,9 +122,9 @@ def _cache_lines(rank: int, base: int, report: Report, reference: Report) -> lis
     mine, theirs = report.cache, reference.cache
     if (mine.hits, mine.misses) == (theirs.hits, theirs.misses):
         return []
-    by_compile = {_compile_key(f): f.cache for f in reference.frames}
-    differ = [f"{f.compile_id} {'/'.join(f.cache) or 'none'} against {'/'.join(by_compile[_compile_key(f)]) or 'none'}"
-              for f in report.frames if _compile_key(f) in by_compile and f.cache != by_compile[_compile_key(f)]]
+    by_compile = {key: f.cache for key, f in _compiles(reference)}
+    differ = [f"{f.compile_id} {'/'.join(f.cache) or 'none'} against {'/'.join(by_compile[key]) or 'none'}"
+              for key, f in _compiles(report) if key in by_compile and f.cache != by_compile[key]]
     where = f" (compile {'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''})" if differ else ""
     head = (f"rank {rank}: cache {plural(mine.hits, 'hit')}, {mine.misses} miss{'' if mine.misses == 1 else 'es'} "
             f"against rank {base}'s {plural(theirs.hits, 'hit')}, {theirs.misses} "
@@ -131,10 +139,10 @@ def _cache_lines(rank: int, base: int, report: Report, reference: Report) -> lis
 def _collective_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
     """A graph both ranks compiled whose collectives Inductor scheduled in another order (or other ones).
     A rank that took the graph from the cache logs no schedule: only graphs both logged are compared."""
-    theirs = {_compile_key(f): f.collectives for f in reference.frames if f.collectives}
+    theirs = {key: f.collectives for key, f in _compiles(reference) if f.collectives}
     lines = []
-    for f in report.frames:
-        other = theirs.get(_compile_key(f))
+    for key, f in _compiles(report):
+        other = theirs.get(key)
         if f.collectives and other and f.collectives != other:
             lines.append(f"rank {rank}: collectives of compile {f.compile_id} ({label(f.function)}) in the order "
                          f"{', '.join(cut(k, 80) for k in f.collectives[:6])}, against rank {base}'s "
@@ -146,10 +154,10 @@ def _collective_lines(rank: int, base: int, report: Report, reference: Report) -
 def _input_lines(rank: int, base: int, report: Report, reference: Report) -> list[str]:
     """A frame both ranks compiled (the same code, its same compile) whose graph inputs had other sizes: the
     ranks compiled different graphs (tensor metadata diverges)."""
-    theirs = {_compile_key(f): f.inputs for f in reference.frames if f.inputs}
+    theirs = {key: f.inputs for key, f in _compiles(reference) if f.inputs}
     lines = []
-    for f in report.frames:
-        other = theirs.get(_compile_key(f))
+    for key, f in _compiles(report):
+        other = theirs.get(key)
         if not f.inputs or not other or f.inputs == other:
             continue
         differ = [name for name in f.inputs if name in other and f.inputs[name] != other[name]]
