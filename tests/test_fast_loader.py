@@ -103,3 +103,54 @@ def test_an_integer_past_64_bits_in_a_record_read_is_read_exactly():
     reader = LogReader("x.log")
     raw = (reader.feed(line) + reader.flush())[0]
     assert raw.metadata["compilation_metrics"]["guard_count"] == 123456789012345678901234567890
+
+
+class _LineByLine(LogReader):
+    """The reader without its fast path: every line read by ``_take``, the general way."""
+
+    def _begin(self, text, out):
+        return False
+
+
+def _read_all(reader: LogReader, text: str, size: int) -> list:
+    got = [raw for at in range(0, len(text), size) for raw in reader.feed(text[at:at + size])]
+    return got + reader.flush()
+
+
+def _same(a, b) -> bool:
+    return (a.metadata, a.payload, a.line, a.escapes, a.wanted) == (b.metadata, b.payload, b.line, b.escapes, b.wanted)
+
+
+@pytest.mark.parametrize("size", [7, 4096, 1 << 22])
+def test_the_fast_path_reads_every_record_as_the_line_by_line_path(size):
+    for path in sorted(TRACES.rglob("*.log.gz"))[:12]:
+        text = gzip.decompress(path.read_bytes()).decode()
+        # and lines the fast path must leave to the general one: garbage, a list, a corrupt record, a big integer
+        text += ('garbage line\nV1123 04:36:34.203000 123 f.py:28] [1, 2]\n'
+                 'V1123 04:36:34.203000 123 f.py:28] {"compilation_metrics": {"guard_count": 99999999999999999999}}\n'
+                 '\tpayload of it\nV1123 04:36:34.203000 123 f.py:28] {"dynamo_start": {"stack": [}\n')
+        fast, slow = LogReader(str(path)), _LineByLine(str(path))
+        got, want = _read_all(fast, text, size), _read_all(slow, text, size)
+        assert len(got) == len(want) and all(_same(a, b) for a, b in zip(got, want, strict=True)), path
+        assert fast.errors == slow.errors and len(fast.errors) >= 3
+        assert got[-1].metadata["compilation_metrics"]["guard_count"] == 99999999999999999999  # json's int, exact
+
+
+def test_a_reader_that_passes_records_over_returns_the_rest_and_counts_them():
+    for path in sorted(TRACES.rglob("*.log.gz"))[:12]:
+        text = gzip.decompress(path.read_bytes()).decode()
+        every = _read_all(LogReader(str(path)), text, 1 << 22)
+        lean = LogReader(str(path), keep_passed=False)
+        kept = _read_all(lean, text, 1 << 22)
+        wanted = [raw for raw in every if raw.wanted]
+        assert len(kept) == len(wanted) and all(_same(a, b) for a, b in zip(kept, wanted, strict=True))
+        assert lean.passed == len(every) - len(wanted)
+
+
+def test_a_record_passed_over_with_a_payload_over_the_bound_is_still_named():
+    line = 'V1123 04:36:34.203000 123 f.py:28] {"chromium_event": {}, "has_payload": "x"}\n'
+    text = line + "\t" + "a" * 100 + "\n" + line
+    reader = LogReader("x.log", max_payload=50, keep_passed=False)
+    assert _read_all(reader, text, 1 << 22) == []
+    assert reader.passed == 1 and reader.skipped == 1
+    assert any("payload over" in e and "chromium_event" in e for e in reader.errors)

@@ -99,3 +99,29 @@ def test_triton_kernels_are_parsed_from_inductor_output_code():
     ((name, language, kernel),) = parse_kernels(code)
     assert (name, language) == ("triton_poi_fused_mul_sin_0", "triton")
     assert kernel.startswith("import triton") and "@triton.jit" in kernel and "device_str" not in kernel
+
+
+def test_causes_counted_through_their_index_match_a_grouping_of_the_breaks():
+    import random
+
+    from nbcompile.model.report import GraphBreak, Report, group_causes
+
+    rng = random.Random(3)
+    report = Report(title="t")
+    for i in range(400):
+        line = rng.randrange(60)
+        report.add("breaks", GraphBreak(function=f"f{line % 7}", filename="" if line < 6 else "m.py", lineno=line,
+                                        reason=f"r{line % 3}", gb_type="Data-dependent branching",
+                                        compile_id=f"{i}/0", cell_line=None, source_line="", gb_id="",
+                                        explanation="", hints=[], doc_url=""))
+        if i == 150:  # the list made anew elsewhere (as ``carry`` does): the index follows it
+            report.causes = group_causes(report.breaks)
+        if i == 250:  # ... and one shortened in place: another length than the index knew
+            del report.causes[3:]
+            report.causes.extend(group_causes(report.breaks)[3:])
+
+    def summary(causes):
+        return sorted((c.filename, c.lineno, c.function, c.reason, c.count) for c in causes)
+
+    assert summary(report.causes) == summary(group_causes(report.breaks))
+    assert sum(c.count for c in report.causes) == 400

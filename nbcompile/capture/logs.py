@@ -52,7 +52,15 @@ from .records import (
     read_by_nbcompile,
 )
 
+try:
+    from orjson import loads as _orjson_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; without it every line takes ``_take``'s way
+    _orjson_loads = None
+
 _ENVELOPE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] (?P<json>\{.*)$")
+#: An envelope's glog prefix, matched in place in a chunk (its JSON starts where the match ends): no copy of
+#: the line is made to read it.
+_PREFIX = re.compile(r"[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*\] (?=\{)")
 _STAMP = re.compile(rb"^[VIWEC](?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d+) ")
 _RANK_FILE = re.compile(r"rank_(?P<rank>\d+)")
 #: Where a run of payload lines ends: a newline not followed by a tab (found in C, not line by line).
@@ -167,7 +175,7 @@ class RawRecord:
         return f"RawRecord({self.metadata!r}, {self.payload!r}, {self.line})"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     """The record being read: its envelope, its payload lines so far (runs of whole lines as the log has
     them, each a tab, the text and a newline; none kept past the bound) and their length, its first line."""
@@ -182,6 +190,8 @@ class _Pending:
     wanted: bool | None = None
     #: Its payload went over the bound: its lines are dropped, the record skipped.
     over: bool = False
+    #: Returned when complete (with its payload's lines); False: a record passed over, only counted.
+    kept: bool = True
 
 
 class LogReader:
@@ -190,11 +200,16 @@ class LogReader:
     most ``max_line`` characters of a line and ``max_payload`` of a record's payload are held (by
     default ``MAX_LINE_CHARS`` and ``MAX_PAYLOAD_CHARS``, read when the reader is made). Payload lines
     are taken in runs (a record's payload is one piece of the log); the other lines one by one, at most
-    ``max_lines`` of them (None: no bound), then the rest is skipped, named (``cut``)."""
+    ``max_lines`` of them (None: no bound), then the rest is skipped, named (``cut``). Not ``keep_passed``: a
+    record of a kind nbcompile never reads (``read_by_nbcompile``) is only counted in ``passed``, its payload's
+    lines neither copied nor returned (a loader's way: 85% of a real trace's records are such)."""
 
     def __init__(self, path: str, max_line: int = MAX_LINE_CHARS, max_payload: int | None = None,
-                 max_lines: int | None = None) -> None:
+                 max_lines: int | None = None, keep_passed: bool = True) -> None:
         self.path = path
+        self.keep_passed = keep_passed
+        #: Records passed over, counted, not returned (not ``keep_passed``); the caller may take and zero it.
+        self.passed = 0
         self.max_lines = max_lines
         #: Lines taken one by one so far (records' first lines, blank and garbage lines).
         self.taken = 0
@@ -227,6 +242,7 @@ class LogReader:
             text, self._skipping = text[end + 1:], False
         data = self._rest + text
         whole = data.rfind("\n") + 1
+        prefix_at = _PREFIX.match
         self._rest = data[whole:]  # an unfinished last line waits for the rest
         at = 0
         while at < whole:
@@ -243,7 +259,9 @@ class LogReader:
                     return out
                 self.taken += 1
                 self._line += 1
-                self._take(data[at:end - 1], out)
+                prefix = prefix_at(data, at, end)
+                if prefix is None or not self._begin(data[prefix.end():end - 1], out):
+                    self._take(data[at:end - 1], out)
             at = end
         if len(self._rest) > self.max_line:
             self._line += 1
@@ -285,8 +303,31 @@ class LogReader:
         if current.chars > self.max_payload + 1:
             current.over = True
             current.payload.clear()
-        else:
+        elif current.kept:
             current.payload.append(data[start:end])
+
+    def _begin(self, text: str, out: list[RawRecord]) -> bool:
+        """The common case of ``_take``, its result the same: a record whose envelope's JSON ``text`` orjson
+        reads as a dict. False (nothing done): any other line, for ``_take`` to read and name."""
+        if _orjson_loads is None:
+            return False
+        try:
+            metadata = _orjson_loads(text)
+        except ValueError:
+            return False
+        if type(metadata) is not dict:
+            return False
+        wanted = read_by_nbcompile(metadata)
+        if wanted and maybe_inexact(metadata):
+            try:
+                metadata = json.loads(text)  # an integer past 64 bits: as json reads it, not a float
+            except (ValueError, RecursionError):
+                return False
+        self._finish(out)
+        escapes = wanted and "\\u" in text and ("\\ud" in text or "\\uD" in text)  # (a record passed over: moot)
+        self._current = _Pending(metadata, self._line, escapes=escapes, wanted=wanted,
+                                 kept=wanted or self.keep_passed)
+        return True
 
     def _take(self, line: str, out: list[RawRecord], last: bool = False) -> None:
         if line.startswith("\t"):  # the last line of a log, without its newline
@@ -324,7 +365,8 @@ class LogReader:
             return
         self._finish(out)
         escapes = wanted and "\\u" in text and ("\\ud" in text or "\\uD" in text)  # (a record passed over: moot)
-        self._current = _Pending(metadata, self._line, escapes=escapes, wanted=wanted)
+        self._current = _Pending(metadata, self._line, escapes=escapes, wanted=wanted,
+                                 kept=wanted or self.keep_passed)
 
     def _finish(self, out: list[RawRecord]) -> None:
         """The record being read, if any, to ``out``; one whose payload went over the bound is named instead."""
@@ -336,6 +378,9 @@ class LogReader:
             self.problems.append(f"{self.path}:{current.line}: record at line {current.line} "
                                  f"({kind_of(current.metadata)[:60] or 'no kind'}): payload over "
                                  f"{self.max_payload / (1 << 20):g} MB, skipped; read the others")
+            return
+        if not current.kept:
+            self.passed += 1
             return
         out.append(RawRecord(current.metadata, None, current.line, current.payload or None, current.escapes,
                              current.wanted))
@@ -397,7 +442,7 @@ class LogFile:
 
 def reader_for(path: str) -> LogReader:
     """A reader of the log ``path``; a compressed one, a small file that may hold gigabytes, read to the bounds."""
-    return LogReader(path, max_lines=MAX_RECORD_LINES if path.endswith(".gz") else None)
+    return LogReader(path, max_lines=MAX_RECORD_LINES if path.endswith(".gz") else None, keep_passed=False)
 
 
 #: The bytes of a log's start kept to tell the same log grown from one written anew.
@@ -479,9 +524,11 @@ class RankTrace:
         raising included, is named the same way. No records, no work: the hub is not entered (entering
         it takes torch's loggers over and back, milliseconds, which 1,000 empty logs paid twice each)."""
         records = list(records)
+        log = log if log is not None else self.logs[-1]
+        log.events += log.reader.passed  # the records its reader passed over: counted, never typed
+        log.reader.passed = 0
         if not records:
             return
-        log = log if log is not None else self.logs[-1]
         problems = log.reader.problems
         hub = self.hub_of(log)
         with hub.active(self.recording):

@@ -63,16 +63,25 @@ def loads(text: str, *, exact: bool = True) -> Any:
 
 def maybe_inexact(value: Any, depth: int = 0) -> bool:
     """Whether orjson's ``value`` holds a float of 2**63 or more (an integer past 64 bits in the text, read as a
-    float), or nests past what is looked at (then decode again to be sure)."""
-    if isinstance(value, float):
+    float), or nests past what is looked at (then decode again to be sure). orjson makes exact dicts, lists and
+    floats, so their types are compared, not ``isinstance``: a record's thousand values in a plain loop."""
+    kind = type(value)
+    if kind is float:
         return abs(value) >= _TWO_63
-    if isinstance(value, dict):
+    if kind is dict:
         value = value.values()
-    elif not isinstance(value, list):
+    elif kind is not list:
         return False
     if depth > 8:
         return True
-    return any(isinstance(v, (float, dict, list)) and maybe_inexact(v, depth + 1) for v in value)
+    for item in value:
+        kind = type(item)
+        if kind is float:
+            if abs(item) >= _TWO_63:
+                return True
+        elif (kind is dict or kind is list) and maybe_inexact(item, depth + 1):
+            return True
+    return False
 
 
 _TWO_63 = float(2**63)
