@@ -34,7 +34,7 @@ import re
 import stat
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ from .records import (
     read_by_nbcompile,
 )
 
+_orjson_loads: Callable[[str], Any] | None
 try:
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - orjson is a dependency; without it every line takes ``_take``'s way

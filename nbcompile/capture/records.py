@@ -67,7 +67,7 @@ def maybe_inexact(value: Any, depth: int = 0) -> bool:
     floats, so their types are compared, not ``isinstance``: a record's thousand values in a plain loop."""
     kind = type(value)
     if kind is float:
-        return abs(value) >= _TWO_63
+        return bool(abs(value) >= _TWO_63)
     if kind is dict:
         value = value.values()
     elif kind is not list:

@@ -627,11 +627,13 @@ class Report:
         key = cause_key(brk)
         causes = self.causes
         index = self.__dict__.get("_cause_index")
+        sites: dict[tuple[Any, ...], int]
         if index is None or index[0] is not causes or index[1] != len(causes):
-            index = (causes, len(causes), {})
-            for at, cause in enumerate(causes):
-                index[2].setdefault(cause_key(cause), at)
-        sites = index[2]
+            sites = {}
+            for i, cause in enumerate(causes):
+                sites.setdefault(cause_key(cause), i)
+        else:
+            sites = index[2]
         at = sites.get(key)
         if at is not None:
             causes[at].counted(brk)
