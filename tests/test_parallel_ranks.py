@@ -113,3 +113,47 @@ def test_ranks_with_the_same_compiles_do_not_diverge():
     other.frames[3].inputs = {"y": "[7, 16]"}  # one rank really traced another size: said, with both sizes
     said = divergences({0: report, 1: other})
     assert len(said) == 1 and "compile 34/0" in said[0] and "[7, 16] against [6, 16]" in said[0], said
+
+
+def test_a_worker_that_dies_midway_keeps_what_it_returned_and_the_rest_is_read_here(tmp_path, monkeypatch):
+    """Each worker returns its first rank, then exits 3 (a crash midway): the ranks it returned are taken from it
+    as it wrote them, only the others are read in this process, and the load equals a load in process."""
+    import sys
+
+    job = _job(tmp_path, copies=2)
+    here = _load(job, workers=1)
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/bin/sh\nshift 2\nexec " + sys.executable + " -c '\n"
+        "from nbcompile.capture import ranks\n"
+        "real, done = ranks.read_rank, []\n"
+        "def once(rank, paths):\n"
+        "    if done:\n"
+        "        raise SystemExit(3)\n"
+        "    done.append(rank)\n"
+        "    return real(rank, paths)\n"
+        "ranks.read_rank = once\n"
+        "ranks.main()\n' \"$@\"\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(ranks_ops.sys, "executable", str(script))
+    apart = _load(job, workers=2)
+    assert sorted(apart.ranks) == sorted(here.ranks)
+    assert all(apart.ranks[r] == here.ranks[r] for r in here.ranks)
+    failed = [s for s in apart.errors if "a worker reading rank(s)" in s]
+    assert len(failed) == 2 and all("exit 3" in s for s in failed), apart.errors
+    named = sorted(int(r) for s in failed for r in s.split("rank(s) ")[1].split(" failed")[0].split(", "))
+    assert len(named) == 2  # of 4 ranks, each worker returned one: only the 2 others were read here
+
+
+def test_results_cross_with_their_guards_numbered_once_per_worker(tmp_path):
+    """A worker numbers the guard texts it sends (each text crosses once); the reports read back are the same."""
+    job = _job(tmp_path, copies=1)
+    result = ranks_ops.read_rank(0, [str(job / "dedicated_log_torch_trace_rank_0_x.log")])
+    again = ranks_ops.read_rank(0, [str(job / "dedicated_log_torch_trace_rank_0_x.log")])
+    guards = [list(f.guards) for f in result.report.frames]
+    assert any(guards)
+    table: dict[str, int] = {}
+    new = ranks_ops.encode_guards(result, table)
+    assert len(new) == len(set(new)) == len(table) and set(new) == {g for gs in guards for g in gs}
+    assert ranks_ops.encode_guards(again, table) == []  # the same rank again: nothing new to send
+    assert [[new[i] for i in f.guards] for f in again.report.frames] == guards
