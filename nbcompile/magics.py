@@ -22,6 +22,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .core import user_runs
 from .core.errors import NbcompileError, describe_failure
 from .core.lazy import lazy_module
 from .core.names import is_torch_name
@@ -587,6 +588,7 @@ _RESET = re.compile(r"(^|\n)[ \t]*%{1,2}reset(_selective)?\b|run_line_magic\(\s*
 
 
 def _before_cell(info: Any = None) -> None:
+    user_runs.cell_started()
     _RUNNING["info"] = info
     raw = getattr(info, "raw_cell", None) or ""
     found = _RESET.search(raw) if "reset" in raw else None
@@ -614,6 +616,7 @@ def _before_reset(whole: bool = True) -> None:
 def _after_cell(*_args: Any) -> None:
     """Redraw every session whose report changed during the cell (calls from any cell)."""
     _RUNNING.pop("info", None)
+    user_runs.cell_ended()
     for session in sessions():
         try:
             session.redraw_if_changed()
@@ -628,6 +631,7 @@ def load_ipython_extension(ipython: Any) -> None:
     if _after_cell not in ipython.events.callbacks["post_run_cell"]:
         ipython.events.register("pre_run_cell", _before_cell)
         ipython.events.register("post_run_cell", _after_cell)
+        user_runs.watch(True)
 
 
 def unload_ipython_extension(ipython: Any | None) -> None:
@@ -637,3 +641,5 @@ def unload_ipython_extension(ipython: Any | None) -> None:
         for event, hook in (("pre_run_cell", _before_cell), ("post_run_cell", _after_cell)):
             if hook in ipython.events.callbacks[event]:
                 ipython.events.unregister(event, hook)
+                if event == "post_run_cell":
+                    user_runs.watch(False)

@@ -80,3 +80,50 @@ def _closure_over(fn):
     def step(x):
         return fn(x) * 2
     return step
+
+
+def test_an_entrys_reach_read_once_answers_as_reading_it_for_each_change():
+    """``names_reached`` (read once, kept across clicks) says yes for a change exactly when ``_function_reaches``
+    does, for every function of the cell and every change of one or two of its names."""
+    import itertools
+
+    space = _space()
+    space["made"] = _closure_over(space["helper"])
+    space["alias"] = space["helper"]
+    space["by_default"] = eval("lambda x, f=other: f(x)", space)  # noqa: S307  a default holding a function
+    names = ("helper", "other", "via_list", "lone", "calls_object", "made", "by_default", "alias")
+    reach = EntryReach(space, {n: space[n] for n in names})
+    changes = [{n} for n in names] + [set(p) for p in itertools.combinations(names, 2)] + [{"untracked"}]
+    for fn in names:
+        said = reach.names_reached(space[fn])
+        for changed in changes:
+            targets = {n: reach.tracked.get(n) for n in changed}
+            expected = reach._function_reaches(space[fn], targets, set())
+            assert (said is None or not said.isdisjoint(changed)) == expected, (fn, changed)
+
+
+def test_kept_reach_is_let_go_when_a_cell_runs_and_when_a_global_is_rebound():
+    """Across clicks the entries' reach is kept; a cell starting (the user's code may run) or a global rebound
+    between two clicks (a widget's callback) makes it read again, so a new way of reaching is seen."""
+    from nbcompile.core import user_runs
+
+    space = _space()
+    space["indirect"] = eval("lambda x: LATER(x)", space)  # noqa: S307  calls what LATER names when it runs
+    space["LATER"] = space["other"]
+    reach = EntryReach(space, {n: space[n] for n in ("helper", "other", "indirect")})
+    entries = {"indirect": space["indirect"]}
+    user_runs.watch(True)
+    try:
+        assert reach.affected({"helper"}, entries) == set()
+        assert reach._known_reach()  # kept
+        space["LATER"] = space["helper"]  # rebound between two clicks
+        assert reach.affected({"helper"}, entries) == {"indirect"}
+        assert reach.affected({"other"}, entries) == set()
+        space["TABLE"].append(space["other"])  # a mutation the namespace check cannot see ...
+        space["LATER"] = space["via_list"]
+        user_runs.cell_started()  # ... and a cell: read again
+        assert reach._known_reach() is None  # nothing kept while a cell runs
+        user_runs.cell_ended()
+        assert reach.affected({"other"}, entries) == {"indirect"}  # via_list -> TABLE -> other
+    finally:
+        user_runs.watch(False)

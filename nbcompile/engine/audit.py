@@ -289,6 +289,8 @@ class _Shallow:
             self._watch(key, value, 0)
 
     def _watch(self, label: str, value: Any, depth: int) -> None:
+        if type(value) is types.FunctionType:  # (nothing below watches a function: a cell of 500 of them, fast)
+            return
         if value is self.space or type(value).__module__.startswith("nbcompile") or \
                 isinstance(value, type) and value.__module__.startswith("nbcompile") or torch_owned(value):
             return  # the namespace itself (the run's copies are swapped into it), nbcompile's own objects and

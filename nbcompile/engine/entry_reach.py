@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..core import torch_compat
+from ..core import torch_compat, user_runs
 from ..core.names import is_torch_name
 from . import library
 from .codes import names_of, unwrap
@@ -33,15 +33,21 @@ class EntryReach:
     def __init__(self, namespace: dict[str, Any], tracked: dict[str, Any]) -> None:
         self.namespace = namespace
         self.tracked = tracked
+        #: ``_known_reach``: the moment, the namespace's names and values then, the entries' reach read.
+        self._kept: tuple[int, list[tuple[str, Any]], dict[int, tuple[Any, frozenset[str] | None]]] | None = None
 
     def affected(self, changed: Collection[str], entries: dict[str, Any]) -> set[str] | None:
         """The entries (name -> the object compiled for it) whose compiled code a change of the names ``changed``
         can alter: each entry that is one of them or reaches one. None: every entry (a torch callable, a library
-        function, a method, or an entry that cannot be read through)."""
+        function, a method, or an entry that cannot be read through). A function entry's reach is read once
+        (``names_reached``) and kept while the user's code cannot have run (``user_runs.epoch``) and the
+        namespace holds the same values: a click of a 500-function cell then reads no entry again."""
         if any(is_torch_name(n) or library.is_library_name(n) or "." in n for n in changed):
             return None
         targets = {n: self.tracked.get(n) for n in changed}
         out: set[str] = set()
+        known = self._known_reach()
+        by_id = self._tracked_by_id()
         for entry, obj in entries.items():
             original = torch_compat.unwrap_compiled(obj)
             if entry in targets:
@@ -51,9 +57,98 @@ class EntryReach:
                     out.add(entry)
             elif not isinstance(unwrap(original), types.FunctionType):
                 return None
-            elif self._function_reaches(unwrap(original), targets, set()):
-                out.add(entry)
+            else:
+                fn = unwrap(original)
+                names = known.get(id(fn)) if known is not None else None
+                if names is None or names[0] is not fn:
+                    names = (fn, self.names_reached(fn, by_id))
+                    if known is not None:
+                        known[id(fn)] = names
+                if names[1] is None or not names[1].isdisjoint(targets):
+                    out.add(entry)
         return out
+
+    def names_reached(self, fn: types.FunctionType, by_id: dict[int, list[str]] | None = None) -> frozenset[str] | None:
+        """What ``fn`` may call, as names: every name its code (and that of what it reaches) uses, and the names
+        under which the cell's functions it holds are tracked (a list of them, a closure, a default). None: it
+        may call anything (an object of a class the user wrote, a library container of the user's modules).
+        ``_function_reaches(fn, targets)`` is true exactly when this is None or meets ``targets``' names."""
+        found: set[str] = set()
+        if not self._collect_function(fn, found, set(), self._tracked_by_id() if by_id is None else by_id):
+            return None
+        return frozenset(found)
+
+    def _tracked_by_id(self) -> dict[int, list[str]]:
+        """The names each of the cell's functions is tracked under, by its id (the objects are held by
+        ``tracked`` meanwhile)."""
+        by_id: dict[int, list[str]] = {}
+        for name, obj in self.tracked.items():
+            if obj is not None:
+                by_id.setdefault(id(obj), []).append(name)
+        return by_id
+
+    def _known_reach(self) -> dict[int, tuple[Any, frozenset[str] | None]] | None:
+        """The entries' reach read so far (id of the function -> the function, its ``names_reached``), for this
+        moment of the user's code and this namespace; None: nothing may be kept now."""
+        epoch = user_runs.epoch()
+        if epoch is None:
+            return None
+        # the cell's functions' names aside: nbcompile binds them (to a configuration's wrappers or copies, not
+        # held here: a configuration forgotten frees them), and their functions are compared by identity instead
+        tracked = self.tracked
+        values = [(name, value) for name, value in self.namespace.items() if name not in tracked]
+        kept = self._kept
+        if kept is not None and kept[0] == epoch and len(kept[1]) == len(values) and \
+                all(n == m and a is b for (n, a), (m, b) in zip(kept[1], values, strict=True)):
+            return kept[2]
+        user_runs.keep(self)
+        self._kept = (epoch, values, {})
+        return self._kept[2]
+
+    def forget_user_reads(self) -> None:
+        """The user's code may run now (a cell starts or ends): what was read off their objects is let go."""
+        self._kept = None
+
+    def _collect_function(self, fn: types.FunctionType, found: set[str], seen: set[int],
+                          by_id: dict[int, list[str]]) -> bool:
+        """``_function_reaches``, collecting: the names ``fn`` may call into ``found``; False: anything."""
+        if not self._collect_code(fn.__code__, found, seen, by_id):
+            return False
+        held = [c.cell_contents for c in fn.__closure__ or () if _filled(c)] + list(fn.__defaults__ or ())
+        held += list((fn.__kwdefaults__ or {}).values())
+        return all(self._collect_value(v, found, seen, by_id) for v in held)
+
+    def _collect_code(self, code: types.CodeType, found: set[str], seen: set[int],
+                      by_id: dict[int, list[str]]) -> bool:
+        if id(code) in seen:
+            return True
+        seen.add(id(code))
+        names = names_of(code)
+        found.update(names)
+        return all(self._collect_value(self.namespace.get(n, _MISSING), found, seen, by_id) for n in names)
+
+    def _collect_value(self, value: Any, found: set[str], seen: set[int], by_id: dict[int, list[str]],
+                       depth: int = 0) -> bool:
+        """``_may_call``, collecting: the tracked names ``value`` is (by identity) or may call; False: anything."""
+        if value is _MISSING or isinstance(value, (types.ModuleType, torch.Tensor, str, bytes, int, float, bool,
+                                                   type(None))):
+            return True
+        plain = torch_compat.unwrap_compiled(value)
+        for each in (plain, unwrap(plain)):
+            found.update(by_id.get(id(each), ()))
+        if isinstance(plain, (list, tuple, set, frozenset, dict)):
+            if depth >= 3:
+                return True
+            items = list(plain.values()) if isinstance(plain, dict) else list(plain)
+            return all(self._collect_value(v, found, seen, by_id, depth + 1) for v in items[:1000])
+        fn = unwrap(plain)
+        if isinstance(fn, types.FunctionType):
+            if not user_code(fn.__code__):
+                return True  # a library function: it cannot call the cell's functions by name
+            return self._collect_function(fn, found, seen, by_id)
+        if isinstance(plain, torch.nn.Module):  # a library container (nn.Sequential) of the user's modules
+            return not any(user_class(type(m)) for m in plain.modules())
+        return not user_class(plain if isinstance(plain, type) else type(plain))
 
     def reached(self, entries: Iterable[Any], names: Collection[str]) -> set[str]:
         """Which of the cell's functions ``names`` the ``entries`` (the objects compiled) reach; every one when an

@@ -29,7 +29,7 @@ from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
 from ..capture.hub import HUB, Recording
-from ..core import dynconfig, torch_compat
+from ..core import dynconfig, torch_compat, user_runs
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
@@ -103,6 +103,8 @@ class Session:
         #: What the session runs, handed to the engine (trials, timing, the search) in its place.
         self.workload = Workload(namespace, filename=filename, options=options, tracked=tracked, entries=entries,
                                  recording=self.recording, label=label, lint=self.lint)
+        #: The moment of the user's code (``user_runs.epoch``) at which every name was last found owned (``stale``).
+        self._owned_at: int | None = None
         #: name -> (the tracked function, where its report items are): ``_function_spans``, once per function.
         self._spans: dict[str, tuple[Any, Any]] = {}
         #: The library rewrites the fix search applied, bound while the session holds them.
@@ -170,13 +172,21 @@ class Session:
 
     @property
     def stale(self) -> str | None:
-        """None while the session owns its names; else one line saying why it no longer does."""
+        """None while the session owns its names; else one line saying why it no longer does. The names are
+        looked at again only when the user's code may have run since they were last found owned
+        (``user_runs.epoch``): a click asks five times, and a 500-function cell has 500 names. (Each write of
+        a name still looks at it first: ``Binding.write_now``.)"""
         if self._stale is None and not self._closed:
+            epoch = user_runs.epoch()
+            if epoch is not None and epoch == self._owned_at:
+                return None
             for binding in self.engine.bindings.values():
                 problem = binding.problem()
                 if problem is not None:
                     self.mark_stale(f"{problem} outside this %%compile cell")
                     break
+            else:
+                self._owned_at = epoch
         return self._stale
 
     def mark_stale(self, what: str) -> None:
@@ -619,6 +629,15 @@ class Session:
         """``function_report(name)``'s frames, breaks, causes and recompiles, counted without making it."""
         spans = self._function_spans(name)
         return PartCounts.of(self.report) if spans is WHOLE else self.report.part_counts(name, spans)
+
+    def functions_counts(self, names: list[str]) -> dict[str, PartCounts]:
+        """``function_counts`` of many tracked functions (a panel's rows), those of one span each counted at once
+        (``Report.spans_counts``)."""
+        spans = {name: self._function_spans(name) for name in names}
+        single = [name for name, span in spans.items() if isinstance(span, tuple) and len(span) == 3]
+        counted = self.report.spans_counts([spans[name] for name in single])
+        out = dict(zip(single, counted, strict=True)) if counted is not None else {}
+        return {name: out[name] if name in out else self.function_counts(name) for name in names}
 
     def _function_spans(self, name: str) -> Any:
         """Where ``name``'s items are (``codes.report_spans``), once per function object (a panel row asks at

@@ -55,7 +55,7 @@ from ..model.render import (
 from ..model.render import (
     check_source as run_source,
 )
-from ..model.report import Frame, Report, Rewrite
+from ..model.report import Frame, PartCounts, Report, Rewrite
 from ..model.status import SearchStop
 from .backends import backend_problem as backend_problem
 from .backends import working_backends
@@ -666,13 +666,19 @@ class Panel(widgets.VBox):
 
     def _draw_counts(self, report: Report) -> None:
         functions, entries = set(self.session.functions), set(self.session.entries)
+        said: dict[PartCounts, str] = {}  # most rows of a big cell count the same (none): each text made once
+        plain = self.session.functions_counts([n for n in self.function_counts if n in functions])
         for name, counts in self.function_counts.items():
             # each row its own counts: a module entry, its forward's
-            part = entry_counts(self.session, name, functions, entries)
-            causes = f" ({plural(part.causes, 'cause')})" if part.causes < part.breaks else ""
-            counts.value = (f"<span style='color:#555'>{plural(part.frames, 'frame')}, "
-                            f"{plural(part.breaks, 'break')}{causes}, "
-                            f"{plural(part.recompiles, 'recompile')}</span>")
+            part = plain[name] if name in plain else entry_counts(self.session, name, functions, entries)
+            text = said.get(part)
+            if text is None:
+                causes = f" ({plural(part.causes, 'cause')})" if part.causes < part.breaks else ""
+                text = said[part] = (f"<span style='color:#555'>{plural(part.frames, 'frame')}, "
+                                     f"{plural(part.breaks, 'break')}{causes}, "
+                                     f"{plural(part.recompiles, 'recompile')}</span>")
+            if counts.value != text:  # (a trait set, even of the same text, costs more than the comparison)
+                counts.value = text
 
     def _draw_ops(self, session: PanelSession, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]

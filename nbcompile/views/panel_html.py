@@ -8,6 +8,7 @@ rewrite as a diff of the cell (``rewrite_diff``). Every string is escaped (``esc
 from __future__ import annotations
 
 import difflib
+import functools
 import html
 import re
 from typing import Any
@@ -111,6 +112,19 @@ _NO_WRAP = "white-space:pre;overflow-wrap:normal;word-break:normal;"
 _LINENO = "color:#999;user-select:none"
 
 
+def _row(number: int, text: str, style: str = "", mark: str = " ", title: str = "") -> str:
+    return (f"<div class='nbcompile-line' data-line='{number}' style='{style}' "
+            f"title='{escape(title)}'><span class='nbcompile-lineno' style='{_LINENO}'>"
+            f"{number:>3} {mark} </span>"
+            f"{escape(text) or '&nbsp;'}</div>")
+
+
+@functools.lru_cache(maxsize=8)
+def _plain_rows(source: str) -> tuple[str, ...]:
+    """Every line of ``source`` as an unmarked row (a cell of 1,000 lines is escaped once, not at each click)."""
+    return tuple(_row(number, text) for number, text in enumerate(source.splitlines(), start=1))
+
+
 def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) -> str:
     """The cell source as HTML with break lines (red) and recompiled functions' lines (orange) marked."""
     breaks: dict[int, list[str]] = {}
@@ -126,17 +140,16 @@ def source_view(source: str, report: Report, spans: dict[str, tuple[int, int]]) 
         for tracked, (first, _) in spans.items():
             if tracked.split(".")[-1] == name:
                 recompiled.setdefault(first, []).append(change_text(rec) or rec.reason)
-    rows = []
-    for number, text in enumerate(source.splitlines(), start=1):
-        style, mark, title = "", " ", ""
+    lines = source.splitlines()
+    rows = list(_plain_rows(source))  # the unmarked lines, as each redraw of the same cell shows them
+    for number in {*breaks, *recompiled}:
+        if not 1 <= number <= len(lines):
+            continue
         if number in breaks:
             style, mark, title = "background:#fde2e1", "●", "; ".join(breaks[number])
-        elif number in recompiled:
+        else:
             style, mark, title = "background:#fff1d6", "↻", "recompiled: " + "; ".join(recompiled[number])
-        rows.append(f"<div class='nbcompile-line' data-line='{number}' style='{style}' "
-                    f"title='{escape(title)}'><span class='nbcompile-lineno' style='{_LINENO}'>"
-                    f"{number:>3} {mark} </span>"
-                    f"{escape(text) or '&nbsp;'}</div>")
+        rows[number - 1] = _row(number, lines[number - 1], style, mark, title)
     # One row per cell line, never wrapped (a long line scrolls sideways): the numbers and the marks stay
     # on the cell's lines. Inline (the rows inherit it), so the notebook's own ``pre { white-space: pre-wrap }``
     # loses.

@@ -1,0 +1,68 @@
+"""When the user's code may have run: the one sound moment to forget what was read off the user's objects.
+
+What a click reads off the namespace (what ``--run`` and the cell's functions reach: globals, closures, class
+and module attributes) can change only when the user's code runs. In a shell whose cells nbcompile watches
+(``%load_ext nbcompile`` registers ``pre_run_cell``/``post_run_cell`` hooks), each cell counts once as it
+starts and once as it ends, and while one runs nothing read is kept (its code may change the namespace between
+two clicks it makes itself). ``epoch()`` is the count, or None where nothing may be kept: no shell watched (a
+script driving a session: user code runs unseen), or a cell running now.
+
+A callback of the user's own widget runs user code without a cell: a keeper (``Workload``) also compares the
+namespace's names and values (a global rebound by such a callback is seen); a mutation of a closure or a class
+attribute by one is not seen until the next cell (said in docs/usage.md).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Protocol
+
+
+class Keeper(Protocol):
+    def forget_user_reads(self) -> None: ...
+
+
+_count = 0
+_watched = 0
+_running = False
+#: What keeps reads of the user's objects: told to forget them at each moment (the references they hold to the
+#: user's objects are let go as a cell starts: a ``del`` in it frees its object).
+_keepers: weakref.WeakSet[Keeper] = weakref.WeakSet()
+
+
+def keep(keeper: Keeper) -> None:
+    _keepers.add(keeper)
+
+
+def _moment() -> None:
+    global _count
+    _count += 1
+    for keeper in list(_keepers):
+        keeper.forget_user_reads()
+
+
+def watch(on: bool) -> None:
+    """A shell's hooks start (``on``) or stop counting the user's cells (one count per shell watching)."""
+    global _watched
+    _watched = max(0, _watched + (1 if on else -1))
+    _moment()
+
+
+def cell_started() -> None:
+    global _running
+    _running = True
+    _moment()
+
+
+def cell_ended() -> None:
+    global _running
+    _running = False
+    _moment()
+
+
+def epoch() -> int | None:
+    """The number of the user-code moments so far, or None: nothing read off the user's objects may be kept
+    (no watched shell, or a cell running now)."""
+    if not _watched or _running:
+        return None
+    return _count
