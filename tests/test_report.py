@@ -125,3 +125,24 @@ def test_causes_counted_through_their_index_match_a_grouping_of_the_breaks():
 
     assert summary(report.causes) == summary(group_causes(report.breaks))
     assert sum(c.count for c in report.causes) == 400
+
+
+def test_counts_of_many_spans_at_once_match_each_counted_alone():
+    import random
+
+    from nbcompile.model.report import Frame, GraphBreak, Report
+
+    rng = random.Random(5)
+    report = Report(title="t")
+    for i in range(120):
+        line, filename = rng.randrange(200), rng.choice(["a.py", "b.py"])
+        report.add("frames", Frame(compile_id=f"{i}/0", function="f", guards=[], guard_count=0,
+                                   compile_time_s=0.0, filename=filename, firstlineno=line))
+        if i % 3 == 0:
+            report.add("breaks", GraphBreak(function="f", filename=filename, lineno=line + 1, reason="r",
+                                            gb_type="t", compile_id=f"{i}/0", cell_line=None, source_line="",
+                                            gb_id="", explanation="", hints=[], doc_url=""))
+    spans = [(rng.choice(["a.py", "b.py", "c.py"]), first, first + rng.randrange(30))
+             for first in (rng.randrange(200) for _ in range(80))]
+    assert report.spans_counts(spans) == [report.part_counts("f", [span]) for span in spans]
+    assert any(c.frames for c in report.spans_counts(spans))

@@ -379,16 +379,27 @@ def _parsed(source: str) -> ast.Module | None:
         return None
 
 
+@functools.lru_cache(maxsize=16)
+def _classes_and_made(source: str) -> tuple[dict[str, ast.ClassDef], dict[str, str]] | None:
+    """The cell's classes by name, and its top-level names made by calling a name (``model = Net()``): read
+    once per source (every click exports the snippet again; a cell of 500 functions has 500 statements)."""
+    tree = _parsed(source)
+    if tree is None:
+        return None
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    made = {t.id: n.value.func.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name) for t in n.targets if isinstance(t, ast.Name)}
+    return classes, made
+
+
 def unnested_entries(entries: list[str], source: str, namespace: Mapping[str, Any] | None = None) -> list[str]:
     """The entries less the methods (``Block.forward``) whose class a compiled module instance of the
     entries holds (``model = Net()``, a ``Net`` made of ``Block``s): compiling the module compiles them."""
     held: set[str] = set()
-    tree = _parsed(source)
-    if tree is None:
+    read = _classes_and_made(source)
+    if read is None:
         return entries
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    made = {t.id: n.value.func.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-            and isinstance(n.value.func, ast.Name) for t in n.targets if isinstance(t, ast.Name)}
+    classes, made = read
     for entry in (e for e in entries if "." not in e):
         value = namespace.get(entry) if namespace is not None else None
         if value is not None and callable(getattr(value, "modules", None)):

@@ -100,6 +100,8 @@ class Workload:
             HUB.refused_changes(message, globals_), self.recording.cell_line(filename, line) if filename else None))
         #: (code, roots, reached) of a change's copies, for its reference copy: ``toggle_copies``, ``forget_roots``.
         self._roots_once: tuple[types.CodeType, dict[str, tuple[Slot, Any]], Reached] | None = None
+        #: ``repr(self.options)`` while ``rebind`` binds every entry (no option changes meanwhile); "" otherwise.
+        self._options_said = ""
         #: The last ``reach`` read (``_reach``): the moment, the code, the originals, the namespace, the answer.
         self._reach_kept: tuple[int, types.CodeType, list[Any], list[tuple[str, Any]], Reached] | None = None
         #: Bumped each time the toggle copies are made anew (the old ones could not be refreshed).
@@ -230,7 +232,7 @@ class Workload:
         """An entry compiled behind the session's recording, in a cache region of its own. The current
         configuration's wrapper of the same object is handed back as it is (its compiled code kept); one
         that has none gets, during a first-view pass, a wrapper of its own that compiles with Dynamo only."""
-        key = (name, id(obj), repr(self.options))
+        key = (name, id(obj), self._options_said or repr(self.options))
         known = self._wrappers.get(key)
         if known is not None and known[0] is obj:  # kept (a first-view pass, too, runs the code kept)
             return known[1]
@@ -263,8 +265,13 @@ class Workload:
 
     def rebind(self) -> None:
         """The entries bound again to the current configuration's compiled code (and, where torch has no cache
-        regions, the cell's functions to its copies of them)."""
-        self.engine.rebind([*self.entries, *self.copied_names()])
+        regions, the cell's functions to its copies of them). The options are said once for all the entries
+        (``compile``'s key: a dataclass's repr per entry was a tenth of a 500-function click)."""
+        self._options_said = repr(self.options)
+        try:
+            self.engine.rebind([*self.entries, *self.copied_names()])
+        finally:
+            self._options_said = ""
 
     def copied_names(self) -> list[str]:
         """Where torch has no cache regions: the cell's functions (not entries, not library functions, not

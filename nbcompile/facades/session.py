@@ -634,8 +634,8 @@ class Session:
         """``function_counts`` of many tracked functions (a panel's rows), those of one span each counted at once
         (``Report.spans_counts``)."""
         spans = {name: self._function_spans(name) for name in names}
-        single = [name for name, span in spans.items() if isinstance(span, tuple) and len(span) == 3]
-        counted = self.report.spans_counts([spans[name] for name in single])
+        single = [name for name, span in spans.items() if isinstance(span, list) and len(span) == 1]
+        counted = self.report.spans_counts([spans[name][0] for name in single])
         out = dict(zip(single, counted, strict=True)) if counted is not None else {}
         return {name: out[name] if name in out else self.function_counts(name) for name in names}
 
