@@ -157,3 +157,28 @@ def test_results_cross_with_their_guards_numbered_once_per_worker(tmp_path):
     assert len(new) == len(set(new)) == len(table) and set(new) == {g for gs in guards for g in gs}
     assert ranks_ops.encode_guards(again, table) == []  # the same rank again: nothing new to send
     assert [[new[i] for i in f.guards] for f in again.report.frames] == guards
+
+
+def test_the_collector_pause_leaves_the_collector_as_it_was():
+    import gc
+
+    with ranks_ops.gc_paused():
+        assert not gc.isenabled()
+        made = [[i] for i in range(1000)]
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and made[999] == [999]
+    gc.disable()
+    try:
+        with ranks_ops.gc_paused():
+            pass
+        assert not gc.isenabled()  # off before: off after
+    finally:
+        gc.enable()
+    kept = [[1]]
+    gc.freeze()  # someone's own frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with ranks_ops.gc_paused():
+            kept.append([2])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
