@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..capture.hub import HUB, Recording
-from ..core import torch_compat, user_runs
+from ..core import torch_compat
 from ..core.errors import NbcompileError
 from ..core.names import copy_function, is_torch_name
 from ..core.options import CellOptions
@@ -33,9 +33,10 @@ from .codes import code_of
 from .compiler import compiled_copy, drop_compiled, own_forward
 from .configs import Kept, KeptConfigs
 from .entry_reach import EntryReach
+from .kept_reach import KeptReach
 from .replay import SWAPPED, Replay
 from .stance import Stances
-from .state import Reached, ReadOnly, Slot, reach
+from .state import Reached, ReadOnly, Slot
 from .toggles import REGISTRY, Binding, Toggles, binding_for
 from .trial import Spec, marking, trial_backend
 
@@ -44,7 +45,7 @@ def _no_lint(_name: str) -> list[LintWarning]:
     return []
 
 
-class Workload:
+class Workload(KeptReach):
     """One session's workload: what it runs, on what, and how its entries are compiled."""
 
     def __init__(self, namespace: dict[str, Any], *, filename: str, options: CellOptions, tracked: dict[str, Any],
@@ -164,31 +165,6 @@ class Workload:
             binding = self.bindings.get(slot.key) if slot.owner is self.namespace else None
             roots[label] = (slot, torch_compat.unwrap_compiled(binding.original) if binding is not None else slot.get())
         return roots, reached
-
-    def _reach(self, code: types.CodeType) -> Reached:
-        """``reach`` of ``code`` and the cell's functions, kept from one click to the next while the user's code
-        cannot have run (``user_runs.epoch``) and the namespace holds the same values under the same names (its
-        entries' bindings aside: those are nbcompile's, and the originals they stand for are compared instead).
-        A click reads a 500-function cell's reach in 14 ms; kept, it reads nothing."""
-        originals = [b.original for b in self.bindings.values()]
-        epoch = user_runs.epoch()
-        if epoch is None:
-            return reach(self.namespace, code, originals)
-        bound = self.bindings
-        values = [(name, value) for name, value in self.namespace.items() if name not in bound]
-        kept = self._reach_kept
-        if kept is not None and kept[0] == epoch and kept[1] is code and len(kept[2]) == len(originals) \
-                and all(a is b for a, b in zip(kept[2], originals, strict=True)) and len(kept[3]) == len(values) \
-                and all(n == m and a is b for (n, a), (m, b) in zip(kept[3], values, strict=True)):
-            return kept[4]
-        reached = reach(self.namespace, code, originals)
-        user_runs.keep(self)
-        self._reach_kept = (epoch, code, originals, values, reached)
-        return reached
-
-    def forget_user_reads(self) -> None:
-        """The user's code may run now (a cell starts or ends): what was read off their objects is let go."""
-        self._reach_kept = None
 
     def forget_roots(self) -> None:
         """What a change's copies reached, kept for its reference copy (``toggle_copies``), forgotten: the change

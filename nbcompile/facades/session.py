@@ -38,7 +38,7 @@ from ..engine import library, trial
 from ..engine import snippet as export_ops
 from ..engine import timing as bench_ops
 from ..engine.change import ChangeRunner, toggle_name
-from ..engine.codes import WHOLE, report_spans, unwrap
+from ..engine.codes import unwrap
 from ..engine.custom_ops import export_code
 from ..engine.replay import swapping
 from ..engine.search import Searcher
@@ -46,10 +46,11 @@ from ..engine.toggles import StaleError, Toggles
 from ..engine.workload import Workload
 from ..model.fixsearch import FixSearch
 from ..model.render import MIME_TYPE
-from ..model.report import LintWarning, PartCounts, Report, Rewrite
+from ..model.report import LintWarning, Report, Rewrite
 from . import rewrites
 from .bound_rewrites import BoundRewrites
 from .fixrun import FixRun
+from .function_parts import FunctionParts
 from .rewrites import CellRewrites
 
 __all__ = ["FixRun", "Session", "last", "session_of_cell", "sessions"]
@@ -74,7 +75,7 @@ def last() -> Session | None:
     return _SESSIONS[-1] if _SESSIONS else None
 
 
-class Session:
+class Session(FunctionParts):
     """The object behind one `%%compile` cell."""
 
     def __init__(
@@ -617,36 +618,6 @@ class Session:
         text, self.accepted = rewrites.accept(rewrite, cell=self.source[1:], accepted=self.accepted, line=self.line,
                                               best=getattr(self.last_fix, "best", None), options=self.options)
         return text
-
-    # -- the report, by function ----------------------------------------------------------------
-    def function_report(self, name: str) -> Report:
-        """The part of the report about one tracked function, joined by its code (not its short name);
-        for an entry that is not a function of the cell (an nn.Module instance), the whole report."""
-        spans = self._function_spans(name)
-        return self.report if spans is WHOLE else self.report.for_function(name, spans)
-
-    def function_counts(self, name: str) -> PartCounts:
-        """``function_report(name)``'s frames, breaks, causes and recompiles, counted without making it."""
-        spans = self._function_spans(name)
-        return PartCounts.of(self.report) if spans is WHOLE else self.report.part_counts(name, spans)
-
-    def functions_counts(self, names: list[str]) -> dict[str, PartCounts]:
-        """``function_counts`` of many tracked functions (a panel's rows), those of one span each counted at once
-        (``Report.spans_counts``)."""
-        spans = {name: self._function_spans(name) for name in names}
-        single = [name for name, span in spans.items() if isinstance(span, list) and len(span) == 1]
-        counted = self.report.spans_counts([spans[name][0] for name in single])
-        out = dict(zip(single, counted, strict=True)) if counted is not None else {}
-        return {name: out[name] if name in out else self.function_counts(name) for name in names}
-
-    def _function_spans(self, name: str) -> Any:
-        """Where ``name``'s items are (``codes.report_spans``), once per function object (a panel row asks at
-        every redraw)."""
-        original = self.workload.tracked.get(name)
-        known = self._spans.get(name)
-        if known is None or known[0] is not original:
-            known = self._spans[name] = (original, report_spans(original, entry=name in self.entries))
-        return known[1]
 
     def stance(self, name: str | None = None) -> str:
         """``torch.compiler.set_stance(name)`` around the user's calls of this session's entries only (not
