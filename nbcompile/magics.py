@@ -588,7 +588,6 @@ _RESET = re.compile(r"(^|\n)[ \t]*%{1,2}reset(_selective)?\b|run_line_magic\(\s*
 
 
 def _before_cell(info: Any = None) -> None:
-    user_runs.cell_started()
     _RUNNING["info"] = info
     raw = getattr(info, "raw_cell", None) or ""
     found = _RESET.search(raw) if "reset" in raw else None
@@ -616,7 +615,6 @@ def _before_reset(whole: bool = True) -> None:
 def _after_cell(*_args: Any) -> None:
     """Redraw every session whose report changed during the cell (calls from any cell)."""
     _RUNNING.pop("info", None)
-    user_runs.cell_ended()
     for session in sessions():
         try:
             session.redraw_if_changed()
@@ -631,6 +629,8 @@ def load_ipython_extension(ipython: Any) -> None:
     if _after_cell not in ipython.events.callbacks["post_run_cell"]:
         ipython.events.register("pre_run_cell", _before_cell)
         ipython.events.register("post_run_cell", _after_cell)
+        ipython.events.register("pre_execute", user_runs.cell_started)  # every execution, silent ones too
+        ipython.events.register("post_execute", user_runs.cell_ended)
         user_runs.watch(True)
 
 
@@ -643,3 +643,6 @@ def unload_ipython_extension(ipython: Any | None) -> None:
                 ipython.events.unregister(event, hook)
                 if event == "post_run_cell":
                     user_runs.watch(False)
+        for event, counter in (("pre_execute", user_runs.cell_started), ("post_execute", user_runs.cell_ended)):
+            if counter in ipython.events.callbacks[event]:
+                ipython.events.unregister(event, counter)

@@ -127,3 +127,46 @@ def test_kept_reach_is_let_go_when_a_cell_runs_and_when_a_global_is_rebound():
         assert reach.affected({"other"}, entries) == {"indirect"}  # via_list -> TABLE -> other
     finally:
         user_runs.watch(False)
+
+
+def test_a_cell_function_rebound_between_clicks_and_deep_containers_are_read_as_before():
+    from nbcompile.core import user_runs
+
+    space = _space()
+    space["g"] = eval("lambda x: other(x)", space)  # noqa: S307  a function of the cell that is not an entry
+    space["f"] = eval("lambda x: g(x)", space)  # noqa: S307
+    reach = EntryReach(space, {n: space[n] for n in ("f", "g", "helper", "other")}, bound=lambda: ("f",))
+    entries = {"f": space["f"]}
+    user_runs.watch(True)
+    try:
+        assert reach.affected({"helper"}, entries) == set()
+        space["g"] = eval("lambda x: helper(x)", space)  # noqa: S307  rebound between two clicks: seen
+        assert reach.affected({"helper"}, entries) == {"f"}
+    finally:
+        user_runs.watch(False)
+    # a container three deep holding an object of a user-written list subclass: as _may_call reads it
+    space["Reg"] = type("Reg", (list,), {"__module__": "__main__", "run": lambda self: None})
+    space["DEEP"] = [[[space["Reg"]()]]]
+    deep = eval("lambda x: DEEP", space)  # noqa: S307
+    targets = {"helper": space["helper"]}
+    said = reach.names_reached(deep)
+    assert (said is None or not said.isdisjoint(targets)) == reach._function_reaches(deep, targets, set())
+
+
+def test_nested_executions_keep_nothing_until_the_outer_one_ends():
+    from nbcompile.core import user_runs
+
+    watched = user_runs._watched  # (a shell of another test may watch too)
+    user_runs.watch(True)
+    try:
+        user_runs.cell_started()
+        user_runs.cell_started()  # a cell running another (run_cell, %rerun)
+        user_runs.cell_ended()
+        assert user_runs.epoch() is None  # the outer one still runs
+        user_runs.cell_ended()
+        assert user_runs.epoch() is not None
+    finally:
+        user_runs.watch(False)
+    assert user_runs._watched == watched
+    if not watched:
+        assert user_runs.epoch() is None  # no shell watched: nothing kept

@@ -154,3 +154,26 @@ def test_a_record_passed_over_with_a_payload_over_the_bound_is_still_named():
     assert _read_all(reader, text, 1 << 22) == []
     assert reader.passed == 1 and reader.skipped == 1
     assert any("payload over" in e and "chromium_event" in e for e in reader.errors)
+
+
+def test_a_log_ending_with_records_passed_over_counts_them_and_is_not_called_empty(tmp_path):
+    """The records a reader passes over are counted when the flush finishes them too: a plain log's events
+    equal its gzip twin's, and a log of only such records is not said to hold no trace records."""
+    import nbcompile
+    from nbcompile.capture.logs import RankTrace
+
+    for path in sorted(TRACES.rglob("*.log.gz"))[:6]:
+        plain = tmp_path / path.name.replace(".gz", "")
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        counted = []
+        for each in (path, plain):
+            trace = RankTrace(0, str(each))
+            trace.read_more(final=True)
+            counted.append(trace.events)
+        assert counted[0] == counted[1] > 0, path
+    only = tmp_path / "dedicated_log_torch_trace_rank_0_x.log"
+    only.write_text('V1123 04:36:34.203000 123 f.py:28] {"chromium_event": {}, "has_payload": "x"}\n\tpayload\n')
+    trace = RankTrace(0, str(only))
+    trace.read_more(final=True)
+    assert trace.events == 1 and not any("no trace records" in e for e in trace.errors), trace.errors
+    assert nbcompile.load(only).ranks is not None

@@ -146,3 +146,18 @@ def test_counts_of_many_spans_at_once_match_each_counted_alone():
              for first in (rng.randrange(200) for _ in range(80))]
     assert report.spans_counts(spans) == [report.part_counts("f", [span]) for span in spans]
     assert any(c.frames for c in report.spans_counts(spans))
+
+
+def test_causes_sorted_in_place_are_still_counted_on_their_own_site():
+    from nbcompile.model.report import GraphBreak, Report
+
+    def brk(line):
+        return GraphBreak(function="f", filename="m.py", lineno=line, reason="r", gb_type="t", compile_id="0/0",
+                          cell_line=None, source_line="", gb_id="", explanation="", hints=[], doc_url="")
+
+    report = Report(title="t")
+    for line in (1, 2, 2, 3):
+        report.add("breaks", brk(line))
+    report.causes.sort(key=lambda c: -c.count)  # same list, same length, other order
+    report.add("breaks", brk(1))
+    assert {c.lineno: c.count for c in report.causes} == {1: 2, 2: 2, 3: 1}

@@ -634,7 +634,7 @@ class RankTrace:
         if final or (not grew and time.monotonic() - log.grown_at > SETTLE_S):
             text = log.decoder.decode(b"", final=final) if final else ""
             last = log.reader.feed(text) + log.reader.flush(final=final) if text else log.reader.flush(final=final)
-            if last:
+            if last or log.reader.passed:  # (a record passed over, finished here, is counted too)
                 self.feed(last, log)
                 grew = True
         if final:

@@ -131,6 +131,10 @@ def read_in_processes(jobs: list[Job], workers: int | None = None) -> tuple[list
             files.enter_context(gc_paused())  # (for the whole collection: re-enabled per result, it ran each time)
             while any(w.proc is not None and w.proc.poll() is None for w in running):
                 taken = [r for w in running for r in w.take(seen)]
+                for worker in running:  # one that sent what it should not: its other ranks are read here
+                    if worker.failed and worker.proc is not None and worker.proc.poll() is None:
+                        worker.proc.kill()
+                        worker.proc.wait()
                 if taken:
                     results += taken
                 else:
@@ -179,11 +183,11 @@ class _Worker:
             at = self.out.tell()
             head = self.out.read(_HEAD)
             size = int.from_bytes(head, "little") if len(head) == _HEAD else -1
-            body = self.out.read(size) if size >= 0 else b""
-            if size < 0 or len(body) < size:
+            if size < 0 or os.fstat(self.out.fileno()).st_size < at + _HEAD + size:  # not written whole yet
                 self.out.seek(at)
                 break
             try:
+                body = self.out.read(size)
                 new, result = pickle.loads(body)  # noqa: S301  (our own worker's output)
                 if not isinstance(result, RankResult) or result.rank not in self.given or result.rank in self.returned:
                     self.failed = "it returned other ranks than it was given"
@@ -191,7 +195,10 @@ class _Worker:
                 self.texts += [seen.setdefault(text, text) for text in new]
                 texts = self.texts
                 for frame in result.report.frames:
-                    frame.guards = [texts[i] for i in cast(list[int], frame.guards)]
+                    numbers = cast(list[int], frame.guards)
+                    if any(not 0 <= i < len(texts) for i in numbers):
+                        raise ValueError("a guard's number outside the texts sent")
+                    frame.guards = [texts[i] for i in numbers]
             except Exception as exc:  # noqa: BLE001  a result that does not read: the rest of the worker's ranks here
                 self.failed = f"its result after rank(s) {sorted(self.returned)[-1:]} did not read: {exc}"
                 break
@@ -251,8 +258,7 @@ def read_on_client(jobs: list[Job], client: Any) -> list[RankResult]:
     readable there), the results gathered here in rank order."""
     parts = shares(jobs, max(1, _client_cores(client)))
     futures = client.map(read_ranks, parts, pure=False)
-    with gc_paused():
-        gathered = client.gather(futures)
+    gathered = client.gather(futures)  # (the collector is not paused: a cluster in this process parses meanwhile)
     return shared(sorted((r for part in gathered for r in part), key=lambda r: r.rank))
 
 

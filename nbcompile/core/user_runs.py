@@ -2,8 +2,9 @@
 
 What a click reads off the namespace (what ``--run`` and the cell's functions reach: globals, closures, class
 and module attributes) can change only when the user's code runs. In a shell whose cells nbcompile watches
-(``%load_ext nbcompile`` registers ``pre_run_cell``/``post_run_cell`` hooks), each cell counts once as it
-starts and once as it ends, and while one runs nothing read is kept (its code may change the namespace between
+(``%load_ext nbcompile`` registers ``pre_execute``/``post_execute`` hooks, which IPython fires for every
+execution, silent ones too: a frontend's variable inspector), each counts once as it starts and once as it
+ends, and while one runs (nested ones counted) nothing read is kept (its code may change the namespace between
 two clicks it makes itself). ``epoch()`` is the count, or None where nothing may be kept: no shell watched (a
 script driving a session: user code runs unseen), or a cell running now.
 
@@ -24,7 +25,8 @@ class Keeper(Protocol):
 
 _count = 0
 _watched = 0
-_running = False
+#: Executions running now (a cell may run another: ``get_ipython().run_cell(...)``, ``%rerun``).
+_running = 0
 #: What keeps reads of the user's objects: told to forget them at each moment (the references they hold to the
 #: user's objects are let go as a cell starts: a ``del`` in it frees its object).
 _keepers: weakref.WeakSet[Keeper] = weakref.WeakSet()
@@ -48,15 +50,15 @@ def watch(on: bool) -> None:
     _moment()
 
 
-def cell_started() -> None:
+def cell_started(*_args: object) -> None:
     global _running
-    _running = True
+    _running += 1
     _moment()
 
 
-def cell_ended() -> None:
+def cell_ended(*_args: object) -> None:
     global _running
-    _running = False
+    _running = max(0, _running - 1)
     _moment()
 
 

@@ -13,7 +13,7 @@ Plain reading of code objects and namespaces, nothing compiled or run; ``codes``
 from __future__ import annotations
 
 import types
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import torch
@@ -30,9 +30,12 @@ _MISSING = object()
 class EntryReach:
     """Reads what the entries of a namespace's cell reach. ``tracked``: name -> the cell's function."""
 
-    def __init__(self, namespace: dict[str, Any], tracked: dict[str, Any]) -> None:
+    def __init__(self, namespace: dict[str, Any], tracked: dict[str, Any],
+                 bound: Callable[[], Collection[str]] | None = None) -> None:
         self.namespace = namespace
         self.tracked = tracked
+        #: The names nbcompile binds now (to a configuration's wrappers or copies): their values are nbcompile's.
+        self.bound = bound if bound is not None else (lambda: ())
         #: ``_known_reach``: the moment, the namespace's names and values then, the entries' reach read.
         self._kept: tuple[int, list[tuple[str, Any]], dict[int, tuple[Any, frozenset[str] | None]]] | None = None
 
@@ -93,10 +96,10 @@ class EntryReach:
         epoch = user_runs.epoch()
         if epoch is None:
             return None
-        # the cell's functions' names aside: nbcompile binds them (to a configuration's wrappers or copies, not
-        # held here: a configuration forgotten frees them), and their functions are compared by identity instead
-        tracked = self.tracked
-        values = [(name, value) for name, value in self.namespace.items() if name not in tracked]
+        # the names nbcompile binds aside (to a configuration's wrappers or copies, not held here: a configuration
+        # forgotten frees them); the entries' functions are compared by identity instead
+        bound = self.bound()
+        values = [(name, value) for name, value in self.namespace.items() if name not in bound]
         kept = self._kept
         if kept is not None and kept[0] == epoch and len(kept[1]) == len(values) and \
                 all(n == m and a is b for (n, a), (m, b) in zip(kept[1], values, strict=True)):
@@ -136,9 +139,7 @@ class EntryReach:
         plain = torch_compat.unwrap_compiled(value)
         for each in (plain, unwrap(plain)):
             found.update(by_id.get(id(each), ()))
-        if isinstance(plain, (list, tuple, set, frozenset, dict)):
-            if depth >= 3:
-                return True
+        if isinstance(plain, (list, tuple, set, frozenset, dict)) and depth < 3:
             items = list(plain.values()) if isinstance(plain, dict) else list(plain)
             return all(self._collect_value(v, found, seen, by_id, depth + 1) for v in items[:1000])
         fn = unwrap(plain)

@@ -263,6 +263,12 @@ class Binding:
             return self.owner.get(self.attr, _MISSING)
         return self.owner.__dict__.get(self.attr, _MISSING)
 
+    def owned(self) -> bool:
+        """``problem() is None``, cheaply where no class holds the slot: the slot holds what nbcompile put there."""
+        if self.holder is None:
+            return self._read() is self.expected
+        return self.problem() is None
+
     def problem(self) -> str | None:
         """None while the slot holds what nbcompile put there; else what happened, in a few words."""
         return slot_problem(self.name, self.holder, self._read(), self.expected)

@@ -59,7 +59,7 @@ class Workload(KeptReach):
         #: name -> the object the cell defined (methods: the plain function; decorated: the decorated object).
         self.tracked = tracked
         #: What the entries reach (``affected``): read from the namespace and the tracked functions, live.
-        self.reach = EntryReach(namespace, tracked)
+        self.reach = EntryReach(namespace, tracked, bound=lambda: self.bindings)
         self.entries = entries
         #: The session's recording: its compiles report there.
         self.recording = recording

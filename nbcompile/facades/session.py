@@ -29,7 +29,7 @@ from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
 from ..capture.hub import HUB, Recording
-from ..core import dynconfig, torch_compat, user_runs
+from ..core import dynconfig, torch_compat
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
@@ -104,8 +104,6 @@ class Session(FunctionParts):
         #: What the session runs, handed to the engine (trials, timing, the search) in its place.
         self.workload = Workload(namespace, filename=filename, options=options, tracked=tracked, entries=entries,
                                  recording=self.recording, label=label, lint=self.lint)
-        #: The moment of the user's code (``user_runs.epoch``) at which every name was last found owned (``stale``).
-        self._owned_at: int | None = None
         #: name -> (the tracked function, where its report items are): ``_function_spans``, once per function.
         self._spans: dict[str, tuple[Any, Any]] = {}
         #: The library rewrites the fix search applied, bound while the session holds them.
@@ -173,21 +171,16 @@ class Session(FunctionParts):
 
     @property
     def stale(self) -> str | None:
-        """None while the session owns its names; else one line saying why it no longer does. The names are
-        looked at again only when the user's code may have run since they were last found owned
-        (``user_runs.epoch``): a click asks five times, and a 500-function cell has 500 names. (Each write of
-        a name still looks at it first: ``Binding.write_now``.)"""
+        """None while the session owns its names; else one line saying why it no longer does (each name looked
+        at by ``Binding.owned``: a click asks five times, and a 500-function cell has 500 names)."""
         if self._stale is None and not self._closed:
-            epoch = user_runs.epoch()
-            if epoch is not None and epoch == self._owned_at:
-                return None
             for binding in self.engine.bindings.values():
+                if binding.owned():
+                    continue
                 problem = binding.problem()
                 if problem is not None:
                     self.mark_stale(f"{problem} outside this %%compile cell")
                     break
-            else:
-                self._owned_at = epoch
         return self._stale
 
     def mark_stale(self, what: str) -> None:

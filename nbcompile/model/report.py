@@ -622,6 +622,11 @@ class Report(ItemIndexes):
         else:
             sites = index[2]
         at = sites.get(key)
+        if at is not None and cause_key(causes[at]) != key:  # reordered in place (sorted): the index made again
+            sites = {}
+            for i, cause in enumerate(causes):
+                sites.setdefault(cause_key(cause), i)
+            at = sites.get(key)
         if at is not None:
             causes[at].counted(brk)
         elif len(causes) < MAX_ITEMS:
