@@ -16,7 +16,8 @@ attribute by one is not seen until the next cell (said in docs/usage.md).
 from __future__ import annotations
 
 import weakref
-from typing import Protocol
+from collections.abc import Collection
+from typing import Any, Protocol
 
 
 class Keeper(Protocol):
@@ -60,6 +61,19 @@ def cell_ended(*_args: object) -> None:
     global _running
     _running = max(0, _running - 1)
     _moment()
+
+
+def namespace_values(namespace: dict[str, Any], skip: Collection[str]) -> list[tuple[str, Any]]:
+    """The namespace's names and values, the names ``skip`` aside (those nbcompile binds): what a keeper compares
+    (``same_values``) to see a global rebound between two clicks."""
+    return [(name, value) for name, value in namespace.items() if name not in skip]
+
+
+def same_values(kept: list[Any], now: list[Any]) -> bool:
+    """Whether two lists hold the same objects (``namespace_values``'s pairs: the same names, the same values)."""
+    return len(kept) == len(now) and all(
+        (a is b) or (type(a) is tuple and type(b) is tuple and a[0] == b[0] and a[1] is b[1])
+        for a, b in zip(kept, now, strict=True))
 
 
 def epoch() -> int | None:

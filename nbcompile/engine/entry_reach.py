@@ -98,11 +98,9 @@ class EntryReach:
             return None
         # the names nbcompile binds aside (to a configuration's wrappers or copies, not held here: a configuration
         # forgotten frees them); the entries' functions are compared by identity instead
-        bound = self.bound()
-        values = [(name, value) for name, value in self.namespace.items() if name not in bound]
+        values = user_runs.namespace_values(self.namespace, self.bound())
         kept = self._kept
-        if kept is not None and kept[0] == epoch and len(kept[1]) == len(values) and \
-                all(n == m and a is b for (n, a), (m, b) in zip(kept[1], values, strict=True)):
+        if kept is not None and kept[0] == epoch and user_runs.same_values(kept[1], values):
             return kept[2]
         user_runs.keep(self)
         self._kept = (epoch, values, {})

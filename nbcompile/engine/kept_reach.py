@@ -30,12 +30,10 @@ class KeptReach:
         epoch = user_runs.epoch()
         if epoch is None:
             return reach(self.namespace, code, originals)
-        bound = self.bindings
-        values = [(name, value) for name, value in self.namespace.items() if name not in bound]
+        values = user_runs.namespace_values(self.namespace, self.bindings)
         kept = self._reach_kept
-        if kept is not None and kept[0] == epoch and kept[1] is code and len(kept[2]) == len(originals) \
-                and all(a is b for a, b in zip(kept[2], originals, strict=True)) and len(kept[3]) == len(values) \
-                and all(n == m and a is b for (n, a), (m, b) in zip(kept[3], values, strict=True)):
+        if kept is not None and kept[0] == epoch and kept[1] is code and user_runs.same_values(kept[2], originals) \
+                and user_runs.same_values(kept[3], values):
             return kept[4]
         reached = reach(self.namespace, code, originals)
         user_runs.keep(self)

@@ -616,16 +616,12 @@ class Report(ItemIndexes):
         index = self.__dict__.get("_cause_index")
         sites: dict[tuple[Any, ...], int]
         if index is None or index[0] is not causes or index[1] != len(causes):
-            sites = {}
-            for i, cause in enumerate(causes):
-                sites.setdefault(cause_key(cause), i)
+            sites = _cause_sites(causes)
         else:
             sites = index[2]
         at = sites.get(key)
         if at is not None and cause_key(causes[at]) != key:  # reordered in place (sorted): the index made again
-            sites = {}
-            for i, cause in enumerate(causes):
-                sites.setdefault(cause_key(cause), i)
+            sites = _cause_sites(causes)
             at = sites.get(key)
         if at is not None:
             causes[at].counted(brk)
@@ -733,6 +729,14 @@ class Report(ItemIndexes):
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
+
+
+def _cause_sites(causes: list[Cause]) -> dict[tuple[Any, ...], int]:
+    """Each site's place in ``causes`` (the first, where two share one)."""
+    sites: dict[tuple[Any, ...], int] = {}
+    for i, cause in enumerate(causes):
+        sites.setdefault(cause_key(cause), i)
+    return sites
 
 
 def group_causes(breaks: list[GraphBreak]) -> list[Cause]:
