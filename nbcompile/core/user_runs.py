@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Collection
 from typing import Any, Protocol
 
+from . import torch_compat
+
 
 class Keeper(Protocol):
     def forget_user_reads(self) -> None: ...
@@ -66,7 +68,9 @@ def cell_ended(*_args: object) -> None:
 def namespace_values(namespace: dict[str, Any], skip: Collection[str]) -> list[tuple[str, Any]]:
     """The namespace's names and values, the names ``skip`` aside (those nbcompile binds): what a keeper compares
     (``same_values``) to see a global rebound between two clicks."""
-    return [(name, value) for name, value in namespace.items() if name not in skip]
+    # copied whole first, with the collector paused (``torch_compat.namespace_items``): a collection that runs
+    # mid-copy may delete a global Dynamo put there ("dictionary changed size during iteration")
+    return [(name, value) for name, value in torch_compat.namespace_items(namespace) if name not in skip]
 
 
 def same_values(kept: list[Any], now: list[Any]) -> bool:
