@@ -393,7 +393,7 @@ def _many_only(args: argparse.Namespace) -> None:
     from _common import RESULTS
 
     many = _one_of_many(args.many, max(3, args.rounds // 2), "eager")
-    same = _one_of_many(args.many, max(3, args.rounds // 2), "eager", same_run=True)
+    same = _one_of_many(args.many, max(3, args.rounds), "eager", same_run=True)  # ~20 ms clicks: more rounds
     for each in (many, same):
         print(f"{args.many}-function cell, --run {each['run']}: toggle "
               f"{each['cells'][str(args.many)]['median_s_toggle'] * 1e3:.1f} ms, 1-function cell "
@@ -444,7 +444,7 @@ def main() -> None:
           f"{loop['redraws_per_click']}; warm (FX graph cache) {loop['complete_warm_s']:.2f} s, "
           f"{loop['fx_graph_cache_hits_warm']} hits", flush=True)
     many = _one_of_many(args.many, max(3, args.rounds // 2), "eager")
-    same = _one_of_many(args.many, max(3, args.rounds // 2), "eager", same_run=True)
+    same = _one_of_many(args.many, max(3, args.rounds), "eager", same_run=True)  # ~20 ms clicks: more rounds
     for each in (many, same):
         print(f"{args.many}-function cell, --run {each['run']}: toggle "
               f"{each['cells'][str(args.many)]['median_s_toggle'] * 1e3:.1f} ms "

@@ -170,3 +170,41 @@ def test_nested_executions_keep_nothing_until_the_outer_one_ends():
     assert user_runs._watched == watched
     if not watched:
         assert user_runs.epoch() is None  # no shell watched: nothing kept
+
+
+def test_the_kept_index_answers_as_reading_every_entry_for_each_change():
+    """``affected`` through the index kept across clicks (entries by the names they reach) gives, for every
+    change of one or two names, what reading every entry anew gives (nothing kept: no shell watched); modules
+    and entries that cannot be read through included."""
+    import itertools
+
+    from nbcompile.core import user_runs
+
+    space = _space()
+    space["made"] = _closure_over(space["helper"])
+    space["by_default"] = eval("lambda x, f=other: f(x)", space)  # noqa: S307
+    names = ("helper", "other", "via_list", "lone", "calls_object", "made", "by_default")
+    tracked = {n: space[n] for n in names}
+    entries = {**tracked, "plain": space["Plain"](), "calls": space["Calls"]()}
+    changes = [{n} for n in names] + [set(p) for p in itertools.combinations(names, 2)] + [{"untracked"}]
+    fresh = EntryReach(space, tracked)
+    watched = user_runs._watched
+    if watched:  # another test's shell watches: read anew here by a reach whose epoch is always None
+        user_runs.watch(False)
+    expected = [fresh.affected(c, entries) for c in changes]
+    assert fresh._known_reach() is None  # nothing kept: each answer read every entry
+    kept = EntryReach(space, tracked)
+    user_runs.watch(True)
+    try:
+        for changed, want in zip(changes, expected, strict=True):
+            assert kept.affected(changed, entries) == want, changed
+        assert kept._index is not None
+        opaque = {**entries, "held": space["OBJ"]}  # an object: cannot be read through
+        assert kept.affected({"helper"}, opaque) is None
+        assert kept.affected({"held"}, opaque) is not None  # ... unless it is what changed
+        space["LATER"] = 1  # a global rebound between clicks: the index is made again
+        assert kept.affected({"helper"}, entries) == expected[0]
+    finally:
+        user_runs.watch(False)
+        if watched:
+            user_runs.watch(True)

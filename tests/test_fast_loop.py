@@ -522,3 +522,59 @@ def test_a_toggle_by_the_function_the_namespace_holds(ip):
     assert session.toggles["helper"] == "compile" and _shape(back) == start and back.check.ok
     session.reset()
     assert ip.user_ns["helper"] is session.workload.tracked["helper"]  # the cell's own function, given back
+
+
+def test_a_click_binds_again_only_what_changed_and_every_entry_as_a_full_rebind_would(ip, monkeypatch):
+    """A toggle back recalls a kept configuration: only the names whose compiled code differs are written (a
+    500-function cell wrote all 500), and after every click each entry holds exactly what binding every name
+    again would give it."""
+    from nbcompile.engine.toggles import Binding
+
+    defs = "".join(f"def f{i}(x):\n    return torch.sin(x) * {i}{' + f0(x)' if i % 3 == 0 and i else ''}\n"
+                   for i in range(12))
+    ip.user_ns["x"] = torch.randn(4)
+    ip.run_cell("def run_all(x):\n    return [globals()[f'f{i}'](x) for i in range(12)]")
+    session = _run(ip, '--backend eager --run "run_all(x)" --no-panel', "import torch\n" + defs)
+    w = session.workload
+    writes: list[str] = []
+    real_write = Binding.write_now
+    monkeypatch.setattr(Binding, "write_now", lambda self, value: (writes.append(self.name), real_write(self, value)))
+
+    def as_a_full_rebind_would() -> None:
+        for name in w.entries:
+            binding = w.bindings[name]
+            assert ip.user_ns[name] is binding.expected
+            if w.engine.mode(name) == "compile":  # (a disabled one is wrapped anew at each binding)
+                assert binding.expected is w.wrap(name, w.engine.toggled(name)), name
+            else:
+                assert torch_compat.unwrap_compiled(binding.expected) is binding.original or \
+                    getattr(binding.expected, "__wrapped__", None) is binding.original, name
+
+    for name, mode in [("f4", "disable"), ("f4", "compile"), ("f0", "disable"), ("f4", "disable"),
+                       ("f0", "compile"), ("f4", "compile"), ("f0", "disable"), ("f0", "compile")]:
+        writes.clear()
+        report = session.set(name, mode)
+        assert report.check.ok, (name, mode, report.check)
+        as_a_full_rebind_would()
+        if mode == "compile":  # back to a kept configuration: the name and the entries calling it, not all 12
+            assert len(set(writes)) <= (5 if name == "f0" else 1), (name, sorted(set(writes)))
+    assert [f(torch.ones(4)) is not None for f in (ip.user_ns[f"f{i}"] for i in range(12))]
+
+
+def test_the_snippet_kept_across_clicks_follows_a_global_rebound_between_them(ip):
+    """``Session.export`` keeps its snippet while nothing it reads changed; a name the cell takes from the
+    notebook, rebound between two clicks without a cell (a widget's callback), is exported as it is now."""
+    import math
+
+    ip.run_cell("import torch.nn.functional as F")
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --run "f(x)" --no-panel',
+                   "import torch\ndef helper(x):\n    return F.relu(x)\ndef f(x):\n    return helper(x) + 1\n")
+    session.set("helper", "disable")
+    first = session.export(style="decorators")
+    assert "import torch.nn.functional as F" in first and session.export(style="decorators") == first
+    ip.user_ns["F"] = math  # no cell ran
+    assert "import math as F" in session.export(style="decorators")
+    ip.user_ns["F"] = torch.nn.functional
+    ip.run_cell("pass")
+    assert session.export(style="decorators") == first

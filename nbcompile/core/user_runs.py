@@ -86,3 +86,31 @@ def epoch() -> int | None:
     if not _watched or _running:
         return None
     return _count
+
+
+class KeptRead:
+    """One value read off the user's objects (a snippet that reads how the notebook imported its names), kept for
+    a key while the user's code cannot have run (``epoch``) and the namespace holds the same values (the names
+    ``skip`` aside: those nbcompile binds). Outside a watched shell nothing is kept."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[int, Any, list[tuple[str, Any]], Any] | None = None
+
+    def get(self, key: Any, namespace: dict[str, Any], skip: Collection[str]) -> tuple[bool, Any]:
+        """(True, the value kept for ``key``) or (False, None)."""
+        now, kept = epoch(), self._kept
+        if now is None or kept is None or kept[0] != now or kept[1] != key:
+            return False, None
+        if not same_values(kept[2], namespace_values(namespace, skip)):
+            return False, None
+        return True, kept[3]
+
+    def keep(self, key: Any, namespace: dict[str, Any], skip: Collection[str], value: Any) -> None:
+        now = epoch()
+        if now is None:
+            return
+        keep(self)
+        self._kept = (now, key, namespace_values(namespace, skip), value)
+
+    def forget_user_reads(self) -> None:
+        self._kept = None

@@ -27,6 +27,18 @@ from .usercode import user_code
 _MISSING = object()
 
 
+class _Index:
+    """The entries by what they reach (``EntryReach._indexed``): ``by_name`` the names each function entry may
+    call, ``always`` those that may call anything, ``opaque`` those that cannot be read through (every entry is
+    affected by a change they are not part of), ``modules`` the module entries (read per change)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, set[str]] = {}
+        self.always: set[str] = set()
+        self.opaque: set[str] = set()
+        self.modules: list[tuple[str, torch.nn.Module]] = []
+
+
 class EntryReach:
     """Reads what the entries of a namespace's cell reach. ``tracked``: name -> the cell's function."""
 
@@ -38,6 +50,8 @@ class EntryReach:
         self.bound = bound if bound is not None else (lambda: ())
         #: ``_known_reach``: the moment, the namespace's names and values then, the entries' reach read.
         self._kept: tuple[int, list[tuple[str, Any]], dict[int, tuple[Any, frozenset[str] | None]]] | None = None
+        #: ``_indexed``: the kept reach it was read from, the entries (name, object), the index.
+        self._index: tuple[dict[int, Any], list[tuple[str, Any]], _Index] | None = None
 
     def affected(self, changed: Collection[str], entries: dict[str, Any]) -> set[str] | None:
         """The entries (name -> the object compiled for it) whose compiled code a change of the names ``changed``
@@ -48,8 +62,17 @@ class EntryReach:
         if any(is_torch_name(n) or library.is_library_name(n) or "." in n for n in changed):
             return None
         targets = {n: self.tracked.get(n) for n in changed}
-        out: set[str] = set()
         known = self._known_reach()
+        if known is not None:  # the entries by the names they reach, read once while the reach is kept
+            index = self._indexed(known, entries)
+            if index.opaque - targets.keys():
+                return None
+            found = {name for name in targets if name in entries} | index.always
+            for name in targets:
+                found |= index.by_name.get(name, set())
+            found.update(entry for entry, module in index.modules if self._module_reaches(module, targets))
+            return found
+        out: set[str] = set()
         by_id = self._tracked_by_id()
         for entry, obj in entries.items():
             original = torch_compat.unwrap_compiled(obj)
@@ -61,15 +84,39 @@ class EntryReach:
             elif not isinstance(unwrap(original), types.FunctionType):
                 return None
             else:
-                fn = unwrap(original)
-                names = known.get(id(fn)) if known is not None else None
-                if names is None or names[0] is not fn:
-                    names = (fn, self.names_reached(fn, by_id))
-                    if known is not None:
-                        known[id(fn)] = names
-                if names[1] is None or not names[1].isdisjoint(targets):
+                names = self.names_reached(unwrap(original), by_id)
+                if names is None or not names.isdisjoint(targets):
                     out.add(entry)
         return out
+
+    def _indexed(self, known: dict[int, tuple[Any, frozenset[str] | None]], entries: dict[str, Any]) -> _Index:
+        """``_Index`` of ``entries`` (name -> the object compiled for it), kept with ``known`` for the same
+        entries (the same objects under the same names)."""
+        pairs = list(entries.items())
+        kept = self._index
+        if kept is not None and kept[0] is known and user_runs.same_values(kept[1], pairs):
+            return kept[2]
+        index = _Index()
+        by_id = self._tracked_by_id()
+        for entry, obj in pairs:
+            original = torch_compat.unwrap_compiled(obj)
+            if isinstance(original, torch.nn.Module):
+                index.modules.append((entry, original))
+                continue
+            fn = unwrap(original)
+            if not isinstance(fn, types.FunctionType):
+                index.opaque.add(entry)
+                continue
+            names = known.get(id(fn))
+            if names is None or names[0] is not fn:
+                names = known[id(fn)] = (fn, self.names_reached(fn, by_id))
+            if names[1] is None:
+                index.always.add(entry)
+            else:
+                for name in names[1]:
+                    index.by_name.setdefault(name, set()).add(entry)
+        self._index = (known, pairs, index)
+        return index
 
     def names_reached(self, fn: types.FunctionType, by_id: dict[int, list[str]] | None = None) -> frozenset[str] | None:
         """What ``fn`` may call, as names: every name its code (and that of what it reaches) uses, and the names
@@ -109,6 +156,7 @@ class EntryReach:
     def forget_user_reads(self) -> None:
         """The user's code may run now (a cell starts or ends): what was read off their objects is let go."""
         self._kept = None
+        self._index = None
 
     def _collect_function(self, fn: types.FunctionType, found: set[str], seen: set[int],
                           by_id: dict[int, list[str]]) -> bool:

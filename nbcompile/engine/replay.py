@@ -258,6 +258,8 @@ class Replay:
         self.optimizers: list[tuple[str, Any, Any]] = []
         #: After ``swapped``: (label, what the slot held before the swap, what the second run left in it)
         self.outcomes: list[tuple[str, Any, Any]] = []
+        #: ``_slot_labels``: the slots it was made from, their number, slot -> label.
+        self._labels_of: tuple[dict[str, Slot], int, dict[Slot, str]] | None = None
         #: The user's modules the run can reach (a global, an import inside a function): an audit watches
         #: their attributes (``check.no_outside_effects``), as the copies hold only those the code names.
         self.modules: list[types.ModuleType] = list(modules)
@@ -665,11 +667,19 @@ class Replay:
                 slot.set(value)
             yield self.extra_copy
         finally:
-            labels = {slot: label for label, slot in self.slots.items()}
+            labels = self._slot_labels()
             self.outcomes = [(labels[slot], before, slot.get()) for slot, before in saved if slot in labels]
             for slot, before in reversed(saved):
                 slot.set(before)
             SWAPPED[0] -= 1
+
+    def _slot_labels(self) -> dict[Slot, str]:
+        """``slots`` the other way round, made once for the slots of the moment."""
+        known = self._labels_of
+        if known is None or known[0] is not self.slots or known[1] != len(self.slots):
+            known = self._labels_of = (self.slots, len(self.slots),
+                                       {slot: label for label, slot in self.slots.items()})
+        return known[2]
 
     def shared_written(self) -> str | None:
         """The first shared tensor a run on the copies changed (in place, or its grad), by its label; None

@@ -42,9 +42,10 @@ class Slot:
 
     def __init__(self, owner: Any, key: str, label: str) -> None:
         self.owner, self.key, self.label = owner, key, label
+        self._hash = hash((id(owner), key))  # a click hashes each of a big cell's slots a dozen times
 
     def __hash__(self) -> int:
-        return hash((id(self.owner), self.key))
+        return self._hash
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Slot) and other.owner is self.owner and other.key == self.key

@@ -110,6 +110,8 @@ class Workload(KeptReach):
         #: (entry, id(the object compiled), the options) -> (that object, its compiled wrapper): the current
         #: configuration's.
         self._wrappers: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        #: ``_slot``: name -> (its binding, the binding's slot).
+        self._slots: dict[str, tuple[Binding, Slot]] = {}
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
         self._wrappers_generation = -1
         #: Where torch has no cache regions (``torch_compat.CONFIG_COPIES``): name -> (the cell's function, the
@@ -192,6 +194,8 @@ class Workload(KeptReach):
         out: dict[Slot, Any] = {}
         for name in self.entries:
             binding = self.bindings[name]
+            if isinstance(binding.original, types.FunctionType):  # a function (compiled too): never a module
+                continue
             original = torch_compat.unwrap_compiled(binding.original)
             twin = replay.memo.get(id(original))
             if isinstance(twin, torch.nn.Module) and twin is not original:
@@ -200,8 +204,14 @@ class Workload(KeptReach):
 
     def originals(self) -> dict[Slot, Any]:
         """Names this session rebound (their slots) -> their originals (for the eager run)."""
-        return {Slot(b.owner, b.attr, b.name): b.original for b in self.bindings.values()
-                if b.expected is not b.original and b.problem() is None}
+        return {self._slot(b): b.original for b in self.bindings.values() if b.expected is not b.original and b.owned()}
+
+    def _slot(self, binding: Binding) -> Slot:
+        """``binding``'s slot, made once (each click asks for every entry's, twice)."""
+        known = self._slots.get(binding.name)
+        if known is None or known[0] is not binding:
+            known = self._slots[binding.name] = (binding, Slot(binding.owner, binding.attr, binding.name))
+        return known[1]
 
     # -- compiling ---------------------------------------------------------------------------------
     def compile(self, obj: Any, name: str = "") -> Any:
@@ -239,13 +249,15 @@ class Workload(KeptReach):
             return self._copy_of(name, obj)
         return obj
 
-    def rebind(self) -> None:
+    def rebind(self, only: Collection[str] | None = None) -> None:
         """The entries bound again to the current configuration's compiled code (and, where torch has no cache
-        regions, the cell's functions to its copies of them). The options are said once for all the entries
-        (``compile``'s key: a dataclass's repr per entry was a tenth of a 500-function click)."""
+        regions, the cell's functions to its copies of them); ``only``: those of them in it (the others hold
+        what they would be bound to). The options are said once for all the entries (``compile``'s key: a
+        dataclass's repr per entry was a tenth of a 500-function click)."""
         self._options_said = repr(self.options)
         try:
-            self.engine.rebind([*self.entries, *self.copied_names()])
+            names = [*self.entries, *self.copied_names()]
+            self.engine.rebind(names if only is None else [n for n in names if n in only])
         finally:
             self._options_said = ""
 
@@ -356,11 +368,24 @@ class Workload(KeptReach):
             self.copies is not None and _identity_free(self.copies)))
         if kept is None:
             return None
+        before = self._wrappers, self._copies_of
         self._wrappers = dict(kept.wrappers)
         self._wrappers_generation = kept.generation
         self._copies_of = dict(kept.functions)
-        self.rebind()
+        self.rebind(self._bound_anew(*before))
         return kept
+
+    def _bound_anew(self, wrappers: dict[tuple[str, int, str], tuple[Any, Any]],
+                    copies: dict[str, tuple[Any, Any]]) -> set[str]:
+        """The names whose wrapper or copy differs between ``wrappers``/``copies`` (what the names were bound
+        from) and the current ones: the only names a recall must bind again (the others would be bound to the
+        very objects they hold; a 500-function cell's click rebound all 500)."""
+        now, copies_now = self._wrappers, self._copies_of
+        names = {key[0] for key in wrappers.keys() ^ now.keys()}
+        names.update(key[0] for key, pair in now.items() if wrappers.get(key, pair) is not pair)
+        names.update(copies.keys() ^ copies_now.keys())
+        names.update(name for name, pair in copies_now.items() if copies.get(name, pair) is not pair)
+        return names
 
     def keep(self, key: Any, report: Report) -> None:
         """Keep the current configuration's compiled code and report (a toggle back to it recalls them); past
@@ -550,7 +575,8 @@ class Workload(KeptReach):
         if torch_compat.CONFIG_COPIES:
             self.engine.rebind(self.copied_names())
         if rebind:  # else a first-view pass binds them next (``first_view``)
-            self.engine.rebind(self.entries)
+            # only the entries whose code was dropped: the others' wrappers, modes and stance are as they were bound
+            self.rebind([e for e in self.entries if affected is None or e in affected])
 
     # -- library functions -----------------------------------------------------------------------
     def track(self, name: str) -> None:

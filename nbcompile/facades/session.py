@@ -29,7 +29,7 @@ from ..analysis import suggest
 from ..analysis.lint import lint_allow_in_graph
 from ..capture.cell import CellFunctions
 from ..capture.hub import HUB, Recording
-from ..core import dynconfig, torch_compat
+from ..core import dynconfig, torch_compat, user_runs
 from ..core.errors import NbcompileError, describe_failure
 from ..core.names import is_torch_name
 from ..core.options import CellOptions
@@ -99,6 +99,8 @@ class Session(FunctionParts):
         self.cell_key = cell_key
         self.entries = entries
         self._lint_cache: dict[str, list[LintWarning]] = {}
+        #: ``export``'s snippet, kept while the user's code cannot have changed what it reads.
+        self._exported = user_runs.KeptRead()
         self._stale: str | None = None
         self.recording = Recording(self._new_report(options), cell_files=(filename,))
         #: What the session runs, handed to the engine (trials, timing, the search) in its place.
@@ -541,16 +543,24 @@ class Session(FunctionParts):
     def export(self, style: str = "calls") -> str:
         """The toggles as an annotation snippet (``calls``) or the cell rewritten (``decorators``)."""
         toggles = {name: mode for name, mode in self.toggles.items() if mode != "compile"}
-        return rewrites.library_lines(self.library_rewrites) + export_ops.export(
-            toggles,
-            source=self.source[1:],  # the body as the user wrote it (the magic line was a blank line)
-            entries=self.entries,
-            options=self.options.compile_options(),
-            style=style,
-            custom_ops={n: export_code(self.workload.op_specs[n]) for n, m in toggles.items()
-                        if m == "custom_op" and not isinstance(self.workload.op_specs.get(n), (str, type(None)))},
-            namespace=self.workload.namespace,  # imports as the notebook wrote them
-        )
+        options = self.options.compile_options()
+        custom_ops = {n: export_code(self.workload.op_specs[n]) for n, m in toggles.items()
+                      if m == "custom_op" and not isinstance(self.workload.op_specs.get(n), (str, type(None)))}
+        # a click exports three times (its report, the toggles' notice, the panel's tab), and a 500-function cell's
+        # snippet reads 500 entries: kept while nothing it reads can have changed
+        key = (style, tuple(toggles.items()), repr(options), tuple(self.entries), self.source,
+               tuple(custom_ops.items()))
+        namespace, bound = self.workload.namespace, self.workload.bindings
+        known, snippet = self._exported.get(key, namespace, bound)
+        if not known:
+            snippet = export_ops.export(
+                toggles,
+                source=self.source[1:],  # the body as the user wrote it (the magic line was a blank line)
+                entries=self.entries, options=options, style=style, custom_ops=custom_ops,
+                namespace=namespace,  # imports as the notebook wrote them
+            )
+            self._exported.keep(key, namespace, bound, snippet)
+        return rewrites.library_lines(self.library_rewrites) + str(snippet)
 
     # -- library functions -----------------------------------------------------------------
     def track(self, name: str) -> None:

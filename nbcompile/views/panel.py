@@ -143,6 +143,11 @@ class Panel(widgets.VBox):
         self.causes_html = widgets.HTML()
         self.function_rows: dict[str, widgets.ToggleButtons] = {}
         self.function_counts: dict[str, widgets.HTML] = {}
+        #: What each row shows now: its toggle's mode (kept by an observer of the row, which the frontend's
+        #: clicks set too) and its counts' text (only the panel writes it). A redraw of a 500-row panel compares
+        #: these, not 1,000 traits, and sets only what changed.
+        self._modes_shown: dict[str, str] = {}
+        self._counts_shown: dict[str, str] = {}
         self.op_rows: dict[str, widgets.ToggleButtons] = {}
         functions = session.functions
         self.functions_box = widgets.VBox(
@@ -225,6 +230,7 @@ class Panel(widgets.VBox):
         toggle = widgets.ToggleButtons(options=available_function_modes(),
                                        value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": FUNCTION_BUTTON_WIDTH})
+        self._show_mode(name, toggle)
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
         fitting(toggle, FUNCTION_BUTTON_WIDTH)
@@ -236,6 +242,11 @@ class Panel(widgets.VBox):
         else:
             label = row_label(name, " <i>(entry)</i>" if name in self.session.entries else "")
         return widgets.HBox([label, toggle, counts], layout=widgets.Layout(**ROW))
+
+    def _show_mode(self, name: str, toggle: widgets.ToggleButtons) -> None:
+        """``_modes_shown[name]`` follows ``toggle``'s value (an observer registered before any other)."""
+        self._modes_shown[name] = toggle.value
+        toggle.observe(lambda change, n=name: self._modes_shown.__setitem__(n, change["new"]), names="value")
 
     def _entry_row(self, name: str) -> widgets.HBox:
         """An entry that is not a function of the cell: an nn.Module instance (``net``), named with the method
@@ -257,6 +268,7 @@ class Panel(widgets.VBox):
     def _op_row(self, name: str) -> widgets.HBox:
         toggle = widgets.ToggleButtons(options=TORCH_MODES, value=self.session.toggles.get(name, "compile"),
                                        style={"button_width": TORCH_BUTTON_WIDTH})
+        self._show_mode(name, toggle)
         toggle.observe(lambda change, n=name: self._on_toggle(n, change), names="value")
         toggle.add_class("nbcompile-modes")
         fitting(toggle, TORCH_BUTTON_WIDTH)
@@ -591,6 +603,8 @@ class Panel(widgets.VBox):
             for n in gone:
                 self.function_rows.pop(n)
                 self.function_counts.pop(n, None)
+                self._counts_shown.pop(n, None)
+                self._modes_shown.pop(n, None)
         self._sync_controls(session)
         self._draw_counts(report)
         self._draw_ops(session, report)
@@ -656,7 +670,7 @@ class Panel(widgets.VBox):
             for rows in (self.function_rows, self.op_rows):
                 for name, toggle in rows.items():
                     mode = toggles.get(name, "compile")
-                    if toggle.value != mode:  # a row of 500 validated only when it changes
+                    if self._modes_shown.get(name) != mode:  # a row of 500 set (and validated) only when it changes
                         toggle.value = mode
             opts = session.options
             self.backend.value, self.mode.value = opts.backend, opts.mode or "default"
@@ -677,8 +691,8 @@ class Panel(widgets.VBox):
                 text = said[part] = (f"<span style='color:#555'>{plural(part.frames, 'frame')}, "
                                      f"{plural(part.breaks, 'break')}{causes}, "
                                      f"{plural(part.recompiles, 'recompile')}</span>")
-            if counts.value != text:  # (a trait set, even of the same text, costs more than the comparison)
-                counts.value = text
+            if self._counts_shown.get(name) != text:  # (a trait set, even of the same text, costs more)
+                counts.value = self._counts_shown[name] = text
 
     def _draw_ops(self, session: PanelSession, report: Report) -> None:
         new = [name for name in torch_op_names(report, session.toggles) if name not in self.op_rows]
