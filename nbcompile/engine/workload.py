@@ -110,6 +110,10 @@ class Workload(KeptReach):
         #: (entry, id(the object compiled), the options) -> (that object, its compiled wrapper): the current
         #: configuration's.
         self._wrappers: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        #: ``_entry_names``: the entries list, its length, its names as a set.
+        self._entries_set: tuple[list[str], int, frozenset[str]] = (entries, -1, frozenset())
+        #: During ``rebind``: ``copied_names()`` as a set.
+        self._copied_said: frozenset[str] | None = None
         #: ``_slot``: name -> (its binding, the binding's slot).
         self._slots: dict[str, tuple[Binding, Slot]] = {}
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
@@ -243,11 +247,19 @@ class Workload(KeptReach):
     def wrap(self, name: str, obj: Any) -> Any:
         """What an entry's name is bound to: its compiled form (a disabled entry: eager, as disabled);
         other names as they are."""
-        if name in self.entries and self.engine.mode(name) != "disable":
+        if name in self._entry_names() and self.engine.mode(name) != "disable":
             return self.stances.layer(self.compile(obj, name))
-        if torch_compat.CONFIG_COPIES and name in self.copied_names():
+        if torch_compat.CONFIG_COPIES and name in (self._copied_said if self._copied_said is not None
+                                                   else self.copied_names()):
             return self._copy_of(name, obj)
         return obj
+
+    def _entry_names(self) -> frozenset[str]:
+        """``entries`` as a set, made again when the list changes (``wrap`` asks once per name bound)."""
+        known = self._entries_set
+        if known[0] is not self.entries or known[1] != len(self.entries):
+            known = self._entries_set = (self.entries, len(self.entries), frozenset(self.entries))
+        return known[2]
 
     def rebind(self, only: Collection[str] | None = None) -> None:
         """The entries bound again to the current configuration's compiled code (and, where torch has no cache
@@ -255,11 +267,14 @@ class Workload(KeptReach):
         what they would be bound to). The options are said once for all the entries (``compile``'s key: a
         dataclass's repr per entry was a tenth of a 500-function click)."""
         self._options_said = repr(self.options)
+        copied = self.copied_names()
+        self._copied_said = frozenset(copied)  # (``wrap`` asks for each name: once, not once per name)
         try:
-            names = [*self.entries, *self.copied_names()]
+            names = [*self.entries, *copied]
             self.engine.rebind(names if only is None else [n for n in names if n in only])
         finally:
             self._options_said = ""
+            self._copied_said = None
 
     def copied_names(self) -> list[str]:
         """Where torch has no cache regions: the cell's functions (not entries, not library functions, not
