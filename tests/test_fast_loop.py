@@ -578,3 +578,39 @@ def test_the_snippet_kept_across_clicks_follows_a_global_rebound_between_them(ip
     ip.user_ns["F"] = torch.nn.functional
     ip.run_cell("pass")
     assert session.export(style="decorators") == first
+
+
+STANCE_CELL = '''
+import torch
+def helper(x):
+    return x * 2
+def other(x):
+    return x + 1
+def f(x):
+    return other(helper(x)).sin()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.lin(x).relu()
+net = Net()
+'''
+
+
+def test_a_rolled_back_change_leaves_every_entry_under_the_stance(ip):
+    """A failed change drops every configuration's code, the stance layers too; the next change that alters only
+    some entries still binds every entry again, so a module entry --run never calls keeps its stance."""
+    ip.user_ns["x"] = torch.randn(4)
+    session = _run(ip, '--backend eager --fullgraph --entry f --entry net --run "f(x)" --no-panel', STANCE_CELL)
+    session.set("other", "allow_in_graph")
+    session.set("other", "compile")
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_line_magic("nbcompile", "stance fail_on_recompile")
+    with pytest.raises(nbcompile.NbcompileError):
+        session.set("helper", "disable")  # a graph break under --fullgraph: failed, rolled back
+    assert session.set("other", "allow_in_graph").check.ok  # alters f only
+    with pytest.raises(nbcompile.RecompileRefused):
+        ip.user_ns["net"](torch.randn(2, 4))  # a new input rank: the stance refuses the recompile
+    with contextlib.redirect_stdout(io.StringIO()):
+        ip.run_line_magic("nbcompile", "stance default")

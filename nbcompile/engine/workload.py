@@ -114,6 +114,8 @@ class Workload(KeptReach):
         self._entries_set: tuple[list[str], int, frozenset[str]] = (entries, -1, frozenset())
         #: During ``rebind``: ``copied_names()`` as a set.
         self._copied_said: frozenset[str] | None = None
+        #: Every configuration's code (and the stance layers) dropped since every name was last bound.
+        self._dropped = False
         #: ``_slot``: name -> (its binding, the binding's slot).
         self._slots: dict[str, tuple[Binding, Slot]] = {}
         #: The generation of the copies the current wrappers were compiled on (-1: the user's own objects).
@@ -269,9 +271,13 @@ class Workload(KeptReach):
         self._options_said = repr(self.options)
         copied = self.copied_names()
         self._copied_said = frozenset(copied)  # (``wrap`` asks for each name: once, not once per name)
+        if self._dropped:  # what every name holds was dropped (the stance layers too): all bound again
+            only = None
         try:
             names = [*self.entries, *copied]
             self.engine.rebind(names if only is None else [n for n in names if n in only])
+            if only is None:
+                self._dropped = False
         finally:
             self._options_said = ""
             self._copied_said = None
@@ -563,6 +569,7 @@ class Workload(KeptReach):
         entry's forward, a class's methods) is dropped, since that cache is shared."""
         drop_compiled([*self.owned_codes(), *([] if keep_configs else self.copy_codes())])
         self.stances.clear()
+        self._dropped = True  # the next rebind binds every name (``rebind``), whatever it is asked to bind
         self._wrappers.clear()
         self._copies_of = {}
         if not keep_configs:
