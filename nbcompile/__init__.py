@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .facades.api import inspect, torch_support
     from .facades.rewrites import rewrite_library
     from .facades.session import Session, last, sessions
-    from .facades.traces import Traces, follow, load
+    from .facades.traces import Traces, follow, launch, load, watch
     from .magics import load_ipython_extension, unload_ipython_extension
+    from .model.alarms import Alarm
     from .model.fixsearch import FixSearch, Trial
     from .model.render import MIME_TYPE
     from .model.report import (
@@ -73,7 +74,10 @@ __all__ = [
     "Trial",
     "export",
     "follow",
+    "launch",
     "load",
+    "watch",
+    "Alarm",
     "Traces",
     "inspect",
     "last",
@@ -104,6 +108,9 @@ _EXPORTS = {
     "Traces": ".facades.traces",
     "follow": ".facades.traces",
     "load": ".facades.traces",
+    "launch": ".facades.traces",
+    "watch": ".facades.traces",
+    "Alarm": ".model.alarms",
     "load_ipython_extension": ".magics",
     "unload_ipython_extension": ".magics",
     "FixSearch": ".model.fixsearch",

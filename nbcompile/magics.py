@@ -421,6 +421,34 @@ def _load(args: list[str], cell: int | None) -> Any:
         raise UsageError(f"%nbcompile load: {exc}") from None
 
 
+def _launch(args: list[str], cell: int | None) -> Any:
+    """A local torchrun job with TORCH_TRACE set, its ranks watched live (``traces.launch``)."""
+    nproc, timeout, rest = 2, None, list(args)
+    while rest and rest[0].startswith("--"):
+        flag = rest.pop(0)
+        name, _, value = flag.partition("=")
+        if name not in ("--nproc", "--timeout"):
+            raise UsageError(f"%nbcompile launch: unknown option {flag!r}; {_usage('launch')}")
+        if not value:
+            if not rest:
+                raise UsageError(f"%nbcompile launch: {name} needs a value; {_usage('launch')}")
+            value = rest.pop(0)
+        try:
+            if name == "--nproc":
+                nproc = int(value)
+            else:
+                timeout = float(value)
+        except ValueError:
+            what = "a number of ranks" if name == "--nproc" else "seconds (the process group's timeout)"
+            raise UsageError(f"%nbcompile launch: {name} {value!r}: give {what}") from None
+    if not rest:
+        raise UsageError(f"%nbcompile launch: {_usage('launch')}")
+    try:
+        return traces.launch(rest[0], rest[1:], nproc=nproc, timeout_s=timeout)
+    except NbcompileError as exc:
+        raise UsageError(f"%nbcompile launch: {exc}") from None
+
+
 def _cache(args: list[str], cell: int | None) -> None:
     """torch.compile's cache artifacts with a manifest, for a warm start (``facades/cache.py``)."""
     trust = "--trust" in args
@@ -464,6 +492,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "reset": Subcommand(_reset, "[NAME]"),
     "fix": Subcommand(_fix, "[--budget SECONDS]"),
     "load": Subcommand(_load, "PATH [--follow]", cell=False),
+    "launch": Subcommand(_launch, "[--nproc N] [--timeout S] SCRIPT [ARGS]", cell=False,
+                         note=lambda: "a local torchrun job with TORCH_TRACE set, its ranks watched live"),
     "cache": Subcommand(_cache, "save PATH | load PATH [--trust] | list PATH [--trust]", cell=False,
                         note=lambda: "list: what a load would write, writing nothing"),
     "stance": Subcommand(_stance, "[NAME]", note=lambda: f"stances: {', '.join(torch_compat.STANCES)}"),

@@ -244,6 +244,8 @@ class Hub:
         self._handler = _TraceHandler(self)
         self._users = 0
         self._strings: dict[int, str] = {}
+        #: Dynamo's frame id -> (function, file, first line) of its compiles (a log's ids: per process).
+        self._frames_named: dict[str, tuple[str, str, int]] = {}
         self._pending: dict[str, Pending] = {}
         #: compile id -> the global state it compiled under, the newest ``MAX_STATES`` (a recompile's reason
         #: names the state that changed, never its values: they are compared with these).
@@ -362,6 +364,11 @@ class Hub:
                     handlers.extend(catcher.replaced if handler is catcher else [handler])
                 logger.handlers = handlers
             self._catchers.clear()
+
+    def compiling(self) -> list[Pending]:
+        """The compiles started (a ``dynamo_start`` read) and not closed yet (no ``compilation_metrics``): what a
+        followed rank compiles now (``capture.live``)."""
+        return [pending for pending in list(self._pending.values()) if pending.function]
 
     def compiling_for(self) -> list[Recording]:
         """The recordings this thread compiles for now, innermost last."""
@@ -527,6 +534,15 @@ class Hub:
     def _on_metrics(self, metrics: CompilationMetrics) -> None:
         compile_id = metrics.envelope.compile_id
         pending = self._pending.pop(compile_id, None) or Pending(compile_id)
+        frame_id = compile_id.split("/")[0] if compile_id else ""
+        if pending.function or metrics.co_name:  # the frame's code, for a later compile of it that names none
+            self._frames_named[frame_id] = (metrics.co_name or pending.function,
+                                            metrics.co_filename or pending.filename,
+                                            metrics.co_firstlineno or pending.lineno)
+            while len(self._frames_named) > MAX_STATES:
+                self._frames_named.pop(next(iter(self._frames_named)))
+        elif frame_id in self._frames_named:  # the recompile limit hit: torch's metrics name no code, the log's
+            pending.function, pending.filename, pending.lineno = self._frames_named[frame_id]  # frame id does
         if pending.state is not None:  # any compile's, a session's or not: a later one may recompile against it
             self._states[compile_id] = pending.state
             while len(self._states) > MAX_STATES:

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture import ranks as ranks_ops
+from ..capture.compilation import Pending
 from ..capture.divergence import compile_seconds, divergences, time_breakdown
+from ..capture.live import Doctor, RankView, first_divergence
 from ..capture.logs import (
     LogSet,
     RankTrace,
@@ -39,11 +41,12 @@ from ..capture.logs import (
 from ..capture.ranks import RankResult
 from ..capture.records import clean_text
 from ..core.text import _e, plural
+from ..model.alarms import Alarm
 from ..model.report import Report
 from ..views.env import widgets_supported
 from ..views.traces_panel import TracesPanel
 
-__all__ = ["Follower", "TraceError", "Traces", "follow", "load"]
+__all__ = ["Follower", "TraceError", "Traces", "follow", "load", "watch"]
 
 #: Lines of ``Traces.errors`` at most (over every log), then one line counting the rest.
 MAX_ERRORS = 50
@@ -67,13 +70,64 @@ class Traces:
     #: Seconds to read and parse, and the bytes read.
     seconds: float = 0.0
     bytes: int = 0
+    #: The process group's timeout the skew alarms compare against (None: not known).
+    timeout_s: float | None = None
+    #: The job ``launch`` started (a ``subprocess.Popen``), or None.
+    job: Any = field(default=None, repr=False)
     _rank_traces: dict[int, RankTrace | RankResult] = field(default_factory=dict, repr=False)
     _follower: Follower | None = field(default=None, repr=False)
     _panel: TracesPanel | None = field(default=None, repr=False)
+    #: The cross-rank doctor of a followed job (``watch``): its alarms accumulate as the logs grow.
+    _doctor: Doctor | None = field(default=None, repr=False)
+    #: A loaded job's alarms, read once (the ranks' reports they were read from, by identity).
+    _read_alarms: tuple[list[Report], list[Alarm]] | None = field(default=None, repr=False)
 
     @property
     def divergences(self) -> list[str]:
         return divergences(self.ranks, min(self.ranks) if self.ranks else 0)
+
+    @property
+    def alarms(self) -> list[Alarm]:
+        """What drifts between the ranks (``capture.live``): raised live while a watched job runs, read at
+        once from finished logs."""
+        if self._doctor is not None:
+            return list(self._doctor.alarms)
+        reports = [self.ranks[r] for r in sorted(self.ranks)]
+        kept = self._read_alarms
+        if kept is None or len(kept[0]) != len(reports) or any(a is not b for a, b in zip(kept[0], reports,
+                                                                                           strict=True)):
+            alarms = Doctor(self.timeout_s).check(dict(self.ranks), {}, final=True)
+            kept = self._read_alarms = (reports, alarms)
+        return list(kept[1])
+
+    @property
+    def first_divergence(self) -> Alarm | None:
+        """The first point where the ranks' compiles differ (``capture.live.first_divergence``), or None."""
+        return first_divergence(self.ranks, self.compiling())
+
+    def compiling(self) -> dict[int, list[Pending]]:
+        """Each followed rank's compiles open now (started, not ended)."""
+        out: dict[int, list[Pending]] = {}
+        for rank, trace in self._rank_traces.items():
+            if isinstance(trace, RankTrace):
+                out[rank] = [p for log in trace.logs if log.hub is not None for p in log.hub.compiling()]
+        return out
+
+    def check_alarms(self, *, changed: bool = True, final: bool = False) -> list[Alarm]:
+        """A watched job's doctor run over the ranks as they are now (the follower calls it at every poll)."""
+        if self._doctor is None:
+            return []
+        return self._doctor.check(dict(self.ranks), self.compiling(), changed=changed, final=final)
+
+    def compiling_now(self) -> bool:
+        """Whether a watched rank compiles now (its row's time grows: the view is redrawn at each poll)."""
+        return self._doctor is not None and any(self.compiling().values())
+
+    def live_rows(self) -> list[RankView]:
+        """Each rank's live row (compiling now, counts, cache, collectives); empty when not watched."""
+        if self._doctor is None:
+            return []
+        return self._doctor.views(dict(self.ranks), self.compiling())
 
     def summary(self) -> str:
         parts = [f"rank {r}: {plural(rep.graph_count, 'graph')}, {plural(rep.break_count, 'break')}, "
@@ -81,8 +135,59 @@ class Traces:
                  f"{time_breakdown(rep)}"
                  for r, rep in sorted(self.ranks.items())]
         head = f"{plural(len(self.ranks), 'rank')} from {self.path}"
-        return clean_text("\n".join([head, *parts, *(f"  {d}" for d in self.divergences),
+        return clean_text("\n".join([head, *parts, *self._live_lines(), *(f"  {d}" for d in self.divergences),
                                      *(f"  could not read: {e}" for e in self.errors)]))
+
+    def _live_lines(self) -> list[str]:
+        """A watched job's rows (what each rank compiles now), its alarms with their remedies, and the first
+        divergence: the text form of the live view."""
+        lines = []
+        for row in self.live_rows():
+            now = "; ".join(f"compiling {fn} ({where}) for {s:.1f} s" for fn, where, s in row.compiling) or "idle"
+            lines.append(f"  rank {row.rank} now: {now}; {plural(row.compiles, 'compile')}, "
+                         f"{plural(row.recompiles, 'recompile')}, cache {row.cache_hits} hit / {row.cache_misses} "
+                         f"miss, collectives {', '.join(row.collectives) or 'none'}")
+        for alarm in self.alarms:
+            lines.append(f"  ALARM {alarm}")
+            if alarm.remedy:
+                lines.append(f"    remedy: {alarm.remedy}")
+        first = self.first_divergence
+        if first is not None:
+            lines.append(f"  first divergence: rank {first.rank}, {first.frame} ({first.where}): {first.detail}")
+        return lines
+
+    def _live_html(self) -> str:
+        def now(row: RankView) -> str:
+            return _e("; ".join(f"{fn} ({where}) {s:.1f} s" for fn, where, s in row.compiling)) or "idle"
+
+        rows = "".join(
+            f"<tr><td>{row.rank}</td><td>{now(row)}</td>"
+            f"<td>{row.compiles}</td><td>{row.recompiles}</td><td>{row.cache_hits} / {row.cache_misses}</td>"
+            f"<td><code>{_e(', '.join(row.collectives)) or '-'}</code></td></tr>"
+            for row in self.live_rows())
+        table = (f"<table class='nbcompile-live'><tr><th>rank</th><th>compiling now</th><th>compiles</th>"
+                 f"<th>recompiles</th><th>cache hit / miss</th><th>collectives (latest)</th></tr>{rows}</table>"
+                 if rows else "")
+        job = ""
+        if self.job is not None:
+            code = self.job.poll()
+            job = (f"<p>job (pid {self.job.pid}): " + ("running" if code is None else f"ended, exit code {code}")
+                   + f"; its output: <code>{_e(os.path.join(self.path, 'job.out'))}</code></p>")
+            if code is not None:  # what was open then never finished
+                table = table.replace("<th>compiling now</th>", "<th>compiling when the job ended</th>")
+        timeout = (f" against a {self.timeout_s:.0f} s process group timeout" if self.timeout_s else
+                   " (the job's timeout not known: 600 s assumed; pass timeout_s)") if self._doctor else ""
+        alarms = "".join(
+            f"<li style='color:#b00'><b>{_e(a.kind)}</b> rank {a.rank}, <code>{_e(a.frame)}</code> ({_e(a.where)})"
+            f"{f', {a.seconds:.1f} s' if a.seconds else ''}: {_e(a.detail)}"
+            f"{f'<br><span style=color:#555>remedy: {_e(a.remedy)}</span>' if a.remedy else ''}</li>"
+            for a in self.alarms)
+        first = self.first_divergence
+        said = (f"<p><b>first divergence</b>: rank {first.rank}, <code>{_e(first.frame)}</code> ({_e(first.where)}): "
+                f"{_e(first.detail)}</p>") if first is not None else ""
+        head = f"<p><b>{plural(len(self.alarms), 'alarm')}</b>{_e(timeout)}</p>" if self._doctor or alarms else ""
+        return (f"{job}{table}{head}<ul class='nbcompile-alarms'>{alarms}</ul>{said}"
+                if table or alarms or said or job else "")
 
     def __repr__(self) -> str:
         return self.summary()
@@ -98,7 +203,7 @@ class Traces:
         return clean_text(f"<div class='nbcompile-traces'><b>{_e(plural(len(self.ranks), 'rank'))} from "
                           f"<code>{_e(self.path)}</code></b><table><tr><th>rank</th><th>graphs</th><th>breaks</th>"
                           f"<th>recompiles</th><th>compile s</th><th>log</th></tr>{rows}</table>"
-                          f"<ul>{notes}{errors}</ul></div>")
+                          f"{self._live_html()}<ul>{notes}{errors}</ul></div>")
 
     def _ipython_display_(self) -> None:
         """In a frontend with widgets: the panel (it follows a followed job); elsewhere HTML and text."""
@@ -146,9 +251,24 @@ class Traces:
             self._panel.refresh()
 
     def stop(self) -> None:
-        """Stop following (the last records are read first)."""
+        """Stop following (the last records are read first); a launched job runs on (``job.terminate()``)."""
         if self._follower is not None:
             self._follower.stop()
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Wait for a launched job to end and its last records to be read and checked; its exit code (None: no
+        job, or still running at ``timeout_s``)."""
+        code = None
+        if self.job is not None:
+            import subprocess
+
+            try:
+                code = self.job.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return None
+        if self._follower is not None:
+            self._follower.join(timeout_s if timeout_s is not None else 30.0)
+        return code
 
     def add(self, trace: RankTrace | RankResult) -> None:
         """Take in one rank's log (its report shows at the next ``refresh``)."""
@@ -201,12 +321,16 @@ def _finite(value: float) -> float | None:
 
 
 def load(path: str | os.PathLike[str], *, follow: bool = False, workers: int | None = None,
-         client: Any = None) -> Traces:
+         client: Any = None, timeout_s: float | None = None) -> Traces:
     """Read a ``TORCH_TRACE`` directory or log file into one report per rank. ``follow``: keep reading
     what a running job appends (a background thread; ``Traces.stop()`` ends it). Several ranks are read in
     parallel: by ``workers`` processes on this machine (None: the usable cores, once the logs are large enough
     to be worth it; 1: in this process), or on an existing cluster: ``client``, a Dask ``distributed`` client
-    whose workers can read the logs' paths."""
+    whose workers can read the logs' paths. ``timeout_s``: the job's process group timeout, which the skew
+    alarms compare against (``Traces.alarms``); a followed job is watched by the cross-rank doctor."""
+    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
+                                      and timeout_s > 0):
+        raise TraceError(f"timeout_s={timeout_s!r}: give the process group's timeout in seconds, a number above 0")
     start = time.perf_counter()
     root = pathlib.Path(path).expanduser()
     found = rank_files(root) if root.exists() or not follow else LogSet()
@@ -214,7 +338,8 @@ def load(path: str | os.PathLike[str], *, follow: bool = False, workers: int | N
         skipped = f"; {'; '.join(found.skipped[:3])}" if found.skipped else ""
         raise TraceError(f"{root}: no .log files (TORCH_TRACE writes dedicated_log_torch_trace_rank_N_*.log)"
                          f"{_logs_below(root)}{skipped}")
-    traces = Traces(str(root), skipped=found.skipped)
+    traces = Traces(str(root), skipped=found.skipped, timeout_s=timeout_s,
+                    _doctor=Doctor(timeout_s) if follow else None)
     jobs = [(rank, [str(p) for p in paths]) for rank, paths in sorted(found.ranks.items())]
     if not follow and (client is not None or ranks_ops.parallel_wanted(jobs, workers)):
         lost: list[str] = []
@@ -248,6 +373,13 @@ def follow(path: str | os.PathLike[str]) -> Traces:
     return load(path, follow=True)
 
 
+def watch(path: str | os.PathLike[str], timeout_s: float | None = None) -> Traces:
+    """Follow a job started elsewhere with ``TORCH_TRACE=path`` and watch its ranks live: what each compiles
+    now and for how long, and ``Traces.alarms`` raised before the watchdog (``timeout_s``: the job's process
+    group timeout; None: 600 s assumed, said in the view). ``Traces.stop()`` ends the watch."""
+    return load(path, follow=True, timeout_s=timeout_s)
+
+
 class Follower:
     """Tails a TORCH_TRACE directory (new rank files included) in a daemon thread."""
 
@@ -266,6 +398,10 @@ class Follower:
         self._stop.set()
         self._thread.join(timeout)
 
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end by itself (a launched job's end stops it)."""
+        self._thread.join(timeout)
+
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
@@ -273,6 +409,9 @@ class Follower:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll()
+            job = self.traces.job
+            if job is not None and job.poll() is not None:  # the job ended: its last records, then stop
+                break
             self._stop.wait(self.interval_s)
         self.poll(final=True)
 
@@ -298,7 +437,14 @@ class Follower:
             traces.add(trace)
             changed |= trace.read_more(final=final)
             trace.finish_notice()
-        if changed or final:  # the last poll names what only the end can tell (an empty log)
+        try:  # the doctor looks at every poll: a rank compiling on is skew though its log stays the same
+            alarmed = bool(traces.check_alarms(changed=changed, final=final))
+        except Exception:  # a check must never kill the follower
+            import logging
+
+            logging.getLogger(__name__).exception("nbcompile watch: the cross-rank check failed")
+            alarmed = False
+        if changed or final or alarmed or traces.compiling_now():
             traces.tally()
             try:
                 traces.refresh()
@@ -309,3 +455,37 @@ class Follower:
             if self.on_change is not None:
                 self.on_change()
         return changed
+
+
+def launch(script: str, args: list[str] | tuple[str, ...] = (), *, nproc: int = 2, timeout_s: float | None = None,
+           trace_dir: str | os.PathLike[str] | None = None, python: str | None = None) -> Traces:
+    """Start ``script`` as a local ``torchrun`` job of ``nproc`` ranks with ``TORCH_TRACE`` set (nothing else
+    of the job changes) and watch it (``watch``): the returned ``Traces`` follows every rank's log until the
+    job ends. ``timeout_s``: the job's process group timeout (the skew alarms compare against it). The job's
+    output goes to ``job.out`` beside the logs (not a ``.log``: never read as one) in ``trace_dir`` (None: a new
+    folder under ``.nbcompile/launch/``)."""
+    import subprocess
+    import sys
+
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or not 1 <= nproc <= 1024:
+        raise TraceError(f"--nproc {nproc!r}: give the number of ranks to start, 1 to 1024")
+    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
+                                      and timeout_s > 0):
+        raise TraceError(f"timeout_s={timeout_s!r}: give the process group's timeout in seconds, a number above 0")
+    target = pathlib.Path(script).expanduser()
+    if not target.is_file():
+        raise TraceError(f"{script}: no such script; give the path of the training script torchrun runs")
+    where = pathlib.Path(trace_dir) if trace_dir is not None else (
+        pathlib.Path(".nbcompile") / "launch" / time.strftime("%Y%m%d-%H%M%S"))
+    where.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TORCH_TRACE": str(where.resolve())}
+    output = open(where / "job.out", "ab")  # noqa: SIM115  held by the job's process, closed when it ends
+    try:
+        job = subprocess.Popen([python or sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                                str(nproc), str(target), *args], env=env, stdout=output, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL)
+    finally:
+        output.close()
+    traces = load(where, follow=True, timeout_s=timeout_s)
+    traces.job = job
+    return traces
