@@ -71,7 +71,7 @@ FAULTS = [
           what="rank 1 sees a new size every step under dynamic=False and hits the recompile limit"),
     Fault("only_rank_frame", ("only_rank",), 0, "log_metrics",
           what="rank 0 alone calls a second compiled function; remedy: every rank calls it"),
-    Fault("collective_order", ("collective_order",), 1, "step", detail="all_gather",
+    Fault("collective_order", ("collective_order",), 1, "step", detail="all_gather", hangs=True,
           what="rank 1 issues all_gather then all_reduce, rank 0 the other way round"),
     Fault("rank_dynamic", ("only_rank",), 1, "step", detail="s",
           what="rank 1 alone marks the input dynamic: another graph; remedy: marked on every rank"),
@@ -161,6 +161,26 @@ def _overhead(pairs: int, steps: int, root: Path) -> dict[str, Any]:
             "meets_target": statistics.median(ratios) <= 1.05}
 
 
+def fault_table(faults: dict[str, Any], healthy: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per run, scalars only (the table docs/benchmarks.md shows)."""
+    rows = []
+    for name, r in faults.items():
+        first = min((a for a in r["alarms"] if a["kind"] in r["kinds"] and a["rank"] == r["rank"]),
+                    key=lambda a: a["at_s"] if a["at_s"] is not None else 1e9, default=None)
+        rows.append({"run": name, "ranks": r["ranks"], "fault": r["what"], "expected": "/".join(r["kinds"]),
+                     "caught_before_timeout": r["caught_before_timeout"], "cause_named": r["cause_named"],
+                     "alarm_at_s": r["first_alarm_at_s"], "job_ended_s": r["ended_s"], "job_exit": r["exit"],
+                     "alarm": f"{first['kind']} on rank {first['rank']}, {first['frame']} ({first['where']}): "
+                              f"{first['detail'][:160]}" if first else "none",
+                     "remedy_divergence_gone": r["remedy"]["divergence_gone"] if "remedy" in r else "no remedy run"})
+    for name, r in healthy.items():
+        rows.append({"run": name, "ranks": int(name.rsplit("-", 1)[1]), "fault": "none (healthy)", "expected": "none",
+                     "caught_before_timeout": "-", "cause_named": "-", "alarm_at_s": None,
+                     "job_ended_s": r["ended_s"], "job_exit": r["exit"], "alarm": f"{len(r['alarms'])} alarms",
+                     "remedy_divergence_gone": "-"})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=60.0, help="the process group's timeout, seconds")
@@ -219,7 +239,8 @@ def main() -> None:
     print(f"caught {caught}/{len(faults)}, named {named}/{len(faults)}, false alarms {false_alarms}, remedies "
           f"{summary['remedies_divergence_gone']}/{len(fixable)}", flush=True)
     write("rank_faults", {"timeout_s": args.timeout, "cores": os.cpu_count(), "job": str(JOB.name),
-                          "summary": summary, "faults": faults, "healthy": healthy, "overhead": overhead}, args.out)
+                          "summary": summary, "table": fault_table(faults, healthy), "faults": faults,
+                          "healthy": healthy, "overhead": overhead}, args.out)
 
 
 if __name__ == "__main__":

@@ -73,8 +73,8 @@ def main() -> None:
                     view.scroll_into_view_if_needed()
                     view.screenshot(path=str(args.out / "ranks_live.png"))
                     page.wait_for_function("() => document.querySelector('.nbcompile-traces') && document"
-                                           ".querySelector('.nbcompile-traces').innerText.includes('first "
-                                           "divergence')", timeout=240_000)
+                                           ".querySelector('.nbcompile-traces').innerText.includes('ended, exit "
+                                           "code')", timeout=240_000)
                     page.wait_for_timeout(1500)
                     print(f"job over {time.time() - started:.1f} s after the run started")
                     view.scroll_into_view_if_needed()

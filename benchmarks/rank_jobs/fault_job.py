@@ -72,12 +72,12 @@ def step(x, r):
         y = y * RANK  # rank's Python int baked into the graph
     if FAULT == "rank_constant" and FIX:
         y = y * r  # the rank as a tensor: one graph for every rank
-    if FAULT == "break_one_rank" and DEBUG and not FIX:
+    if FAULT == "break_one_rank" and not FIX and DEBUG:
         print("debug", float(y.sum()))  # a graph break, on rank 1 only
     if FAULT == "collective_order":
         a, b = y[:4].clone(), y[4:8].clone()
         gathered = torch.empty(4 * world)
-        if rank == 1 and not FIX:  # the same two collectives, the other way round
+        if not FIX and rank == 1:  # the same two collectives, the other way round (the remedy reads no rank)
             dist.all_gather_into_tensor(gathered, b)
             dist.all_reduce(a)
         else:
