@@ -2,8 +2,9 @@
 
 Each run is a real ``torchrun`` job (``rank_jobs/fault_job.py``) started by ``nbcompile.launch`` with a process
 group timeout of ``--timeout`` seconds (60), watched live. A fault is *caught before the timeout* when an alarm
-of the fault's kind, on the faulty rank, was raised less than the timeout after the watch started (the fault
-cannot begin before), and, for a job that hangs, before the job died; its *cause is named* when that alarm
+of the fault's kind, on the faulty rank, was raised less than the timeout after the first compile seen on any
+rank (the fault cannot begin before), and, for a job that hangs, before the job died; its *cause is named* when
+that alarm
 names the rank, the frame, a line and what differs. Healthy runs must raise no alarm. Each fault with a remedy
 runs again with it (``NBC_FIX=1``): the divergence must be gone (no alarm). Then the job's own steady step time
 with the watch on against without it (no ``TORCH_TRACE``, nothing watching), side by side.
@@ -58,7 +59,8 @@ FAULTS = [
     Fault("slow_recompile", ("skew", "recompile"), 1, "step", detail="10", hangs=True, fix=False,
           what="rank 1 recompiles for a new size (8 -> 10) and that compile takes 1.5x the timeout"),
     Fault("cold_cache", ("cache_miss", "skew"), 1, "step", detail="miss",
-          what="Inductor: rank 0's cache warm, rank 1's cold; remedy: rank 1 warmed from rank 0's cache"),
+          what="Inductor: rank 0 loads the cache artifacts a warm-up saved, rank 1 starts cold; remedy: every rank "
+               "loads them"),
     Fault("rank_shape", ("recompile",), 1, "step", detail="10",
           what="rank 1's input size changes at step 3 (8 -> 10); remedy: mark_dynamic on every rank"),
     Fault("rank_shape_4", ("recompile",), 1, "step", detail="10", ranks=4, env={"NBC_FAULT": "rank_shape"},
@@ -111,7 +113,7 @@ def _run(name: str, ranks: int, timeout: float, env: dict[str, str], fix: bool, 
     first = traces.first_divergence
     log = (Path(traces.path) / "job.out").read_text(errors="replace")
     steps = [float(m) for m in re.findall(r"step_ms ([0-9]+\.[0-9]+)", log)]
-    return {"exit": code, "ended_s": round(ended, 2), "step_ms": steps,
+    return {"exit": code, "ended_s": round(ended, 2), "step_ms": steps, "first_compile_s": traces.first_compile_s,
             "alarms": [{"kind": a.kind, "cause": a.cause, "rank": a.rank, "frame": a.frame, "where": a.where,
                         "seconds": round(a.seconds, 2), "at_s": a.at, "detail": a.detail[:400]} for a in alarms],
             "first_divergence": str(first)[:400] if first is not None else None}
@@ -119,7 +121,10 @@ def _run(name: str, ranks: int, timeout: float, env: dict[str, str], fix: bool, 
 
 def _judge(fault: Fault, run: dict[str, Any], timeout: float) -> dict[str, Any]:
     mine = [a for a in run["alarms"] if a["kind"] in fault.kinds and a["rank"] == fault.rank]
-    before = [a for a in mine if a["at_s"] is not None and a["at_s"] < timeout
+    # the fault cannot begin before the job's first compile: counted from there (a loaded machine starts a job's
+    # ranks in seconds), and for a job that hangs, before it died at the watchdog
+    began = run.get("first_compile_s") or 0.0
+    before = [a for a in mine if a["at_s"] is not None and a["at_s"] - began < timeout
               and (not fault.hangs or a["at_s"] < run["ended_s"] - 0.5)]
     named = [a for a in before if a["frame"] == fault.frame and re.search(r":\d+|cell line \d+", a["where"])
              and fault.detail.lower() in a["detail"].lower()]
@@ -128,14 +133,14 @@ def _judge(fault: Fault, run: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def _cold_cache_env(root: Path, timeout: float) -> dict[str, str]:
-    """A warm Inductor cache for ``cold_cache``: one run of the job with every rank cold, rank 0's cache kept."""
-    warm = root / "inductor-warm"
-    shutil.rmtree(warm, ignore_errors=True)
-    warm.mkdir(parents=True)
-    env = {"NBC_WARM_CACHE": str(warm)}
+    """For ``cold_cache``: one run of the job with every rank cold, after which rank 0 saves its cache artifacts
+    (``torch.compiler.save_cache_artifacts``, as ``%nbcompile cache save`` does) for the runs that follow."""
+    artifacts = root / "warm.artifacts"
+    artifacts.unlink(missing_ok=True)
+    env = {"NBC_WARM_CACHE": str(artifacts)}
     _run("cold_cache", 2, timeout, env, True, root / "warm-up")
-    shutil.rmtree(warm)
-    shutil.copytree(f"{warm}-rank0", warm)
+    if not artifacts.exists():
+        raise SystemExit("cold_cache: the warm-up run saved no cache artifacts")
     return env
 
 

@@ -1,6 +1,6 @@
 """The cross-rank doctor, live (issue 39): real ``torchrun`` gloo jobs on CPU with one injected fault each
 (``benchmarks/rank_jobs/fault_job.py``), watched by ``nbcompile.launch`` as a user would, with a short process
-group timeout (10 s) so a hang dies fast. Each fault kind is caught before the timeout with its cause named
+group timeout (20 s) so a hang dies fast. Each fault kind is caught before the timeout with its cause named
 (rank, frame, line, values), its remedy run again shows the divergence gone, and healthy jobs raise nothing.
 The doctor's own rules (who waits, for how long, what is in flux) are checked on reports made by hand."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT = 10.0
+TIMEOUT = 20.0  # short enough that a hang dies fast, long enough for a loaded 2-core CI machine
 
 
 def _faults():
@@ -105,6 +105,21 @@ def test_launch_refuses_bad_input_in_one_line(ip, tmp_path):
     script.write_text("print('hi')\n")
     with pytest.raises(UsageError, match="timeout_s"):
         ip.run_line_magic("nbcompile", f"launch --timeout -3 {script}")
+    import nbcompile
+    from nbcompile.facades.traces import TraceError
+
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "dedicated_log_torch_trace_rank_0_old.log").write_text("")
+    for call, said in [(lambda: nbcompile.launch(script, trace_dir=used), "not empty"),
+                       (lambda: nbcompile.launch(script, trace_dir=script), "is a file"),
+                       (lambda: nbcompile.launch(script, python=str(tmp_path / "nopython")), "no such executable"),
+                       (lambda: nbcompile.launch(script, nproc=True), "--nproc"),
+                       (lambda: nbcompile.watch(tmp_path, timeout_s=True), "timeout_s")]:
+        with pytest.raises(TraceError, match=said) as caught:
+            call()
+        assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in used.iterdir()) == ["dedicated_log_torch_trace_rank_0_old.log"]  # nothing ran
 
 
 # -- the doctor's rules, on reports made by hand --------------------------------------------------------------
@@ -177,16 +192,57 @@ def test_findings_wait_for_the_grace_and_drop_when_the_other_rank_catches_up():
 
     clock = _Clock()
     doctor = Doctor(60.0, clock=clock)
-    assert doctor.grace_s == 3.0
+    assert doctor.grace_s == 15.0  # a quarter of the timeout: a rank a few seconds behind is no alarm
     one = _report(("0/0", "step", 0.1), ("0/1", "step", 0.1))
     one.recompiles.append(Recompile("step", "0/1", "size", [GuardChange("x.shape[0]", "8", "10")]))
     other = _report(("0/0", "step", 0.1))
     assert doctor.check({0: other, 1: one}, {}) == []
-    clock.now += 1
-    other.frames.append(one.frames[1])  # rank 0 recompiles the same a second later: a healthy job
-    other.recompiles.append(one.recompiles[0])
-    clock.now += 5
+    clock.now += 10
     assert doctor.check({0: other, 1: one}, {}) == []
+    other.frames.append(one.frames[1])  # rank 0 recompiles the same 10 s later: a healthy job
+    other.recompiles.append(Recompile("step", "0/1", "size", [GuardChange("x.shape[0]", "8", "13")]))  # its size
+    clock.now += 20
+    assert doctor.check({0: other, 1: one}, {}) == [] and doctor.check({0: other, 1: one}, {}, final=True) == []
+    late = Doctor(60.0, clock=clock)  # the other never catches up: raised once the grace is over
+    alone = _report(("0/0", "step", 0.1))
+    assert late.check({0: alone, 1: one}, {}) == []
+    clock.now += 16
+    [alarm] = late.check({0: alone, 1: one}, {})
+    assert (alarm.kind, alarm.rank, alarm.at) == ("recompile", 1, 16.0) and "8 -> 10" in alarm.detail
+
+
+def _guarded(*guards):
+    report = _report(("0/0", "step", 0.1))
+    report.frames[0].guards = list(guards)
+    return report
+
+
+def test_per_rank_values_by_design_pipeline_stages_and_ranks_behind_are_no_alarm():
+    from nbcompile.capture.live import Doctor
+    from nbcompile.model.report import Graph
+
+    def alarms(reports):
+        return Doctor(60.0, live=False).check(reports, {}, final=True)
+
+    # a rank's device and process group differ by design; its RANK baked into the graph does not
+    by_design = {r: _guarded(f"EQUALS_MATCH: L['self'].device_index == {r}",
+                             f"EQUALS_MATCH: G['pg'].group_name == 'group_{r}'", "EQUALS_MATCH: G['RANK'] == 0")
+                 for r in range(4)}
+    assert alarms(by_design) == []
+    by_design[3].frames[0].guards[2] = "EQUALS_MATCH: G['RANK'] == 3"
+    [alarm] = alarms(by_design)
+    assert (alarm.rank, alarm.cause) == (3, "rank_value") and "RANK == 3" in alarm.detail
+    # pipeline stages: ranks 0-1 compile f, ranks 2-3 g
+    stages = {r: _report(("0/0", "f" if r < 2 else "g", 0.1)) for r in range(4)}
+    assert alarms(stages) == []
+    # a rank behind: its collectives a prefix of the others' is no other order
+    ahead, behind = _report(("0/0", "step", 0.1), ("1/0", "tail", 0.1)), _report(("0/0", "step", 0.1))
+    ahead.graphs += [Graph("0/0", 1, ["all_reduce"]), Graph("1/0", 1, ["all_gather_into_tensor"])]
+    behind.graphs += [Graph("0/0", 1, ["all_reduce"])]
+    assert not [a for a in Doctor(60.0).check({0: ahead, 1: behind}, {}) if a.kind == "collective_order"]
+    behind.frames.append(ahead.frames[1])
+    behind.graphs.append(Graph("1/0", 1, ["broadcast"]))
+    assert [a.rank for a in alarms({0: ahead, 1: behind}) if a.kind == "collective_order"] == [1]
 
 
 def test_alarms_of_finished_logs_and_the_first_divergence(tmp_path):

@@ -17,14 +17,12 @@ FAULT = os.environ.get("NBC_FAULT", "healthy")
 FIX = os.environ.get("NBC_FIX") == "1"
 TIMEOUT_S = float(os.environ.get("NBC_PG_TIMEOUT", "60"))
 RANK_ENV = int(os.environ.get("RANK", "0"))
-if FAULT == "cold_cache":  # rank 1 starts cold; the remedy warms it from rank 0's cache (copied before)
-    warm = os.environ["NBC_WARM_CACHE"]
-    mine = os.environ["NBC_WARM_CACHE"] + f"-rank{RANK_ENV}"
-    if RANK_ENV == 0 or FIX:
-        shutil.rmtree(mine, ignore_errors=True)
-        shutil.copytree(warm, mine)
-    else:
-        shutil.rmtree(mine, ignore_errors=True)
+#: cold_cache: the cache artifacts one rank saved (``torch.compiler.save_cache_artifacts``, what ``%nbcompile cache
+#: save`` writes): rank 0 loads them and starts warm, rank 1 starts cold; the remedy loads them on every rank.
+ARTIFACTS = os.environ.get("NBC_WARM_CACHE", "")
+if FAULT == "cold_cache":  # each rank an empty Inductor cache of its own
+    mine = f"{ARTIFACTS}.cache-rank{RANK_ENV}"
+    shutil.rmtree(mine, ignore_errors=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = mine
 
 import torch  # noqa: E402
@@ -32,6 +30,9 @@ import torch.distributed as dist  # noqa: E402
 
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
 rank, world = dist.get_rank(), dist.get_world_size()
+if FAULT == "cold_cache" and os.path.exists(ARTIFACTS) and (rank == 0 or FIX):
+    with open(ARTIFACTS, "rb") as saved:
+        torch.compiler.load_cache_artifacts(saved.read())
 RANK = rank  # a Python int each rank holds its own value of
 DEBUG = rank == 1
 STEPS = int(os.environ.get("NBC_STEPS", "6"))
@@ -126,6 +127,11 @@ for i in range(STEPS):
     times.append(time.perf_counter() - began)
     dist.barrier()
 
+if FAULT == "cold_cache" and rank == 0 and not os.path.exists(ARTIFACTS):  # the warm-up run: rank 0 saves them
+    artifacts = torch.compiler.save_cache_artifacts()
+    if artifacts is not None:
+        with open(ARTIFACTS, "wb") as out:
+            out.write(artifacts[0])
 dist.destroy_process_group()
 sys.stdout.write(f"rank {rank} step_ms {statistics.median(times[2:] or times) * 1e3:.3f}\n")  # one write: ranks share
 sys.stdout.flush()

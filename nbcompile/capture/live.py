@@ -47,7 +47,7 @@ CodeKey = tuple[str, str, int]
 
 
 def code_key(function: str, filename: str, line: int) -> CodeKey:
-    return function, os.path.basename(filename), line
+    return function, filename, line
 
 
 def _where(filename: str, line: int) -> str:
@@ -133,21 +133,24 @@ def _findings(ranks: _Ranks, timeout_s: float | None) -> list[tuple[tuple[Any, .
     if len(everyone) < 2:
         return out
     # recompiles not every rank made
-    made: dict[tuple[str, tuple[tuple[str, str], ...]], set[int]] = {}
+    # a recompile is the same on two ranks when it is of the same frame for the same guards, whatever the values
+    # (automatic dynamic: each rank's own sizes); one only some ranks made is a rank-dependent change
+    made: dict[tuple[str, tuple[str, ...]], set[int]] = {}
     for rank, report in reports.items():
         for rec in report.recompiles:
-            made.setdefault((rec.function, tuple((c.subject, c.after) for c in rec.changes)), set()).add(rank)
+            made.setdefault((rec.function, _subjects(rec)), set()).add(rank)
     for rank, report in reports.items():
         by_id = {f.compile_id: f for f in report.frames}
         for rec in report.recompiles:
-            sig = (rec.function, tuple((c.subject, c.after) for c in rec.changes))
+            sig = (rec.function, _subjects(rec))
             missing = everyone - made[sig]
             if not missing:
                 continue
             frame = by_id.get(rec.compile_id)
             where = f"cell line {rec.cell_line}" if rec.cell_line else (
                 _where(frame.filename, frame.firstlineno) if frame is not None else "?")
-            change = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in rec.changes[:3]) or rec.reason
+            change = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in rec.changes[:3]) or rec.reason or (
+                "a guard failed; torch named none")
             out.append((("recompile", rank) + sig, Alarm(
                 "recompile", rank, rec.function, where, frame.compile_time_s if frame is not None else 0.0,
                 f"recompiled {rec.function} ({change}); {_ranks_text(missing)} did not (they run the code compiled "
@@ -168,6 +171,8 @@ def _findings(ranks: _Ranks, timeout_s: float | None) -> list[tuple[tuple[Any, .
     keys = set().union(*(set(k) for k in ranks.by_key.values()))
     for key in sorted(keys):
         holders = {r for r in everyone if key in ranks.by_key[r]}
+        if holders != everyone and min(len(holders), len(everyone - holders)) >= 2:
+            continue  # groups of ranks compiling different frames: pipeline stages by design, as a rule
         if holders != everyone:  # a frame only some ranks compiled
             for rank in sorted(holders) if len(holders) <= len(everyone) / 2 else []:
                 first = ranks.by_key[rank][key][0]
@@ -255,12 +260,23 @@ def _compare_frames(ranks: _Ranks, key: CodeKey, nth: int, frames: dict[int, Fra
     return out
 
 
+def _subjects(rec: Any) -> tuple[str, ...]:
+    """What a recompile's failed guards guard (``x.shape[0]``), or its reason when torch named no guard."""
+    return tuple(c.subject for c in rec.changes) or (rec.reason or "",)
+
+
+#: Guarded values that differ per rank by design (a rank's device, its process group's name): not a rank's
+#: Python value baked into a graph.
+_PER_RANK_BY_DESIGN = re.compile(r"device|group_name|process_group|\bpg\b|local_rank|world", re.I)
+
+
 def _guard_values(frame: Frame) -> dict[str, str]:
     """The values a frame's guards compare to (``EQUALS_MATCH: G['RANK'] == 1``), by what they guard."""
     out = {}
     for guard in frame.guards:
         found = _EQUALS.match(guard)
-        if found is not None:
+        if found is not None and not _PER_RANK_BY_DESIGN.search(found["subject"]) \
+                and not re.match(r"^'?(cuda|xpu|hpu|mps|cpu):\d+'?$", found["value"]):
             out[found["subject"]] = found["value"]
     return out
 
@@ -311,9 +327,9 @@ def _collective_findings(ranks: _Ranks) -> list[tuple[tuple[Any, ...], Alarm]]:
     usual = ranks.majority(sequences)
     out = []
     for rank, seq in sorted(sequences.items()):
-        if seq == usual:
+        at = next((i for i, (a, b) in enumerate(zip(seq, usual, strict=False)) if a != b), None)
+        if at is None:  # the same, or one a prefix of the other: a rank behind (still compiling, or waiting)
             continue
-        at = next((i for i, (a, b) in enumerate(zip(seq, usual, strict=False)) if a != b), min(len(seq), len(usual)))
         count = 0
         function, where = "?", "?"
         for fn, wh, cs in frames_of[rank]:
@@ -335,12 +351,17 @@ class Doctor:
     (None: not known, ``DEFAULT_TIMEOUT_S`` assumed for skew while the job runs, said in the views)."""
 
     def __init__(self, timeout_s: float | None = None, *, grace_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, live: bool = True) -> None:
         self.timeout_s = timeout_s
         self.clock = clock
         self.started = clock()
+        #: Watching a running job (each alarm's ``at`` said), or reading finished logs (``at`` None).
+        self.live = live
+        #: Seconds from the start to the first compile seen on any rank (None: none yet): a fault cannot begin
+        #: before it, so "caught before the timeout" counts from there.
+        self.first_compile_s: float | None = None
         #: How long a finding about finished compiles must hold before it is raised.
-        self.grace_s = grace_s if grace_s is not None else min(5.0, max(1.5, 0.05 * self.effective_timeout_s))
+        self.grace_s = grace_s if grace_s is not None else min(60.0, max(1.5, SKEW_SHARE * self.effective_timeout_s))
         self.alarms: list[Alarm] = []
         self._raised: set[tuple[Any, ...]] = set()
         #: Finding -> when it was first seen holding.
@@ -352,6 +373,10 @@ class Doctor:
         #: rank -> how many compiles its report held at the last check.
         self._frames_seen: dict[int, int] = {}
         self._findings: list[tuple[tuple[Any, ...], Alarm]] = []
+        #: When the finished compiles were last compared, what it cost, and whether the reports changed since.
+        self._compared_at = float("-inf")
+        self._compare_cost = 0.0
+        self._stale = False
 
     @property
     def effective_timeout_s(self) -> float:
@@ -364,6 +389,8 @@ class Doctor:
         ``final``: the job ended: every finding that holds is raised."""
         now = self.clock()
         new: list[Alarm] = []
+        if self.first_compile_s is None and (any(compiling.values()) or any(r.frames for r in reports.values())):
+            self.first_compile_s = round(now - self.started, 3)
         open_now = {(rank, p.compile_id) for rank, ps in compiling.items() for p in ps}
         for opened in open_now - self._since.keys():
             self._since[opened] = now
@@ -378,8 +405,15 @@ class Doctor:
                 self._idle_since[rank] = now
             else:
                 self._idle_since.setdefault(rank, now)
-        if changed or final:
+        # comparing every rank's finished compiles is the costly part (64 ranks x 200 compiles: a third of a
+        # second): done again when the reports changed, at most a fifth of the time
+        due = changed or self._stale
+        if due and (final or now - self._compared_at >= 4 * self._compare_cost):
+            began = time.perf_counter()
             self._findings = _findings(_Ranks(reports), self.timeout_s)
+            self._compare_cost, self._compared_at, self._stale = time.perf_counter() - began, now, False
+        elif due:
+            self._stale = True
         # what a rank compiles now is in flux: what its finished compiles say about that frame waits for it
         busy = {(p.function, _where(p.filename, p.lineno)) for ps in compiling.values() for p in ps}
         findings = [(key, alarm) for key, alarm in self._findings if (alarm.frame, alarm.where) not in busy]
@@ -388,11 +422,12 @@ class Doctor:
         for key, alarm in findings:
             holding.add(key)
             since = self._held.setdefault(key, now)
-            if key in self._raised or not (final or key[0] == "skew_open" or now - since >= self.grace_s):
+            if key in self._raised or not (final or key[0] in ("skew_open", "recompile_open")
+                                           or now - since >= self.grace_s):
                 continue
             self._raised.add(key)
             raised = Alarm(alarm.kind, alarm.rank, alarm.frame, alarm.where, alarm.seconds, alarm.detail,
-                           cause=alarm.cause, at=round(now - self.started, 3))
+                           cause=alarm.cause, at=round(now - self.started, 3) if self.live else None)
             self.alarms.append(raised)
             new.append(raised)
         for key in list(self._held):
@@ -416,9 +451,12 @@ class Doctor:
                 changes = pending.guard_changes
                 if changes:
                     said = "; ".join(f"{c.subject}: {c.before} -> {c.after}" for c in changes[:3])
+                    subjects = tuple(c.subject for c in changes)
                     others = {r for r in reports if r != rank and not any(
-                        rec.function == pending.function and [(c.subject, c.after) for c in rec.changes]
-                        == [(c.subject, c.after) for c in changes] for rec in reports[r].recompiles)}
+                        rec.function == pending.function and _subjects(rec) == subjects
+                        for rec in reports[r].recompiles) and not any(
+                        p.function == pending.function and tuple(c.subject for c in p.guard_changes) == subjects
+                        for p in compiling.get(r, []))}
                     if others and age >= self.grace_s:
                         out.append((("recompile_open", rank, pending.compile_id), Alarm(
                             "recompile", rank, pending.function, where, age,

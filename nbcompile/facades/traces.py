@@ -81,6 +81,8 @@ class Traces:
     _doctor: Doctor | None = field(default=None, repr=False)
     #: A loaded job's alarms, read once (the ranks' reports they were read from, by identity).
     _read_alarms: tuple[list[Report], list[Alarm]] | None = field(default=None, repr=False)
+    #: ``first_divergence`` with what it was read from (the ranks' counts, the compiles open).
+    _first_kept: tuple[Any, Alarm | None] | None = field(default=None, repr=False)
 
     @property
     def divergences(self) -> list[str]:
@@ -96,21 +98,38 @@ class Traces:
         kept = self._read_alarms
         if kept is None or len(kept[0]) != len(reports) or any(a is not b for a, b in zip(kept[0], reports,
                                                                                            strict=True)):
-            alarms = Doctor(self.timeout_s).check(dict(self.ranks), {}, final=True)
+            alarms = Doctor(self.timeout_s, live=False).check(dict(self.ranks), {}, final=True)
             kept = self._read_alarms = (reports, alarms)
         return list(kept[1])
 
     @property
     def first_divergence(self) -> Alarm | None:
-        """The first point where the ranks' compiles differ (``capture.live.first_divergence``), or None."""
-        return first_divergence(self.ranks, self.compiling())
+        """The first point where the ranks' compiles differ (``capture.live.first_divergence``), or None; read
+        again only when a rank's compiles changed (a view redraws it at every poll of a watched job)."""
+        compiling = self.compiling()
+        key = (tuple((r, id(rep), len(rep.frames), len(rep.recompiles), len(rep.breaks))
+                     for r, rep in sorted(self.ranks.items())),
+               tuple((r, tuple(p.compile_id for p in ps)) for r, ps in sorted(compiling.items())))
+        kept = self._first_kept
+        if kept is None or kept[0] != key:
+            kept = self._first_kept = (key, first_divergence(dict(self.ranks), compiling))
+        return kept[1]
+
+    @property
+    def first_compile_s(self) -> float | None:
+        """A watched job: seconds from the watch's start to the first compile seen on any rank (None: none yet,
+        or not watched). A fault cannot begin before it."""
+        return self._doctor.first_compile_s if self._doctor is not None else None
 
     def compiling(self) -> dict[int, list[Pending]]:
-        """Each followed rank's compiles open now (started, not ended)."""
+        """Each watched rank's compiles open now (started, not ended); none for logs read at once (a log that
+        ends mid-compile is read the same however it was loaded: in this process or by workers)."""
         out: dict[int, list[Pending]] = {}
-        for rank, trace in self._rank_traces.items():
+        if self._doctor is None:
+            return out
+        for rank, trace in list(self._rank_traces.items()):  # (the follower may add a rank meanwhile)
             if isinstance(trace, RankTrace):
-                out[rank] = [p for log in trace.logs if log.hub is not None for p in log.hub.compiling()]
+                out[rank] = [p for log in list(trace.logs) if log.hub is not None for p in log.hub.compiling()]
         return out
 
     def check_alarms(self, *, changed: bool = True, final: bool = False) -> list[Alarm]:
@@ -328,8 +347,8 @@ def load(path: str | os.PathLike[str], *, follow: bool = False, workers: int | N
     to be worth it; 1: in this process), or on an existing cluster: ``client``, a Dask ``distributed`` client
     whose workers can read the logs' paths. ``timeout_s``: the job's process group timeout, which the skew
     alarms compare against (``Traces.alarms``); a followed job is watched by the cross-rank doctor."""
-    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
-                                      and timeout_s > 0):
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not (
+            isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0)):
         raise TraceError(f"timeout_s={timeout_s!r}: give the process group's timeout in seconds, a number above 0")
     start = time.perf_counter()
     root = pathlib.Path(path).expanduser()
@@ -390,6 +409,8 @@ class Follower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbcompile-follow", daemon=True)
         self.on_change: Callable[[], None] | None = None
+        #: When the view was last redrawn (a rank compiling: once a second, for its time).
+        self._drawn_at = float("-inf")
 
     def start(self) -> None:
         self._thread.start()
@@ -444,16 +465,18 @@ class Follower:
 
             logging.getLogger(__name__).exception("nbcompile watch: the cross-rank check failed")
             alarmed = False
-        if changed or final or alarmed or traces.compiling_now():
-            traces.tally()
-            try:
+        try:
+            ticking = traces.compiling_now() and time.monotonic() - self._drawn_at >= 1.0  # its seconds grow
+            if changed or final or alarmed or ticking:
+                self._drawn_at = time.monotonic()
+                traces.tally()
                 traces.refresh()
-            except Exception:  # a view must never kill the follower
-                import logging
+                if self.on_change is not None:
+                    self.on_change()
+        except Exception:  # a view must never kill the follower
+            import logging
 
-                logging.getLogger(__name__).exception("nbcompile follow: redraw failed")
-            if self.on_change is not None:
-                self.on_change()
+            logging.getLogger(__name__).exception("nbcompile follow: redraw failed")
         return changed
 
 
@@ -464,24 +487,41 @@ def launch(script: str, args: list[str] | tuple[str, ...] = (), *, nproc: int = 
     job ends. ``timeout_s``: the job's process group timeout (the skew alarms compare against it). The job's
     output goes to ``job.out`` beside the logs (not a ``.log``: never read as one) in ``trace_dir`` (None: a new
     folder under ``.nbcompile/launch/``)."""
+    import shlex
     import subprocess
     import sys
+    import tempfile
 
     if not isinstance(nproc, int) or isinstance(nproc, bool) or not 1 <= nproc <= 1024:
         raise TraceError(f"--nproc {nproc!r}: give the number of ranks to start, 1 to 1024")
-    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
-                                      and timeout_s > 0):
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not (
+            isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0)):
         raise TraceError(f"timeout_s={timeout_s!r}: give the process group's timeout in seconds, a number above 0")
     target = pathlib.Path(script).expanduser()
     if not target.is_file():
         raise TraceError(f"{script}: no such script; give the path of the training script torchrun runs")
-    where = pathlib.Path(trace_dir) if trace_dir is not None else (
-        pathlib.Path(".nbcompile") / "launch" / time.strftime("%Y%m%d-%H%M%S"))
-    where.mkdir(parents=True, exist_ok=True)
+    if isinstance(args, str):
+        args = shlex.split(args)
+    runner = python or sys.executable
+    if not (os.path.isfile(runner) and os.access(runner, os.X_OK)):
+        raise TraceError(f"python={runner!r}: no such executable; give the Python that runs the job (default: "
+                         "this one)")
+    if trace_dir is None:
+        base = pathlib.Path(".nbcompile") / "launch"
+        base.mkdir(parents=True, exist_ok=True)
+        where = pathlib.Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=base))
+    else:
+        where = pathlib.Path(trace_dir).expanduser()
+        if where.exists() and not where.is_dir():
+            raise TraceError(f"trace_dir={str(where)!r} is a file; give a folder for the job's logs (new or empty)")
+        if where.is_dir() and any(where.iterdir()):  # another run's logs would be read as this job's
+            raise TraceError(f"trace_dir={str(where)!r} is not empty; give a new or empty folder (another run's "
+                             "logs would be read as this job's)")
+        where.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TORCH_TRACE": str(where.resolve())}
     output = open(where / "job.out", "ab")  # noqa: SIM115  held by the job's process, closed when it ends
     try:
-        job = subprocess.Popen([python or sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+        job = subprocess.Popen([runner, "-m", "torch.distributed.run", "--nproc_per_node",
                                 str(nproc), str(target), *args], env=env, stdout=output, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     finally:
