@@ -36,6 +36,9 @@ if FAULT == "cold_cache" and os.path.exists(ARTIFACTS) and (rank == 0 or FIX):
 RANK = rank  # a Python int each rank holds its own value of
 DEBUG = rank == 1
 STEPS = int(os.environ.get("NBC_STEPS", "6"))
+#: A step of real work (the step-time benchmark): inputs WORK x WORK through four matmuls.
+WORK = int(os.environ.get("NBC_WORK", "0"))
+WEIGHT = torch.randn(WORK, WORK) / max(WORK, 1) ** 0.5 if WORK else None
 SLOW_S = 1.5 * TIMEOUT_S
 
 
@@ -69,6 +72,8 @@ def total(y):
 
 def step(x, r):
     y = torch.sin(x) * 2.0
+    for _ in range(4 if WORK else 0):
+        y = torch.tanh(y @ WEIGHT)
     if FAULT == "rank_constant" and not FIX:
         y = y * RANK  # rank's Python int baked into the graph
     if FAULT == "rank_constant" and FIX:
@@ -108,7 +113,7 @@ for i in range(STEPS):
         n = 10
     if FAULT == "healthy_recompile" and i >= 2:
         n = 10  # every rank: a recompile they all make
-    x = torch.randn(n)
+    x = torch.randn(WORK, WORK) if WORK else torch.randn(n)
     if FIX and FAULT in ("rank_shape", "recompile_limit", "rank_dynamic"):
         torch._dynamo.mark_dynamic(x, 0)  # the remedy: one dynamic graph on every rank
     if FAULT == "rank_dynamic" and rank == 1 and not FIX:
