@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ..model.report import Report
 
 #: How many configurations (toggles and options) a session keeps the compiled code of: a toggle back to one
@@ -109,3 +111,18 @@ class KeptConfigs:
         """Every configuration forgotten, and no orphans: all compiled code was dropped."""
         self._kept.clear()
         self._orphans = 0
+
+
+def identity_free_value(value: Any) -> bool:
+    """Whether compiled code guards ``value`` by its contents only (a tensor, a container, a plain value)."""
+    return (isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
+                               frozenset, str, bytes, int, float, bool, type(None)))
+            and not isinstance(value, torch.nn.Parameter))
+
+
+def identity_free(copies: Any) -> bool:
+    """Whether the copies hold nothing whose identity compiled code guards: only tensors, containers and
+    plain values (a module, an optimizer or an object of the user's would be guarded by its id)."""
+    return all(isinstance(c, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
+                              frozenset, str, bytes, int, float, bool, type(None)))
+               and not isinstance(c, torch.nn.Parameter) for c in copies.memo.values())

@@ -1,13 +1,16 @@
 """What ``--run`` and the cell's functions reach (``state.reach``), kept from one click to the next while the user's
-code cannot have run (``KeptReach``, a base of ``Workload``)."""
+code cannot have run (``KeptReach``, a base of ``Workload``); what the namespace holds (``state_marks``) and the
+slots the session rebound (``originals``), read off the same names."""
 
 from __future__ import annotations
 
 import types
 from typing import Any
 
-from ..core import user_runs
-from .state import Reached, reach
+import torch
+
+from ..core import torch_compat, user_runs
+from .state import Reached, Slot, reach
 from .toggles import Binding
 
 
@@ -19,6 +22,8 @@ class KeptReach:
         raise NotImplementedError
 
     namespace: dict[str, Any]
+    #: ``_slot``: name -> (its binding, the binding's slot).
+    _slots: dict[str, tuple[Binding, Slot]]
     _reach_kept: tuple[int, types.CodeType, list[Any], list[tuple[str, Any]], Reached] | None
 
     def _reach(self, code: types.CodeType) -> Reached:
@@ -43,3 +48,31 @@ class KeptReach:
     def forget_user_reads(self) -> None:
         """The user's code may run now (a cell starts or ends): what was read off their objects is let go."""
         self._reach_kept = None
+
+    def state_marks(self) -> tuple[Any, ...]:
+        """What the notebook's names hold, cheaply: each name's object, and the version counters of its tensors
+        and of its modules' parameters and buffers (a cell that rebinds an input or trains a model changes
+        them). A search again whose marks differ from the last one's starts anew: that search's trials ran on
+        other state."""
+        marks: list[Any] = []
+        for name, value in torch_compat.namespace_items(self.namespace):
+            if name.startswith("_"):
+                continue
+            version: Any = None
+            if isinstance(value, torch.Tensor):
+                version = torch_compat.tensor_version(value)
+            elif isinstance(value, torch.nn.Module):
+                version = sum(torch_compat.tensor_version(t) for t in (*value.parameters(), *value.buffers()))
+            marks.append((name, id(value), version))
+        return tuple(marks)
+
+    def originals(self) -> dict[Slot, Any]:
+        """Names this session rebound (their slots) -> their originals (for the eager run)."""
+        return {self._slot(b): b.original for b in self.bindings.values() if b.expected is not b.original and b.owned()}
+
+    def _slot(self, binding: Binding) -> Slot:
+        """``binding``'s slot, made once (each click asks for every entry's, twice)."""
+        known = self._slots.get(binding.name)
+        if known is None or known[0] is not binding:
+            known = self._slots[binding.name] = (binding, Slot(binding.owner, binding.attr, binding.name))
+        return known[1]

@@ -31,7 +31,7 @@ from . import check as check_ops
 from . import custom_ops, library
 from .codes import code_of
 from .compiler import compiled_copy, drop_compiled, own_forward
-from .configs import Kept, KeptConfigs
+from .configs import Kept, KeptConfigs, identity_free, identity_free_value
 from .entry_reach import EntryReach
 from .kept_reach import KeptReach
 from .replay import SWAPPED, Replay
@@ -208,17 +208,6 @@ class Workload(KeptReach):
                 out[Slot(binding.owner, binding.attr, name)] = self.wrap(name, twin)
         return out
 
-    def originals(self) -> dict[Slot, Any]:
-        """Names this session rebound (their slots) -> their originals (for the eager run)."""
-        return {self._slot(b): b.original for b in self.bindings.values() if b.expected is not b.original and b.owned()}
-
-    def _slot(self, binding: Binding) -> Slot:
-        """``binding``'s slot, made once (each click asks for every entry's, twice)."""
-        known = self._slots.get(binding.name)
-        if known is None or known[0] is not binding:
-            known = self._slots[binding.name] = (binding, Slot(binding.owner, binding.attr, binding.name))
-        return known[1]
-
     # -- compiling ---------------------------------------------------------------------------------
     def compile(self, obj: Any, name: str = "") -> Any:
         """An entry compiled behind the session's recording, in a cache region of its own. The current
@@ -322,23 +311,6 @@ class Workload(KeptReach):
             raise
 
     # -- configurations ------------------------------------------------------------------------------
-    def state_marks(self) -> tuple[Any, ...]:
-        """What the notebook's names hold, cheaply: each name's object, and the version counters of its tensors
-        and of its modules' parameters and buffers (a cell that rebinds an input or trains a model changes
-        them). A search again whose marks differ from the last one's starts anew: that search's trials ran on
-        other state."""
-        marks: list[Any] = []
-        for name, value in torch_compat.namespace_items(self.namespace):
-            if name.startswith("_"):
-                continue
-            version: Any = None
-            if isinstance(value, torch.Tensor):
-                version = torch_compat.tensor_version(value)
-            elif isinstance(value, torch.nn.Module):
-                version = sum(torch_compat.tensor_version(t) for t in (*value.parameters(), *value.buffers()))
-            marks.append((name, id(value), version))
-        return tuple(marks)
-
     def config_key(self) -> Any:
         """What identifies the current configuration: every toggle, every option, and the torch config values
         compiled code depends on without a guard (``torch_compat.compile_config_fingerprint``: the user sets
@@ -380,13 +352,13 @@ class Workload(KeptReach):
         copies = self.copies
         if copies is None or copies.refused is not None:
             return False
-        return self._wrappers_generation == self.generation or _identity_free(copies)
+        return self._wrappers_generation == self.generation or identity_free(copies)
 
     def recall(self, key: Any) -> Kept | None:
         """The kept configuration ``key``, rebound (its wrappers the current ones), or None when it is not
         kept or was compiled on copies no longer valid."""
         kept = self.configs.recall(key, lambda old: old.generation == self.generation or (
-            self.copies is not None and _identity_free(self.copies)))
+            self.copies is not None and identity_free(self.copies)))
         if kept is None:
             return None
         before = self._wrappers, self._copies_of
@@ -425,7 +397,7 @@ class Workload(KeptReach):
         the current configuration is kept on these copies (the warm-up's way back recalls it) and there is room
         for it (so the warm-up drops no other configuration's code)."""
         copies = self.copies
-        if copies is None or copies.refused is not None or _identity_free(copies):
+        if copies is None or copies.refused is not None or identity_free(copies):
             return False
         kept, now = self.configs.get(left), self.configs.get(self.config_key())
         if kept is None:  # dropped when the copies were made anew (a first toggle after the cell's run)
@@ -447,7 +419,7 @@ class Workload(KeptReach):
         if key not in self._seen:
             return ""
         guarded = [label for label, value in (self.copies.copies.items() if self.copies is not None else ())
-                   if not _identity_free_value(value)][:3]
+                   if not identity_free_value(value)][:3]
         if not guarded:  # dropped for another reason (the kept-configuration limit, an option change): not said
             return ""
         return ("compiled again: the code kept for this configuration was compiled on other objects than this "
@@ -818,18 +790,3 @@ class Workload(KeptReach):
 #: The longest change's run (compile included) whose configuration left is compiled ahead in an idle turn (the
 #: warm-up takes about as long, and a cell run meanwhile waits for it); ``NBCOMPILE_WARM_MAX_S`` sets it.
 WARM_MAX_S = float(os.environ.get("NBCOMPILE_WARM_MAX_S", "30"))
-
-
-def _identity_free_value(value: Any) -> bool:
-    """Whether compiled code guards ``value`` by its contents only (a tensor, a container, a plain value)."""
-    return (isinstance(value, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
-                               frozenset, str, bytes, int, float, bool, type(None)))
-            and not isinstance(value, torch.nn.Parameter))
-
-
-def _identity_free(copies: Replay) -> bool:
-    """Whether the copies hold nothing whose identity compiled code guards: only tensors, containers and
-    plain values (a module, an optimizer or an object of the user's would be guarded by its id)."""
-    return all(isinstance(c, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, list, tuple, dict, set,
-                              frozenset, str, bytes, int, float, bool, type(None)))
-               and not isinstance(c, torch.nn.Parameter) for c in copies.memo.values())
