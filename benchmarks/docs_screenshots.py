@@ -19,6 +19,7 @@ as tests/test_browser.py does; takes a minute or two on a 2-core CPU, most of it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 
 from playwright.sync_api import FloatRect, Locator, Page, sync_playwright
 
@@ -78,6 +80,29 @@ def start_server(root: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def lab_page(root: pathlib.Path, notebook: str, workspace: str, height: int) -> Iterator[Page]:
+    """JupyterLab serving ``root`` and Chromium with ``notebook`` open in it, its kernel started; both closed
+    after."""
+    server, base = start_server(root)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": height})
+                page.set_default_timeout(120_000)
+                page.goto(f"{base}/lab/workspaces/{workspace}/tree/{notebook}?token={TOKEN}")
+                page.wait_for_selector(".jp-Notebook .jp-Cell")
+                page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                                       " && window.jupyterapp.shell.currentWidget.sessionContext"
+                                       " && window.jupyterapp.shell.currentWidget.sessionContext.session")
+                yield page
+            finally:
+                browser.close()
+    finally:
+        stop(server)
+
+
 def stop(server: subprocess.Popen[bytes]) -> None:
     server.terminate()
     try:
@@ -110,10 +135,6 @@ def print_line() -> int:
 
 
 def take(page: Page, out: pathlib.Path) -> None:
-    page.wait_for_selector(".jp-Notebook .jp-Cell")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext.session")
     started = time.time()
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     report = page.locator(".nbcompile-report").first
@@ -171,19 +192,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nbcompile-shots-") as tmp:
         root = pathlib.Path(tmp)
         shutil.copyfile(NOTEBOOK, root / NOTEBOOK.name)
-        server, base = start_server(root)
-        try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-                try:
-                    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                    page.set_default_timeout(120_000)
-                    page.goto(f"{base}/lab/workspaces/shots/tree/{NOTEBOOK.name}?token={TOKEN}")
-                    take(page, args.out)
-                finally:
-                    browser.close()
-        finally:
-            stop(server)
+        with lab_page(root, NOTEBOOK.name, "shots", 1100) as page:
+            take(page, args.out)
     print("wrote", ", ".join(str(args.out / f"training_{n}.png") for n in ("report", "gutter", "panel")))
 
 

@@ -21,10 +21,8 @@ import sys
 import tempfile
 import time
 
-from playwright.sync_api import sync_playwright
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from docs_screenshots import CHROMIUM, TOKEN, start_server, stop  # noqa: E402
+from docs_screenshots import lab_page  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JOB = ROOT / "benchmarks" / "rank_jobs" / "fault_job.py"
@@ -50,40 +48,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nbcompile-ranks-shots-") as tmp:
         root = pathlib.Path(tmp)
         (root / "ranks.ipynb").write_text(json.dumps(notebook()))
-        server, base = start_server(root)
         try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-                try:
-                    page = browser.new_page(viewport={"width": 1400, "height": 1300})
-                    page.set_default_timeout(240_000)
-                    page.goto(f"{base}/lab/workspaces/ranks/tree/ranks.ipynb?token={TOKEN}")
-                    page.wait_for_selector(".jp-Notebook .jp-Cell")
-                    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                           " && window.jupyterapp.shell.currentWidget.sessionContext"
-                                           " && window.jupyterapp.shell.currentWidget.sessionContext.session")
-                    started = time.time()
-                    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-                    view = page.locator(".nbcompile-traces").first
-                    view.wait_for(state="visible")
-                    page.wait_for_function("() => [...document.querySelectorAll('.nbcompile-alarms li')]"
-                                           ".some(li => li.innerText.startsWith('skew'))")
-                    page.wait_for_timeout(1500)
-                    print(f"skew alarm shown {time.time() - started:.1f} s after the run started")
-                    view.scroll_into_view_if_needed()
-                    view.screenshot(path=str(args.out / "ranks_live.png"))
-                    page.wait_for_function("() => document.querySelector('.nbcompile-traces') && document"
-                                           ".querySelector('.nbcompile-traces').innerText.includes('ended, exit "
-                                           "code')", timeout=240_000)
-                    page.wait_for_timeout(1500)
-                    print(f"job over {time.time() - started:.1f} s after the run started")
-                    view.scroll_into_view_if_needed()
-                    view.screenshot(path=str(args.out / "ranks_end.png"))
-                    print(view.inner_text()[:3000])
-                finally:
-                    browser.close()
+            with lab_page(root, "ranks.ipynb", "ranks", 1300) as page:
+                page.set_default_timeout(240_000)
+                started = time.time()
+                page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+                view = page.locator(".nbcompile-traces").first
+                view.wait_for(state="visible")
+                page.wait_for_function("() => [...document.querySelectorAll('.nbcompile-alarms li')]"
+                                       ".some(li => li.innerText.startsWith('skew'))")
+                page.wait_for_timeout(1500)
+                print(f"skew alarm shown {time.time() - started:.1f} s after the run started")
+                view.scroll_into_view_if_needed()
+                view.screenshot(path=str(args.out / "ranks_live.png"))
+                page.wait_for_function("() => document.querySelector('.nbcompile-traces') && document"
+                                       ".querySelector('.nbcompile-traces').innerText.includes('ended, exit "
+                                       "code')", timeout=240_000)
+                page.wait_for_timeout(1500)
+                print(f"job over {time.time() - started:.1f} s after the run started")
+                view.scroll_into_view_if_needed()
+                view.screenshot(path=str(args.out / "ranks_end.png"))
+                print(view.inner_text()[:3000])
         finally:
-            stop(server)
             shutil.rmtree(root / ".nbcompile", ignore_errors=True)
     print("wrote", args.out / "ranks_live.png", args.out / "ranks_end.png")
 
